@@ -1,0 +1,69 @@
+"""Shared fixtures. Every container a test creates carries TEST_LABEL and is removed
+by the test (pass or fail); the session end sweeps anything a crashed test left."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("FLOWCON_SHARED", REPO.parent / "shared"))
+TEST_LABEL = "flowcon.test"
+TESTBOX_IMAGE = "flowcon/testbox:latest"
+BASE_IMAGE = os.environ.get("FLOWCON_BASE_IMAGE", "flowcon/base:bookworm")
+
+
+def _docker_client():  # type: ignore[no-untyped-def]
+    import docker
+
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+        return client
+    except Exception:
+        return None
+
+
+@pytest.fixture(scope="session")
+def docker_client():  # type: ignore[no-untyped-def]
+    client = _docker_client()
+    if client is None:
+        pytest.skip("no Docker engine answers (run scripts/ensure-engine.sh)")
+    yield client
+    for c in client.containers.list(all=True, filters={"label": f"{TEST_LABEL}.session"}):
+        try:
+            c.remove(force=True)
+        except Exception:
+            pass
+
+
+@pytest.fixture
+def test_run_id() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+def labeled(test_run_id: str):  # type: ignore[no-untyped-def]
+    """Label set for containers of one test: the test label plus a per-test run id."""
+
+    def make(**extra: str) -> dict[str, str]:
+        labels = {TEST_LABEL: test_run_id, f"{TEST_LABEL}.session": "1"}
+        labels.update(extra)
+        return labels
+
+    return make
+
+
+@pytest.fixture
+def cleanup_containers(docker_client, test_run_id: str) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    """Remove every container of this test, pass or fail."""
+    yield
+    for c in docker_client.containers.list(all=True, filters={"label": f"{TEST_LABEL}={test_run_id}"}):
+        try:
+            c.remove(force=True)
+        except Exception:
+            pass
