@@ -3,6 +3,7 @@ by the test (pass or fail); the session end sweeps anything a crashed test left.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -15,6 +16,17 @@ SHARED = Path(os.environ.get("FLOWCON_SHARED", REPO.parent / "shared"))
 TEST_LABEL = "flowcon.test"
 TESTBOX_IMAGE = "flowcon/testbox:latest"
 BASE_IMAGE = os.environ.get("FLOWCON_BASE_IMAGE", "flowcon/base:bookworm")
+# One id per pytest session: the end-of-session sweep removes only this session's
+# leftovers, never the containers of another pytest run on the same engine.
+SESSION_ID = uuid.uuid4().hex[:12]
+SESSION_LABEL = f"{TEST_LABEL}.session"
+
+
+def remove_labeled(client, label: str) -> None:  # type: ignore[no-untyped-def]
+    """Force-remove every container carrying ``label`` (``key`` or ``key=value``)."""
+    for c in client.containers.list(all=True, filters={"label": label}):
+        with contextlib.suppress(Exception):
+            c.remove(force=True)
 
 
 def _docker_client():  # type: ignore[no-untyped-def]
@@ -34,11 +46,7 @@ def docker_client():  # type: ignore[no-untyped-def]
     if client is None:
         pytest.skip("no Docker engine answers (run scripts/ensure-engine.sh)")
     yield client
-    for c in client.containers.list(all=True, filters={"label": f"{TEST_LABEL}.session"}):
-        try:
-            c.remove(force=True)
-        except Exception:
-            pass
+    remove_labeled(client, f"{SESSION_LABEL}={SESSION_ID}")
 
 
 @pytest.fixture
@@ -51,7 +59,7 @@ def labeled(test_run_id: str):  # type: ignore[no-untyped-def]
     """Label set for containers of one test: the test label plus a per-test run id."""
 
     def make(**extra: str) -> dict[str, str]:
-        labels = {TEST_LABEL: test_run_id, f"{TEST_LABEL}.session": "1"}
+        labels = {TEST_LABEL: test_run_id, SESSION_LABEL: SESSION_ID}
         labels.update(extra)
         return labels
 
@@ -62,8 +70,4 @@ def labeled(test_run_id: str):  # type: ignore[no-untyped-def]
 def cleanup_containers(docker_client, test_run_id: str) -> Iterator[None]:  # type: ignore[no-untyped-def]
     """Remove every container of this test, pass or fail."""
     yield
-    for c in docker_client.containers.list(all=True, filters={"label": f"{TEST_LABEL}={test_run_id}"}):
-        try:
-            c.remove(force=True)
-        except Exception:
-            pass
+    remove_labeled(docker_client, f"{TEST_LABEL}={test_run_id}")

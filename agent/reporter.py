@@ -1,0 +1,58 @@
+"""Report measurements to the allocator service (its /api/v1/measurements contract).
+
+Stdlib urllib, a short timeout, and every failure is a log line: the agent's own
+control loop must never wait on or die because of the allocator.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+log = logging.getLogger("flowcon.agent.reporter")
+
+FIELDS = ("container_id", "name", "job", "step", "iterations_per_second", "metric", "value", "ts")
+
+
+def payload(node: str, views: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"node": node, "measurements": [{k: v.get(k) for k in FIELDS} for v in views]}
+
+
+class AllocatorReporter:
+    def __init__(self, url: str, token: str | None, node: str, timeout: float = 5.0) -> None:
+        self.endpoint = url.rstrip("/") + "/api/v1/measurements"
+        self.token = token
+        self.node = node
+        self.timeout = timeout
+        self.failures = 0
+        self.sent = 0
+
+    def send(self, views: list[dict[str, Any]]) -> bool:
+        body = json.dumps(payload(self.node, views), allow_nan=False).encode()
+        req = urllib.request.Request(self.endpoint, data=body, method="POST")
+        req.add_header("Content-Type", "application/json")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        t0 = time.monotonic()
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                resp.read(1024)
+            self.sent += 1
+            if self.failures:
+                log.info("allocator reachable again after %d failure(s)", self.failures)
+            self.failures = 0
+            return True
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            self.failures += 1
+            if self.failures == 1 or self.failures % 30 == 0:
+                log.warning(
+                    "allocator report failed (%d in a row, %.1fs): %s",
+                    self.failures,
+                    time.monotonic() - t0,
+                    exc,
+                )
+            return False

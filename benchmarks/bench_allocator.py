@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""Live allocator vs the simulator on the same 6-job mini-trace.
+
+The live run starts the real allocator daemon (HTTP API, SQLite, planning loop) with the
+real executor on the plain Docker engine and a declared 2 nodes x 4 GPUs inventory; jobs are
+the testbox rate job (flowcon.service.ratejob), which runs at its profile's speed for the
+GPU count it is given and is rescaled by real checkpoint-restart. The same trace then goes
+through flowcon.sim with the ElasticFlow policy. Both deadline satisfactory ratios are
+printed (jobs that met their deadline / all submitted jobs), with a per-job comparison.
+
+    python3 benchmarks/bench_allocator.py [--slot 2] [--scale 1.0] [--json]
+
+--scale stretches every time in the trace (deadlines, arrivals) and divides the speeds, so
+a larger scale makes the restart overhead relatively smaller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import contextlib  # noqa: E402
+
+from flowcon.alloc.model import Job, ThroughputCurve, Topology  # noqa: E402
+from flowcon.alloc.policy import ElasticFlowPolicy  # noqa: E402
+from flowcon.service.client import AllocatorClient  # noqa: E402
+from flowcon.service.config import load_config  # noqa: E402
+from flowcon.service.daemon import Allocator  # noqa: E402
+from flowcon.service.ratejob import rate_job_spec  # noqa: E402
+from flowcon.service.target import build_target  # noqa: E402
+from flowcon.sim.engine import Simulator  # noqa: E402
+
+# Concave curves shaped like the A100 tables (iterations/s by GPU count), slowed down so a
+# job lasts tens of seconds.
+CURVES = {
+    "resnet": {1: 2.0, 2: 3.8, 4: 7.0, 8: 12.0},
+    "bert": {1: 3.0, 2: 5.0, 4: 8.0, 8: 10.0},
+    "vgg": {1: 1.5, 2: 2.6, 4: 4.0, 8: 5.0},
+}
+# name, arrival (s), model, iterations, deadline (s after arrival)
+TRACE = [
+    ("j1", 0, "resnet", 120, 60),
+    ("j2", 2, "bert", 200, 50),
+    ("j3", 4, "vgg", 150, 45),
+    ("j4", 8, "resnet", 300, 40),
+    ("j5", 12, "bert", 60, 40),
+    ("j6", 16, "vgg", 1000, 30),
+]
+
+CONFIG = """\
+allocator:
+  listen: 127.0.0.1:0
+  state_dir: state
+  slot_seconds: {slot}
+gpus:
+  declared:
+    nodes:
+      - {{name: node1, gpus: 4}}
+      - {{name: node2, gpus: 4}}
+executor:
+  backend: engine
+  grace_s: 5
+"""
+
+
+def scaled(scale: float) -> list[tuple[str, float, dict[int, float], int, float]]:
+    return [
+        (n, t * scale, {g: v / scale for g, v in CURVES[m].items()}, its, dl * scale)
+        for n, t, m, its, dl in TRACE
+    ]
+
+
+def run_sim(trace, slot: float, overhead: float) -> dict[str, dict]:  # type: ignore[no-untyped-def]
+    jobs = [
+        Job(
+            job_id=n,
+            submit_time=t,
+            iterations=float(its),
+            deadline=t + dl,
+            curve=ThroughputCurve(curve),
+        )
+        for n, t, curve, its, dl in trace
+    ]
+    res = Simulator(jobs, Topology(2, 4), ElasticFlowPolicy(overhead), slot, overhead).run()
+    return {
+        r.job.job_id: {
+            "admitted": r.admitted,
+            "finish": r.finish,
+            "deadline": r.job.deadline,
+            "met": r.met_deadline,
+        }
+        for r in res.results
+    }
+
+
+def run_live(trace, slot: float, run_id: str) -> tuple[dict[str, dict], dict]:  # type: ignore[no-untyped-def]
+    import docker
+
+    client_docker = docker.from_env(timeout=60)
+    labels = {"flowcon.bench": run_id}
+    tmp = Path(tempfile.mkdtemp(prefix="flowcon-bench-"))
+    (tmp / "allocator.yaml").write_text(CONFIG.format(slot=slot))
+    cfg = load_config(tmp / "allocator.yaml")
+    target = build_target(cfg, client=client_docker, extra_labels=labels)
+    alloc = Allocator(cfg, target)
+    alloc.start(port=0)
+    api = AllocatorClient(alloc.url, alloc.token)
+    names = {n: f"b{run_id}-{n}" for n, *_ in trace}
+    answers: dict[str, dict] = {}
+    t0 = time.time() + 1.0
+    try:
+
+        def submit_all() -> None:
+            for n, t, curve, its, dl in trace:
+                time.sleep(max(0.0, t0 + t - time.time()))
+                # deadline as an absolute time so both runs use the same one
+                answers[n] = api.submit(rate_job_spec(names[n], its, _iso(t0 + t + dl), curve))
+                print(
+                    f"  t={time.time() - t0:5.1f}s submit {n}: {answers[n]['decision']} "
+                    f"({answers[n]['reason']})",
+                    flush=True,
+                )
+
+        th = threading.Thread(target=submit_all)
+        th.start()
+        th.join()
+        end = t0 + max(t + dl for _, t, _, _, dl in trace) + 3 * slot
+        while time.time() < end:
+            jobs = api.jobs()
+            if all(j["state"] not in ("admitted", "running") for j in jobs):
+                break
+            time.sleep(1.0)
+        jobs = {j["name"]: j for j in api.jobs()}
+        rescales = [e for e in alloc.store.events(kind="restarted_on_new_gpus")]
+        overhead = (
+            sum(e.data["stop_seconds"] + e.data["start_seconds"] for e in rescales) / len(rescales)
+            if rescales
+            else 0.0
+        )
+        out = {}
+        for n, *_ in trace:
+            j = jobs[names[n]]
+            out[n] = {
+                "admitted": j["state"] != "dropped",
+                "finish": (j["finish_time"] - t0) if j["state"] == "completed" else None,
+                "deadline": j["deadline"] - t0,
+                "met": bool(j["deadline_met"]),
+                "state": j["state"],
+            }
+        stats = {
+            "rescales": len(rescales),
+            "mean_rescale_seconds": overhead,
+            "curve_refinements": len(alloc.store.events(kind="curve_refined")),
+            "rounds": alloc.rounds,
+            "executor_errors": len(alloc.store.events(kind="executor_error")),
+        }
+        return out, stats
+    finally:
+        alloc.stop(stop_jobs=True)
+        _sweep(client_docker, f"flowcon.bench={run_id}")
+        client_docker.close()
+
+
+def _iso(ts: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat()
+
+
+def _sweep(client, label: str) -> None:  # type: ignore[no-untyped-def]
+    for c in client.containers.list(all=True, filters={"label": label}):
+        with contextlib.suppress(Exception):
+            c.remove(force=True)
+    for kind in ("networks", "volumes"):
+        for item in getattr(client, kind).list(filters={"label": label}):
+            with contextlib.suppress(Exception):
+                item.remove()
+
+
+def ratio(rows: dict[str, dict]) -> float:
+    return sum(1 for r in rows.values() if r["met"]) / len(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--slot", type=float, default=2.0, help="scheduling slot (s)")
+    ap.add_argument("--scale", type=float, default=1.0, help="stretch the trace in time")
+    ap.add_argument("--json", action="store_true", help="print a JSON summary too")
+    args = ap.parse_args()
+    trace = scaled(args.scale)
+    run_id = uuid.uuid4().hex[:6]
+    print(
+        f"6-job mini-trace, 2 nodes x 4 GPUs (declared), slot {args.slot:g} s, scale {args.scale:g}"
+    )
+    print("live allocator (real executor, plain engine):", flush=True)
+    w0 = time.perf_counter()
+    live, stats = run_live(trace, args.slot, run_id)
+    live_wall = time.perf_counter() - w0
+    sim0 = run_sim(trace, args.slot, 0.0)
+    simo = run_sim(trace, args.slot, stats["mean_rescale_seconds"])
+    print()
+    print(
+        f"{'job':4} {'deadline':>8} | {'live':>8} {'finish':>7} {'met':>4} | "
+        f"{'sim':>8} {'finish':>7} {'met':>4}"
+    )
+    for n, *_ in trace:
+        lv, sm = live[n], sim0[n]
+
+        def f(x: float | None) -> str:
+            return "-" if x is None else f"{x:7.1f}"
+
+        print(
+            f"{n:4} {lv['deadline']:8.1f} | {('admit' if lv['admitted'] else 'drop'):>8} "
+            f"{f(lv['finish'])} {('yes' if lv['met'] else 'no'):>4} | "
+            f"{('admit' if sm['admitted'] else 'drop'):>8} {f(sm['finish'])} "
+            f"{('yes' if sm['met'] else 'no'):>4}"
+        )
+    r_live, r_sim, r_simo = ratio(live), ratio(sim0), ratio(simo)
+    print()
+    print(f"deadline satisfactory ratio  live allocator: {r_live:.3f}")
+    print(f"deadline satisfactory ratio  simulator:      {r_sim:.3f}")
+    print(
+        f"deadline satisfactory ratio  simulator with the live mean rescale overhead "
+        f"({stats['mean_rescale_seconds']:.2f} s): {r_simo:.3f}"
+    )
+    same = all(live[n]["admitted"] == sim0[n]["admitted"] for n in live)
+    print(
+        f"admission decisions identical: {same}; live rescales: {stats['rescales']}; "
+        f"planning rounds: {stats['rounds']}; live wall time {live_wall:.1f} s"
+    )
+    if stats["executor_errors"]:
+        print(
+            f"WARNING: {stats['executor_errors']} executor errors (engine refused to start "
+            "containers): the live figures are not comparable, run again"
+        )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "live": r_live,
+                    "sim": r_sim,
+                    "sim_overhead": r_simo,
+                    "same_decisions": same,
+                    **stats,
+                }
+            )
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

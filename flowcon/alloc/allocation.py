@@ -1,0 +1,107 @@
+"""Resource allocation for the next slot (ElasticFlow Algorithm 2).
+
+Every hard-deadline job first gets its minimum satisfactory share a_i(0); the spare GPUs then
+go, one power-of-two step at a time, to the job with the highest marginal return, kept in a
+heap. The marginal return of growing a job from ``cur`` to ``nxt`` GPUs is the extra
+iterations it does in the next slot per extra GPU, normalised by its single-GPU throughput:
+
+    (min(R, T(nxt)*slot) - min(R, T(cur)*slot)) / (nxt - cur) / (T(1)*slot)
+
+i.e. the GPUs' contribution to cluster efficiency (Eq 8), capped by the remaining work R so
+GPUs are not piled onto a job that finishes early in the slot anyway. With concave curves
+this greedy choice is the paper's "least extra GPU time" choice: extra GPU time per extra
+iteration is the inverse of this ratio.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+
+from flowcon.alloc.admission import SlotLedger
+from flowcon.alloc.model import Job, floor_power_of_two
+
+
+def _next_step(job: Job, cur: int, cap: int) -> int | None:
+    """Next power-of-two count above ``cur`` that makes the job faster, if any."""
+    if cur <= 0:
+        first = max(1, job.min_gpus)
+        first = 1 << (first - 1).bit_length()  # round min_gpus up to a power of two
+        return first if first <= cap else None
+    t = job.curve.at(cur)
+    n = cur * 2
+    while n <= cap:
+        if job.curve.at(n) > t * (1.0 + 1e-12):
+            return n
+        n *= 2
+    return None
+
+
+def _tier(job: Job) -> tuple[int, float, float, str]:
+    """Tie-break: hard deadlines first (earliest first), then soft, then best-effort (FIFO)."""
+    if job.deadline is None:
+        return (2, math.inf, job.submit_time, job.job_id)
+    return (1 if job.soft_deadline else 0, job.deadline, job.submit_time, job.job_id)
+
+
+def marginal_return(job: Job, cur: int, nxt: int, slot: float) -> float:
+    r = job.remaining
+    t1 = job.curve.at(1) or job.curve.at(max(1, cur))
+    if t1 <= 0 or nxt <= cur:
+        return 0.0
+    gain = min(r, job.curve.at(nxt) * slot) - min(r, job.curve.at(cur) * slot)
+    return gain / (nxt - cur) / (t1 * slot)
+
+
+def distribute_spare(
+    jobs: Sequence[Job], base: Mapping[str, int], total_gpus: int, slot: float
+) -> dict[str, int]:
+    """Algorithm 2's greedy loop: start from ``base`` (minimum shares), hand out the rest."""
+    alloc = {j.job_id: int(base.get(j.job_id, 0)) for j in jobs}
+    spare = total_gpus - sum(alloc.values())
+    if spare < 0:
+        raise ValueError(f"minimum shares ({sum(alloc.values())}) exceed {total_gpus} GPUs")
+    heap: list[tuple[float, tuple[int, float, float, str], int, int, int]] = []
+    for idx, job in enumerate(jobs):
+        if job.remaining <= 0:
+            continue
+        cap = job.gpu_cap(total_gpus)
+        nxt = _next_step(job, alloc[job.job_id], cap)
+        if nxt is not None:
+            pr = marginal_return(job, alloc[job.job_id], nxt, slot)
+            if pr > 0:
+                heap.append((-pr, _tier(job), idx, nxt, cap))
+    heapq.heapify(heap)
+    while spare > 0 and heap:
+        _, tier, idx, nxt, cap = heapq.heappop(heap)
+        job = jobs[idx]
+        cur = alloc[job.job_id]
+        if nxt - cur > spare:
+            continue  # cannot afford this job's next step; cheaper steps of others may fit
+        alloc[job.job_id] = nxt
+        spare -= nxt - cur
+        nn = _next_step(job, nxt, cap)
+        if nn is not None:
+            pr = marginal_return(job, nxt, nn, slot)
+            if pr > 0:
+                heapq.heappush(heap, (-pr, tier, idx, nn, cap))
+    return alloc
+
+
+def allocate(jobs: Sequence[Job], now: float, total_gpus: int, slot: float) -> dict[str, int]:
+    """GPU counts (powers of two, 0 = paused) for the slot starting at ``now``.
+
+    Minimum satisfactory shares come from Algorithm 1 run from scratch over the hard-deadline
+    jobs in deadline order; a job that no longer fits is served like a soft-deadline job.
+    """
+    ledger = SlotLedger(total_gpus, slot, origin=now)
+    by_id = {j.job_id: j for j in jobs}
+    for j in sorted(
+        (j for j in jobs if j.needs_guarantee and j.remaining > 0),
+        key=lambda j: (j.deadline, j.submit_time, j.job_id),
+    ):
+        ledger.try_admit(j, by_id, now)
+    alloc = distribute_spare(jobs, ledger.shares(now), total_gpus, slot)
+    assert all(n == 0 or n == floor_power_of_two(n) for n in alloc.values())
+    return alloc

@@ -1,0 +1,181 @@
+"""Jobs, scaling curves and cluster topology: the vocabulary of ElasticFlow (ASPLOS'23, section 4).
+
+Pure data, no I/O. GPU counts handed out by the allocator are powers of two (buddy placement
+needs it, section 4.3), so a curve is consulted mostly at 1, 2, 4, ...
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
+
+
+def is_power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def floor_power_of_two(n: int) -> int:
+    """Largest power of two <= n (0 for n < 1)."""
+    return 0 if n < 1 else 1 << (int(n).bit_length() - 1)
+
+
+def powers_of_two(limit: int) -> list[int]:
+    """1, 2, 4, ... up to and including ``limit`` when it is one."""
+    out: list[int] = []
+    g = 1
+    while g <= limit:
+        out.append(g)
+        g <<= 1
+    return out
+
+
+@dataclass(frozen=True)
+class ThroughputCurve:
+    """Iterations per second of one job (model + global batch size) versus its GPU count.
+
+    ``points`` holds the measured (profiled) counts; missing, zero or NaN entries are simply
+    absent. ``at`` is conservative: a count that was not measured gets the throughput of the
+    largest measured count below it (workers beyond that are assumed useless), never an
+    optimistic interpolation, so admission control never over-promises.
+    """
+
+    points: Mapping[int, float]
+    measured: frozenset[int] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        clean: dict[int, float] = {}
+        for g, v in self.points.items():
+            if int(g) < 1:
+                raise ValueError(f"GPU count must be >= 1, got {g}")
+            fv = float(v)
+            if math.isfinite(fv) and fv > 0.0:
+                clean[int(g)] = fv
+        if not clean:
+            raise ValueError("throughput curve has no positive finite point")
+        object.__setattr__(self, "points", MappingProxyType(dict(sorted(clean.items()))))
+
+    def at(self, gpus: int) -> float:
+        v = self.points.get(gpus)
+        if v is not None:
+            return v
+        if gpus <= 0:
+            return 0.0
+        best_g = 0
+        for g in self.points:
+            if g <= gpus:
+                best_g = g
+            else:
+                break
+        return self.points[best_g] if best_g else 0.0
+
+    def best_at_most(self, gpus: int) -> tuple[int, float]:
+        """(GPU count actually worth using, its throughput) when up to ``gpus`` power-of-two
+        GPUs are available: the smallest power of two reaching the highest throughput."""
+        best_n, best_t = 0, 0.0
+        for n in powers_of_two(gpus):
+            t = self.at(n)
+            if t > best_t * (1.0 + 1e-12):
+                best_n, best_t = n, t
+        return best_n, best_t
+
+    @cached_property
+    def max_useful_gpus(self) -> int:
+        """Beyond this power of two the job gets no faster (EDF's "as many as it scales")."""
+        return self.best_at_most(max(self.points))[0]
+
+    def with_measurement(self, gpus: int, its_per_s: float) -> ThroughputCurve:
+        """Refine the curve with a speed reported by the running job.
+
+        The measured count is set exactly; counts never measured directly are rescaled by the
+        same ratio (the profile's shape is kept, its level corrected), counts measured before
+        are kept as they are.
+        """
+        if gpus < 1 or not math.isfinite(its_per_s) or its_per_s <= 0.0:
+            raise ValueError(f"invalid measurement: {gpus} GPUs, {its_per_s} it/s")
+        predicted = self.at(gpus)
+        ratio = its_per_s / predicted if predicted > 0 else 1.0
+        pts = {g: (v if g in self.measured else v * ratio) for g, v in self.points.items()}
+        pts[gpus] = its_per_s
+        return ThroughputCurve(pts, self.measured | {gpus})
+
+
+@dataclass
+class Job:
+    """One training job. ``deadline`` is absolute (same clock as ``submit_time``);
+    ``None`` means best-effort. ``done_iterations`` is progress so far, updated by the
+    simulator or by the live service from the agent's reports."""
+
+    job_id: str
+    submit_time: float
+    iterations: float
+    deadline: float | None
+    curve: ThroughputCurve
+    soft_deadline: bool = False
+    min_gpus: int = 1
+    max_gpus: int | None = None
+    requested_gpus: int = 1
+    done_iterations: float = 0.0
+    model: str = ""
+    batch_size: int = 0
+
+    @property
+    def remaining(self) -> float:
+        return max(0.0, self.iterations - self.done_iterations)
+
+    @property
+    def is_best_effort(self) -> bool:
+        return self.deadline is None
+
+    @property
+    def needs_guarantee(self) -> bool:
+        """Hard-deadline jobs get a reserved minimum satisfactory share; soft-deadline and
+        best-effort jobs only get spare GPUs (section 4.4)."""
+        return self.deadline is not None and not self.soft_deadline
+
+    def gpu_cap(self, total_gpus: int) -> int:
+        """Largest power-of-two count worth giving this job."""
+        cap = min(total_gpus, self.curve.max_useful_gpus)
+        if self.max_gpus is not None:
+            cap = min(cap, self.max_gpus)
+        return floor_power_of_two(cap)
+
+
+_SPEC = re.compile(r"^\s*(?:(\d+)\s*[x*]\s*)?(\d+)\s*[x*]\s*(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Switches x nodes per switch x GPUs per node (the published simulator's cluster spec)."""
+
+    nodes_per_switch: int
+    gpus_per_node: int
+    switches: int = 1
+
+    def __post_init__(self) -> None:
+        if min(self.nodes_per_switch, self.gpus_per_node, self.switches) < 1:
+            raise ValueError("topology sizes must be >= 1")
+
+    @classmethod
+    def from_spec(cls, spec: str) -> Topology:
+        """ "16x8" = 16 nodes of 8 GPUs; "2x16x8" = 2 switches of 16 nodes of 8 GPUs."""
+        m = _SPEC.match(spec)
+        if not m:
+            raise ValueError(f"cluster spec {spec!r} is not NODESxGPUS (e.g. 16x8)")
+        switches = int(m.group(1)) if m.group(1) else 1
+        return cls(int(m.group(2)), int(m.group(3)), switches)
+
+    @property
+    def nodes(self) -> int:
+        return self.switches * self.nodes_per_switch
+
+    @property
+    def total_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def __str__(self) -> str:
+        base = f"{self.nodes_per_switch}x{self.gpus_per_node}"
+        return base if self.switches == 1 else f"{self.switches}x{base}"

@@ -1,0 +1,83 @@
+"""Algorithm 1 of the paper: classify containers into NL/WL/CL and compute their limits.
+
+A limit L is a share of the host (1 = the whole host, i.e. unlimited). Pure: the
+caller measures G and applies the limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Set
+from dataclasses import dataclass
+
+from flowcon.core.lists import ListName
+
+
+@dataclass(frozen=True)
+class Decision:
+    limit: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Result:
+    lists: dict[str, ListName]
+    decisions: dict[str, Decision]
+    all_completing: bool  # line 14: every container is in CL, so itval doubles
+
+
+def classify(current: ListName, g: float, alpha: float) -> ListName:
+    """Lines 4-13."""
+    if g < alpha and current == ListName.NL:
+        return ListName.WL
+    if g < alpha and current == ListName.WL:
+        return ListName.CL
+    if g >= alpha:
+        return ListName.NL
+    return current  # G < alpha and already in CL
+
+
+def algorithm1(
+    lists: Mapping[str, ListName],
+    g: Mapping[str, float],
+    limits: Mapping[str, float],
+    beta: float,
+    alpha: float,
+    fresh: Set[str] | None = None,
+) -> Result:
+    """One run over the worker's containers (the keys of ``lists``).
+
+    ``g``: normalized growth efficiency per container (every key of ``lists``).
+    ``limits``: current limits, kept for containers in WL (line 24).
+    ``fresh``: containers whose G was measured since they were last classified; only
+    they move between lists (None = all). A run triggered by a listener between two
+    measurements must not move a container twice on the same G.
+    """
+    new_lists: dict[str, ListName] = {}
+    for cid, current in lists.items():
+        if fresh is None or cid in fresh:
+            new_lists[cid] = classify(current, g[cid], alpha)
+        else:
+            new_lists[cid] = current
+
+    decisions: dict[str, Decision] = {}
+    all_cl = all(lst == ListName.CL for lst in new_lists.values())
+    if all_cl:
+        for cid in new_lists:
+            decisions[cid] = Decision(1.0, "all-CL: free competition")
+        return Result(new_lists, decisions, True)
+
+    n = len(new_lists)
+    total = sum(g[cid] for cid in new_lists)
+    floor = 1.0 / (beta * n)
+    for cid, lst in new_lists.items():
+        share = g[cid] / total if total > 0 else 0.0
+        if lst == ListName.CL:
+            if share >= floor:
+                decisions[cid] = Decision(min(share, 1.0), "CL: G/sumG")
+            else:
+                decisions[cid] = Decision(min(floor, 1.0), "CL: floor 1/(beta*|c|)")
+        elif lst == ListName.WL:
+            decisions[cid] = Decision(limits.get(cid, 1.0), "WL: unchanged")
+        else:
+            decisions[cid] = Decision(min(share, 1.0), "NL: G/sumG")
+    return Result(new_lists, decisions, False)

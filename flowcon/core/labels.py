@@ -1,0 +1,86 @@
+"""The container labels that opt a container in and describe its metric."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+ENABLE = "flowcon.enable"
+METRIC = "flowcon.metric"
+GOAL = "flowcon.metric.goal"
+REGEX = "flowcon.metric.regex"
+CPUS_MIN = "flowcon.cpus.min"
+CPUS_MAX = "flowcon.cpus.max"
+JOB = "flowcon.job"
+
+# Docker refuses --cpus below 0.01.
+MIN_CPUS = 0.01
+
+
+class LabelError(ValueError):
+    """A label value FlowCon cannot use; the container is skipped."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    managed: bool  # flowcon.enable=true: its CPU limit is ours to change
+    job: str | None  # flowcon.job: monitored for throughput even when not managed
+    metric: str = "loss"
+    goal: str = "min"
+    regex: re.Pattern[str] | None = None
+    cpus_min: float | None = None
+    cpus_max: float | None = None
+
+    @property
+    def monitored(self) -> bool:
+        return self.managed or self.job is not None
+
+
+def _cpus(labels: Mapping[str, str], key: str) -> float | None:
+    raw = labels.get(key)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise LabelError(f"{key}={raw!r} is not a number of CPUs") from None
+    if not math.isfinite(value) or value < MIN_CPUS:
+        raise LabelError(f"{key}={raw!r} must be a finite number of CPUs >= {MIN_CPUS}")
+    return value
+
+
+def parse_policy(labels: Mapping[str, str]) -> Policy | None:
+    """The container's policy, None if FlowCon should ignore it; LabelError if a label is bad."""
+    enable_raw = labels.get(ENABLE)
+    job = labels.get(JOB) or None
+    if enable_raw is None:
+        managed = False
+    else:
+        low = enable_raw.strip().lower()
+        if low == "true":
+            managed = True
+        elif low == "false":
+            managed = False
+        else:
+            raise LabelError(f"{ENABLE}={enable_raw!r}: use true or false")
+    if not managed and job is None:
+        return None
+    metric = labels.get(METRIC, "loss").strip() or "loss"
+    goal = labels.get(GOAL, "min").strip().lower() or "min"
+    if goal not in ("min", "max"):
+        raise LabelError(f"{GOAL}={labels[GOAL]!r}: use min or max")
+    regex = None
+    if labels.get(REGEX):
+        try:
+            regex = re.compile(labels[REGEX])
+        except re.error as exc:
+            raise LabelError(f"{REGEX}={labels[REGEX]!r} does not compile: {exc}") from None
+        if "value" not in regex.groupindex:
+            raise LabelError(f"{REGEX}={labels[REGEX]!r} has no named group (?P<value>...)")
+    cpus_min = _cpus(labels, CPUS_MIN)
+    cpus_max = _cpus(labels, CPUS_MAX)
+    if cpus_min is not None and cpus_max is not None and cpus_min > cpus_max:
+        raise LabelError(f"{CPUS_MIN}={cpus_min} is above {CPUS_MAX}={cpus_max}")
+    return Policy(managed, job, metric, goal, regex, cpus_min, cpus_max)

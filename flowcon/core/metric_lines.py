@@ -1,0 +1,116 @@
+"""Parse the metric lines a training job prints (flowcon.report) and bound their length."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from enum import Enum
+
+
+class LineKind(Enum):
+    SAMPLE = "sample"  # a usable metric value
+    TEXT = "text"  # ordinary output, not for us
+    NO_METRIC = "no-metric"  # a JSON object without our key
+    MALFORMED = "malformed"  # looks like JSON but is not
+    NON_FINITE = "non-finite"  # NaN, inf or null: skipped
+    BAD_VALUE = "bad-value"  # not a number
+
+
+@dataclass(frozen=True)
+class ParsedLine:
+    kind: LineKind
+    value: float | None = None
+    step: int | None = None
+    detail: str = ""
+
+
+def _number(raw: object) -> float | None:
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        return None
+    try:
+        return float(raw)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _step(raw: object) -> int | None:
+    value = _number(raw)
+    if value is None or not math.isfinite(value):
+        return None
+    return int(value)
+
+
+def parse_line(line: str, metric: str, regex: re.Pattern[str] | None = None) -> ParsedLine:
+    """Classify one output line and extract the metric (and the step when present)."""
+    if regex is not None:
+        match = regex.search(line)
+        if match is None:
+            return ParsedLine(LineKind.TEXT)
+        value = _number(match.group("value"))
+        step = _step(match.group("step")) if "step" in regex.groupindex else None
+        if value is None:
+            return ParsedLine(LineKind.BAD_VALUE, detail=match.group("value")[:80])
+        if not math.isfinite(value):
+            return ParsedLine(LineKind.NON_FINITE, detail=match.group("value")[:80])
+        return ParsedLine(LineKind.SAMPLE, value, step)
+    text = line.strip()
+    if not text.startswith("{"):
+        return ParsedLine(LineKind.TEXT)
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return ParsedLine(LineKind.MALFORMED, detail=text[:80])
+    if not isinstance(obj, dict):
+        return ParsedLine(LineKind.MALFORMED, detail=text[:80])
+    step = _step(obj.get("step"))
+    if metric not in obj:
+        return ParsedLine(LineKind.NO_METRIC, step=step)
+    raw = obj[metric]
+    if raw is None:  # flowcon.report writes NaN/inf as null
+        return ParsedLine(LineKind.NON_FINITE, step=step, detail="null")
+    value = _number(raw)
+    if value is None:
+        return ParsedLine(LineKind.BAD_VALUE, step=step, detail=repr(raw)[:80])
+    if not math.isfinite(value):
+        return ParsedLine(LineKind.NON_FINITE, step=step, detail=repr(raw)[:80])
+    return ParsedLine(LineKind.SAMPLE, value, step)
+
+
+class LineAssembler:
+    """Joins output chunks into lines, keeping at most ``max_bytes`` of one line.
+
+    A longer line is dropped as a whole (its head is not parsed), and only its
+    length is remembered, so a 10 MB line costs 64 KiB of memory, not 10 MB.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._parts: list[bytes] = []
+        self._size = 0
+        self._dropping = False
+
+    def feed(self, chunk: bytes) -> None:
+        if self._dropping:
+            self._size += len(chunk)
+            return
+        self._size += len(chunk)
+        if self._size > self.max_bytes:
+            self._parts.clear()
+            self._dropping = True
+            return
+        self._parts.append(chunk)
+
+    @property
+    def pending(self) -> bool:
+        return self._size > 0
+
+    def end_line(self) -> tuple[bytes | None, int]:
+        """Finish the current line: (its bytes or None if it was too long, its length)."""
+        size = self._size
+        line = None if self._dropping else b"".join(self._parts)
+        self._parts = []
+        self._size = 0
+        self._dropping = False
+        return line, size

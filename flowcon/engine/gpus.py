@@ -1,0 +1,310 @@
+"""GPU inventory per node: count, UUIDs and the interconnect that placement cares about.
+
+ElasticFlow places a job's workers by topology (section 4.3): GPUs joined by NVLink beat
+GPUs behind one PCIe switch, which beat GPUs across sockets, which beat GPUs on other
+machines. NVML tells us this for the local machine. Where NVML is missing (no driver, a CPU
+host, CI) we say so once and fall back to a declared inventory from config, so the allocator
+and executor run unchanged on CPU-only machines with fake GPU ids ("FAKE-node1-0").
+
+Config (the ``gpus`` section)::
+
+    gpus:
+      node_name: node1          # name of this machine's node when NVML is present
+      declared:
+        nodes:
+          - {name: node1, gpus: 4, nvlink: [[0, 1], [2, 3]]}   # nvlink groups optional
+          - {name: node2, gpus: 4}
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class Link(IntEnum):
+    """How two GPUs talk, best first (lower is closer). Mirrors NVML's topology levels."""
+
+    SAME = 0
+    NVLINK = 1
+    PCIE_SWITCH = 2  # NVML_TOPOLOGY_SINGLE / MULTIPLE
+    HOST_BRIDGE = 3  # NVML_TOPOLOGY_HOSTBRIDGE
+    NUMA_NODE = 4  # NVML_TOPOLOGY_NODE
+    SYSTEM = 5  # NVML_TOPOLOGY_SYSTEM: across CPU sockets
+    NETWORK = 6  # different machines
+
+
+# NVML topology level -> Link (values from nvml.h)
+_NVML_LEVEL = {
+    0: Link.SAME,
+    10: Link.PCIE_SWITCH,
+    20: Link.PCIE_SWITCH,
+    30: Link.HOST_BRIDGE,
+    40: Link.NUMA_NODE,
+    50: Link.SYSTEM,
+}
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    name: str = ""
+    memory_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class NodeInventory:
+    name: str
+    gpus: tuple[Gpu, ...]
+    real: bool  # True only for GPUs NVML reported: device requests are made for these alone
+    # (i, j) with i < j -> Link; pairs missing here are Link.SYSTEM (declared) or unknown.
+    links: Mapping[tuple[int, int], Link] = field(default_factory=dict)
+
+    @property
+    def count(self) -> int:
+        return len(self.gpus)
+
+    def link(self, a: int, b: int) -> Link:
+        if a == b:
+            return Link.SAME
+        return self.links.get((min(a, b), max(a, b)), Link.SYSTEM)
+
+    def nvlink_groups(self) -> list[list[int]]:
+        """GPU indices grouped into NVLink-connected components (singletons included)."""
+        parent = {g.index: g.index for g in self.gpus}
+
+        def find(x: int) -> int:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for (a, b), link in self.links.items():
+            if link == Link.NVLINK and a in parent and b in parent:
+                parent[find(a)] = find(b)
+        groups: dict[int, list[int]] = {}
+        for g in self.gpus:
+            groups.setdefault(find(g.index), []).append(g.index)
+        return sorted(groups.values())
+
+    def uuids(self, indices: Sequence[int]) -> list[str]:
+        by_index = {g.index: g.uuid for g in self.gpus}
+        return [by_index[i] for i in indices]
+
+
+@dataclass(frozen=True)
+class Inventory:
+    nodes: tuple[NodeInventory, ...]
+    source: str  # "nvml", "declared", "nvml+declared" or "none"
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.count for n in self.nodes)
+
+    @property
+    def real(self) -> bool:
+        return any(n.real for n in self.nodes)
+
+    def node(self, name: str) -> NodeInventory:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"no node {name!r} in the GPU inventory")
+
+    def tree(self) -> dict[str, list[list[int]]]:
+        """Placement tree: node -> NVLink groups of GPU indices (machine > group > GPU)."""
+        return {n.name: n.nvlink_groups() for n in self.nodes}
+
+    def gpu_nodes(self) -> list[NodeInventory]:
+        """Nodes with at least one GPU, in inventory order (index i = the core's node i)."""
+        return [n for n in self.nodes if n.count > 0]
+
+    def to_topology(self) -> Any:
+        """The allocator core's ``Topology``: one switch of equal nodes (node i = gpu_nodes()[i]).
+
+        The core models homogeneous nodes; a mixed inventory is rejected rather than guessed.
+        """
+        from flowcon.alloc import model
+
+        nodes = self.gpu_nodes()
+        if not nodes:
+            raise ValueError("the GPU inventory is empty")
+        counts = {n.count for n in nodes}
+        if len(counts) != 1:
+            detail = ", ".join(f"{n.name}={n.count}" for n in nodes)
+            raise ValueError(f"nodes have different GPU counts ({detail}); the core needs equal")
+        return model.Topology(nodes_per_switch=len(nodes), gpus_per_node=counts.pop())
+
+
+# ---------------------------------------------------------------- discovery
+
+_warned = False
+
+
+def discover(
+    config: Mapping[str, Any] | None = None, nvml: Any | None = None, hostname: str | None = None
+) -> Inventory:
+    """Local GPUs from NVML plus declared nodes; never raises, degrades with one warning.
+
+    ``nvml`` is the pynvml module (injected by tests); by default it is imported here.
+    """
+    cfg = dict(config or {})
+    local_name = str(cfg.get("node_name") or hostname or socket.gethostname())
+    try:
+        declared = declared_nodes(cfg.get("declared"))
+    except ValueError as exc:
+        log.error("ignoring gpus.declared: %s", exc)
+        declared = []
+    local, why = _probe_nvml(nvml, local_name)
+    if local is not None:
+        others = [n for n in declared if n.name != local.name]
+        source = "nvml+declared" if others else "nvml"
+        return Inventory((local, *others), source)
+    _warn_once(why, declared)
+    return Inventory(tuple(declared), "declared" if declared else "none")
+
+
+def _warn_once(why: str, declared: Sequence[NodeInventory]) -> None:
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    if declared:
+        total = sum(n.count for n in declared)
+        log.warning(
+            "NVML unavailable (%s): using the declared GPU inventory from config gpus.declared "
+            "(%d nodes, %d GPUs, fake UUIDs); no GPU device requests will be made",
+            why,
+            len(declared),
+            total,
+        )
+    else:
+        log.warning(
+            "NVML unavailable (%s) and no gpus.declared in config: the inventory is empty", why
+        )
+
+
+def declared_nodes(section: Any) -> list[NodeInventory]:
+    """Parse ``{nodes: [{name, gpus, nvlink?, uuids?}]}``; raises ValueError naming the field."""
+    if section is None:
+        return []
+    if not isinstance(section, Mapping) or not isinstance(section.get("nodes"), list):
+        raise ValueError("gpus.declared must be {nodes: [{name: ..., gpus: N}, ...]}")
+    out: list[NodeInventory] = []
+    seen: set[str] = set()
+    for i, item in enumerate(section["nodes"]):
+        where = f"gpus.declared.nodes[{i}]"
+        if not isinstance(item, Mapping):
+            raise ValueError(f"{where} must be a mapping")
+        name = item.get("name")
+        count = item.get("gpus")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{where}.name must be a non-empty string")
+        if name in seen:
+            raise ValueError(f"{where}.name {name!r} is repeated")
+        seen.add(name)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"{where}.gpus must be a non-negative integer")
+        uuids = item.get("uuids") or [f"FAKE-{name}-{k}" for k in range(count)]
+        if len(uuids) != count:
+            raise ValueError(f"{where}.uuids has {len(uuids)} entries for {count} GPUs")
+        links: dict[tuple[int, int], Link] = {}
+        for group in item.get("nvlink") or []:
+            if not isinstance(group, list) or not all(
+                isinstance(k, int) and 0 <= k < count for k in group
+            ):
+                raise ValueError(f"{where}.nvlink groups must list GPU indices below {count}")
+            for a in group:
+                for b in group:
+                    if a < b:
+                        links[(a, b)] = Link.NVLINK
+        gpus = tuple(Gpu(k, str(u)) for k, u in enumerate(uuids))
+        out.append(NodeInventory(name, gpus, real=False, links=links))
+    return out
+
+
+def _probe_nvml(nvml: Any | None, node_name: str) -> tuple[NodeInventory | None, str]:
+    if nvml is None:
+        try:
+            import pynvml as nvml_mod
+        except ImportError:
+            return None, "pynvml is not installed"
+        nvml = nvml_mod
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return None, f"nvmlInit failed: {exc}"
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+        if count == 0:
+            return None, "NVML reports 0 GPUs"
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        gpus = tuple(_gpu(nvml, i, h) for i, h in enumerate(handles))
+        return NodeInventory(node_name, gpus, real=True, links=_nvml_links(nvml, handles)), ""
+    except Exception as exc:
+        return None, f"NVML query failed: {exc}"
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _gpu(nvml: Any, index: int, handle: Any) -> Gpu:
+    uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+    try:
+        name = _text(nvml.nvmlDeviceGetName(handle))
+    except Exception:
+        name = ""
+    try:
+        memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
+    except Exception:
+        memory = 0
+    return Gpu(index, uuid, name, memory)
+
+
+def _nvml_links(nvml: Any, handles: Sequence[Any]) -> dict[tuple[int, int], Link]:
+    links: dict[tuple[int, int], Link] = {}
+    for a in range(len(handles)):
+        for b in range(a + 1, len(handles)):
+            try:
+                level = int(nvml.nvmlDeviceGetTopologyCommonAncestor(handles[a], handles[b]))
+                links[(a, b)] = _NVML_LEVEL.get(level, Link.SYSTEM)
+            except Exception as exc:
+                log.debug("topology %d-%d unknown: %s", a, b, exc)
+    # NVLink overrides the PCIe level: read each device's active links and map peers by bus id.
+    bus_to_index: dict[str, int] = {}
+    for i, h in enumerate(handles):
+        try:
+            bus_to_index[_bus_id(nvml.nvmlDeviceGetPciInfo(h))] = i
+        except Exception:
+            continue
+    max_links = int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))
+    enabled = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
+    for a, h in enumerate(handles):
+        for link in range(max_links):
+            try:
+                if nvml.nvmlDeviceGetNvLinkState(h, link) != enabled:
+                    continue
+                peer = bus_to_index.get(_bus_id(nvml.nvmlDeviceGetNvLinkRemotePciInfo(h, link)))
+            except Exception:
+                break  # link index past what this GPU has, or NVLink unsupported
+            if peer is not None and peer != a:
+                links[(min(a, peer), max(a, peer))] = Link.NVLINK
+    return links
+
+
+def _bus_id(pci: Any) -> str:
+    bus = _text(getattr(pci, "busId", pci)).lower()
+    # NVML pads the domain to 8 digits in some calls and 4 in others: compare the tail.
+    return bus[-12:]

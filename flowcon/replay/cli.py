@@ -1,0 +1,355 @@
+"""``flowcon replay``: run a scenario on the local engine under a policy, or both."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+import yaml
+
+from flowcon.replay.model import RunResult
+from flowcon.replay.scenario import Scenario, ScenarioError, load_scenario
+
+log = logging.getLogger(__name__)
+
+SCENARIO_DIR = Path(__file__).resolve().parent.parent.parent / "scenarios"
+
+
+def resolve_scenario(arg: str) -> Path:
+    """A path, or a name of a file in the repository's scenarios/ folder."""
+    p = Path(arg)
+    if p.exists() or p.suffix in (".yaml", ".yml"):
+        return p
+    for cand in (SCENARIO_DIR / f"{arg}.yaml", SCENARIO_DIR / f"{arg}.yml"):
+        if cand.exists():
+            return cand
+    return p
+
+
+def _fmt(v: float | None, unit: str = "") -> str:
+    return "-" if v is None else f"{v:.1f}{unit}"
+
+
+class _RichProgress:
+    """One row per job: state, last step and loss; the bar fills when it ends."""
+
+    def __init__(self, result_jobs: list[Any], policy: str, enabled: bool) -> None:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.enabled = enabled
+        self.progress = Progress(
+            TextColumn("[bold]{task.fields[policy]}[/]"),
+            TextColumn("{task.description}", justify="left"),
+            BarColumn(bar_width=20),
+            TimeElapsedColumn(),
+            disable=not enabled,
+            transient=False,
+        )
+        self.policy = policy
+        self.tasks: dict[str, Any] = {}
+        self.records: dict[str, Any] = {}
+        self.names = [j.name for j in result_jobs]
+
+    def __enter__(self) -> _RichProgress:
+        self.progress.__enter__()
+        for name in self.names:
+            self.tasks[name] = self.progress.add_task(
+                f"{name}: pending", total=1, policy=self.policy, start=False
+            )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.__exit__(None, None, None)
+
+    def __call__(self, event: str, job: Any, now: float) -> None:
+        if job is not None:
+            self.records[job.name] = job
+            task = self.tasks.get(job.name)
+            if task is None:
+                return
+            if event == "started":
+                self.progress.start_task(task)
+            if event == "finished":
+                status = "done" if job.ok else f"FAILED ({job.error})"
+                self.progress.update(
+                    task,
+                    completed=1,
+                    description=f"{job.name}: {status}, JCT {_fmt(job.jct, ' s')}",
+                )
+                self.progress.stop_task(task)
+            return
+        for name, rec in self.records.items():
+            if rec.finished is None and rec.submitted is not None:
+                loss = "" if rec.final_loss is None else f" loss {rec.final_loss:.4g}"
+                step = "" if rec.steps is None else f" step {rec.steps}"
+                self.progress.update(self.tasks[name], description=f"{name}: running{step}{loss}")
+
+
+def run_policy(
+    client: Any,
+    scenario: Scenario,
+    policy: str,
+    out_dir: Path,
+    *,
+    show_progress: bool,
+    **kwargs: Any,
+) -> RunResult:
+    from flowcon.replay.model import JobRecord
+    from flowcon.replay.plots import plot_cpu
+    from flowcon.replay.recorder import write_run
+    from flowcon.replay.runner import Replay
+
+    jobs = [JobRecord(j.name, j.image, j.start) for j in scenario.jobs]
+    with _RichProgress(jobs, policy, show_progress) as progress:
+        replay = Replay(client, scenario, policy, out_dir, progress=progress, **kwargs)
+        result = replay.run()
+    write_run(result, out_dir)
+    plot_cpu(result, out_dir / "cpu.png")
+    return result
+
+
+def print_run(result: RunResult) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{result.scenario} under policy {result.policy} (run {result.run_id})")
+    for col in ("job", "submit (s)", "finish (s)", "JCT (s)", "steps", "final loss", "status"):
+        table.add_column(col, justify="left" if col in ("job", "status") else "right")
+    for j in result.jobs:
+        table.add_row(
+            j.name,
+            _fmt(j.submitted),
+            _fmt(j.finished),
+            _fmt(j.jct),
+            "-" if j.steps is None else str(j.steps),
+            "-" if j.final_loss is None else f"{j.final_loss:.4g}",
+            "ok" if j.ok else (j.error or "?"),
+        )
+    console = Console()
+    console.print(table)
+    console.print(f"makespan: {_fmt(result.makespan, ' s')}")
+    if result.policy == "flowcon":
+        console.print(f"agent changed limits: {'yes' if result.limits_changed() else 'no'}")
+    for err in result.errors:
+        console.print(f"[red]{err}[/]")
+
+
+def print_comparison(cmp: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    title = f"{cmp['scenario']}: FlowCon (alpha={cmp['alpha']:g}, itval={cmp['itval']:g}) vs none"
+    table = Table(title=title)
+    table.add_column("job")
+    table.add_column("JCT none (s)", justify="right")
+    table.add_column("JCT flowcon (s)", justify="right")
+    table.add_column("change", justify="right")
+    for r in cmp["jobs"]:
+        ch = r["change_pct"]
+        colour = "green" if ch is not None and ch < 0 else "red"
+        table.add_row(
+            r["job"],
+            _fmt(r["jct_none"]),
+            _fmt(r["jct_flowcon"]),
+            "-" if ch is None else f"[{colour}]{ch:+.1f} %[/]",
+        )
+    console = Console()
+    console.print(table)
+    ch = cmp["makespan_change_pct"]
+    console.print(
+        f"makespan none: {_fmt(cmp['makespan_none'], ' s')}   "
+        f"flowcon: {_fmt(cmp['makespan_flowcon'], ' s')}   "
+        f"change: {'-' if ch is None else f'{ch:+.1f} %'}"
+    )
+    used_none, used_flow = cmp.get("mean_cpus_none"), cmp.get("mean_cpus_flowcon")
+    console.print(
+        f"CPUs used on average over the makespan: none {_fmt(used_none)}, flowcon {_fmt(used_flow)}"
+    )
+    if cmp.get("foreign_managed_max"):
+        console.print(
+            f"[yellow]warning: up to {cmp['foreign_managed_max']} other FlowCon-enabled "
+            "container(s) ran meanwhile; the agent shared the host with them[/]"
+        )
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _parse_sets(values: tuple[str, ...]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in values:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--agent-set")
+        out[key.strip()] = yaml.safe_load(raw)
+    return out
+
+
+def _parse_labels(values: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--label")
+        if key.strip().startswith(("flowcon.replay", "flowcon.enable", "flowcon.job")):
+            raise click.BadParameter(f"{key!r} is set by the replay itself", param_hint="--label")
+        out[key.strip()] = value
+    return out
+
+
+@click.command()
+@click.argument("scenario")
+@click.option(
+    "--policy",
+    type=click.Choice(["flowcon", "none"]),
+    default="flowcon",
+    show_default=True,
+    help="flowcon: run the agent during the replay; none: plain Docker sharing.",
+)
+@click.option("--compare", is_flag=True, help="Run policy none, then flowcon; compare JCTs.")
+@click.option(
+    "--out", "out", type=click.Path(file_okay=False, path_type=Path), help="Output folder."
+)
+@click.option(
+    "--time-scale",
+    type=click.FloatRange(0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Multiply every job's start time (0.1 = ten times denser schedule).",
+)
+@click.option("--iterations", type=click.IntRange(min=1), help="Override every job's iterations.")
+@click.option(
+    "--work-scale",
+    type=click.FloatRange(0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Multiply every job's iterations (training images: their default).",
+)
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True), help="Override alpha.")
+@click.option("--itval", type=click.FloatRange(0, min_open=True), help="Override itval (s).")
+@click.option(
+    "--agent-set",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Extra key for the agent's config file (repeatable), e.g. beta=2.",
+)
+@click.option(
+    "--agent-command",
+    help="Command that starts the agent (default: this Python's `flowcon agent`); "
+    "--config FILE is appended.",
+)
+@click.option(
+    "--sample-interval",
+    type=click.FloatRange(0.2, 10),
+    default=1.0,
+    show_default=True,
+    help="Seconds between CPU samples.",
+)
+@click.option(
+    "--timeout", type=click.FloatRange(min=1), default=7200, show_default=True, help="Per run (s)."
+)
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Extra label on every container (repeatable), e.g. for your own cleanup.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def replay(
+    scenario: str,
+    policy: str,
+    compare: bool,
+    out: Path | None,
+    time_scale: float,
+    iterations: int | None,
+    work_scale: float,
+    alpha: float | None,
+    itval: float | None,
+    agent_set: tuple[str, ...],
+    agent_command: str | None,
+    sample_interval: float,
+    timeout: float,
+    labels: tuple[str, ...],
+    quiet: bool,
+) -> None:
+    """Replay SCENARIO (a YAML file, or a name in scenarios/ such as `fixed`) on the local
+    Docker engine and record completion times, makespan and CPU timelines."""
+    from dataclasses import replace
+
+    from flowcon.replay.runner import ReplayError, agent_available
+
+    path = resolve_scenario(scenario)
+    try:
+        sc = load_scenario(path)
+    except ScenarioError as exc:
+        raise click.ClickException(str(exc)) from None
+    sc = sc.scaled(time_scale, iterations, work_scale)
+    if alpha is not None:
+        sc = replace(sc, alpha=alpha)
+    if itval is not None:
+        sc = replace(sc, itval=itval)
+    policies = ["none", "flowcon"] if compare else [policy]
+    extra_config = _parse_sets(agent_set)
+    extra_labels = _parse_labels(labels)
+    if "flowcon" in policies and agent_command is None and not agent_available():
+        raise click.ClickException(
+            "the FlowCon agent is not installed (`flowcon agent` is missing); "
+            "run with --policy none, or give --agent-command"
+        )
+    out_dir = out or Path("runs") / "replay" / f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+    import docker
+
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except Exception as exc:
+        raise click.ClickException(f"no Docker engine answers: {exc}") from None
+
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    results: dict[str, RunResult] = {}
+    kwargs: dict[str, Any] = {
+        "sample_interval": sample_interval,
+        "timeout": timeout,
+        "agent_command": shlex.split(agent_command) if agent_command else None,
+        "agent_config": extra_config,
+        "labels": extra_labels,
+    }
+    try:
+        for pol in policies:
+            run_dir = out_dir / pol if compare else out_dir
+            results[pol] = run_policy(
+                client, sc, pol, run_dir, show_progress=not quiet and sys.stderr.isatty(), **kwargs
+            )
+            print_run(results[pol])
+    except KeyboardInterrupt:
+        click.echo(
+            "interrupted: the agent was stopped and the replay's containers removed", err=True
+        )
+        sys.exit(130)
+    except ReplayError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+    from flowcon.replay.plots import plot_jct
+
+    plot_jct(results, out_dir / "jct.png")
+    if compare:
+        from flowcon.replay.recorder import comparison, write_comparison
+
+        cmp = comparison(results["none"], results["flowcon"])
+        write_comparison(cmp, out_dir)
+        print_comparison(cmp)
+    click.echo(f"results in {out_dir}")
+    if any(not j.ok for r in results.values() for j in r.jobs):
+        sys.exit(1)

@@ -1,0 +1,199 @@
+"""The allocator's local HTTP JSON API (stdlib ThreadingHTTPServer).
+
+Routes (all JSON):
+  GET    /healthz                    liveness + schema version
+  GET    /metrics                    Prometheus text
+  GET    /api/v1/jobs                every job
+  GET    /api/v1/jobs/{name}         one job, with its admissions and events
+  POST   /api/v1/jobs                submit a job spec (JSON object or YAML text)   [token]
+  DELETE /api/v1/jobs/{name}         cancel                                         [token]
+  POST   /api/v1/measurements        agent measurements                             [token]
+
+Calls that change anything need ``Authorization: Bearer <token>``; the token is checked
+before the body is even read, so a refused call cannot change state.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit
+
+import yaml
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 1 << 20  # 1 MiB: a job spec or a round of measurements is far smaller
+
+
+class ApiError(Exception):
+    """An error with an HTTP status and a JSON body ({"error": ..., "field": ...})."""
+
+    def __init__(self, status: int, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body: dict[str, Any] = {"error": message, **extra}
+
+
+class Service(Protocol):
+    """What the HTTP layer needs from the daemon."""
+
+    def health(self) -> dict[str, Any]: ...
+    def metrics_text(self) -> bytes: ...
+    def list_jobs(self) -> list[dict[str, Any]]: ...
+    def get_job(self, name: str) -> dict[str, Any]: ...
+    def submit(self, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]: ...
+    def cancel(self, name: str) -> dict[str, Any]: ...
+    def ingest_measurements(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+
+def _handler_class(service: Service, token: str) -> type[BaseHTTPRequestHandler]:
+    expected = f"Bearer {token}".encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "flowcon-allocator/1"
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            log.debug("%s %s", self.address_string(), format % args)
+
+        # -- helpers ----------------------------------------------------------------
+
+        def _send(self, status: int, body: Any, content_type: str = "application/json") -> None:
+            data = body if isinstance(body, bytes) else json.dumps(body, default=str).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _authorised(self) -> bool:
+            got = (self.headers.get("Authorization") or "").strip().encode()
+            return hmac.compare_digest(got, expected)
+
+        def _body(self) -> Any:
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                raise ApiError(HTTPStatus.BAD_REQUEST, "bad Content-Length") from None
+            if length > MAX_BODY:
+                raise ApiError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large")
+            raw = self.rfile.read(length) if length > 0 else b""
+            if not raw.strip():
+                raise ApiError(HTTPStatus.BAD_REQUEST, "empty body")
+            ctype = (self.headers.get("Content-Type") or "application/json").lower()
+            try:
+                text = raw.decode()
+            except UnicodeDecodeError:
+                raise ApiError(HTTPStatus.BAD_REQUEST, "body is not UTF-8") from None
+            if "yaml" in ctype:
+                try:
+                    return yaml.safe_load(text)
+                except yaml.YAMLError as exc:
+                    raise ApiError(HTTPStatus.BAD_REQUEST, f"invalid YAML: {exc}") from None
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ApiError(HTTPStatus.BAD_REQUEST, f"invalid JSON: {exc}") from None
+
+        def _route(self, method: str) -> None:
+            path = urlsplit(self.path).path.rstrip("/") or "/"
+            try:
+                if method in ("POST", "DELETE", "PUT", "PATCH") and not self._authorised():
+                    # Refuse without reading the body; the connection is closed after.
+                    self.close_connection = True
+                    raise ApiError(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
+                status, body, ctype = self._dispatch(method, path)
+            except ApiError as exc:
+                status, body, ctype = exc.status, exc.body, "application/json"
+            except Exception as exc:  # a bug must not kill the server thread
+                log.exception("%s %s failed", method, path)
+                status, body, ctype = 500, {"error": f"internal error: {exc}"}, "application/json"
+            self._send(status, body, ctype)
+
+        def _dispatch(self, method: str, path: str) -> tuple[int, Any, str]:
+            j = "application/json"
+            if path == "/healthz" and method == "GET":
+                return 200, service.health(), j
+            if path == "/metrics" and method == "GET":
+                return 200, service.metrics_text(), "text/plain; version=0.0.4; charset=utf-8"
+            if path == "/api/v1/jobs":
+                if method == "GET":
+                    return 200, {"jobs": service.list_jobs()}, j
+                if method == "POST":
+                    body = self._body()
+                    if isinstance(body, dict) and isinstance(body.get("spec"), dict):
+                        body = body["spec"]
+                    if not isinstance(body, dict):
+                        raise ApiError(400, "job spec must be a mapping", field="")
+                    status, out = service.submit(body)
+                    return status, out, j
+                raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
+            if path.startswith("/api/v1/jobs/"):
+                name = unquote(path[len("/api/v1/jobs/") :])
+                if not name or "/" in name:
+                    raise ApiError(404, "no such route")
+                if method == "GET":
+                    return 200, service.get_job(name), j
+                if method == "DELETE":
+                    return 200, service.cancel(name), j
+                raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
+            if path == "/api/v1/measurements":
+                if method == "POST":
+                    body = self._body()
+                    if not isinstance(body, dict):
+                        raise ApiError(400, "measurement body must be a JSON object")
+                    return 200, service.ingest_measurements(body), j
+                raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
+            raise ApiError(404, "no such route")
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._route("GET")
+
+        def do_POST(self) -> None:  # noqa: N802
+            self._route("POST")
+
+        def do_DELETE(self) -> None:  # noqa: N802
+            self._route("DELETE")
+
+        def do_PUT(self) -> None:  # noqa: N802
+            self._route("PUT")
+
+    return Handler
+
+
+class ApiServer:
+    """The HTTP server on its own thread; ``port=0`` picks a free port."""
+
+    def __init__(self, service: Service, token: str, host: str = "127.0.0.1", port: int = 0):
+        self.httpd = ThreadingHTTPServer((host, port), _handler_class(service, token))
+        self.httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = str(self.httpd.server_address[0])
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, name="allocator-http", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -1,0 +1,67 @@
+"""A small client of the allocator's HTTP API (stdlib urllib, no extra dependency)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import quote
+
+
+class ClientError(RuntimeError):
+    """The daemon answered with an error, or could not be reached (``status`` 0)."""
+
+    def __init__(self, status: int, message: str, body: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body or {}
+
+
+class AllocatorClient:
+    def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def _call(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return resp.status, json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            try:
+                payload = json.loads(exc.read() or b"{}")
+            except (json.JSONDecodeError, OSError):
+                payload = {}
+            msg = payload.get("error") or exc.reason or f"HTTP {exc.code}"
+            raise ClientError(exc.code, str(msg), payload) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ClientError(0, f"cannot reach the allocator at {self.url}: {reason}") from None
+
+    def health(self) -> dict[str, Any]:
+        return self._call("GET", "/healthz")[1]
+
+    def jobs(self) -> list[dict[str, Any]]:
+        jobs: list[dict[str, Any]] = self._call("GET", "/api/v1/jobs")[1].get("jobs", [])
+        return jobs
+
+    def job(self, name: str) -> dict[str, Any]:
+        return self._call("GET", f"/api/v1/jobs/{quote(name, safe='')}")[1]
+
+    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+        return self._call("POST", "/api/v1/jobs", spec)[1]
+
+    def cancel(self, name: str) -> dict[str, Any]:
+        return self._call("DELETE", f"/api/v1/jobs/{quote(name, safe='')}")[1]
+
+    def post_measurements(self, node: str, measurements: list[dict[str, Any]]) -> dict[str, Any]:
+        return self._call(
+            "POST", "/api/v1/measurements", {"node": node, "measurements": measurements}
+        )[1]

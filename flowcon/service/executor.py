@@ -1,0 +1,686 @@
+"""The elastic training executor: makes a job's containers match its placement.
+
+ElasticFlow's executor (sections 3.1 and 5) receives "job J runs on these GPUs" and scales
+by checkpoint-restart: stop the job (it checkpoints on SIGTERM), start it again on the new
+GPU set with a local batch size that keeps the global batch size, and it resumes from the
+checkpoint. Here a job runs as one container per node (Docker engine) or one single-replica
+service per node (Swarm), with torchrun's environment so any PyTorch DDP script works.
+
+Everything the executor needs to know about a running job is in its containers' labels, so
+a restarted allocator adopts what it finds instead of starting duplicates; container and
+service names are derived from job and node, so even a race cannot create two.
+
+Placement: an ordered mapping ``node name -> GPU ids on that node``. The first node holds
+rank 0. GPU ids are UUIDs (or indices, mapped to UUIDs through the inventory when given).
+
+Environment of each container (the allocation is always visible)::
+
+    WORLD_SIZE          total GPUs of the job (= worker processes)
+    RANK                global rank of this container's first worker
+    LOCAL_WORLD_SIZE    GPUs (workers) in this container
+    GROUP_RANK, NODE_RANK, FLOWCON_NUM_NODES, MASTER_ADDR, MASTER_PORT
+    FLOWCON_JOB, FLOWCON_NODE, FLOWCON_GPUS (this container's GPU ids), FLOWCON_PLACEMENT
+    FLOWCON_GLOBAL_BATCH_SIZE, FLOWCON_LOCAL_BATCH_SIZE (= global // WORLD_SIZE)
+    FLOWCON_ITERATIONS, FLOWCON_CHECKPOINT_DIR, FLOWCON_CHECKPOINT_EVERY
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import zlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from flowcon.service.jobspec import JobSpec, ThroughputProfile
+
+log = logging.getLogger(__name__)
+
+MANAGED_BY = "flowcon-allocator"
+LABEL_MANAGED = "flowcon.managed-by"
+LABEL_JOB = "flowcon.job"
+LABEL_RANK = "flowcon.rank"  # node rank of the container (rank 0 hosts the master)
+LABEL_NODE = "flowcon.node"
+LABEL_GPUS = "flowcon.gpus"
+LABEL_WORLD = "flowcon.world-size"
+LABEL_ROLE = "flowcon.role"  # "job", or "profile" for the pre-run
+CHECKPOINT_MOUNT = "/flowcon/checkpoint"
+DEFAULT_MASTER_PORT = 29500
+EXIT_PREEMPTED = 143  # flowcon.elastic's exit after a SIGTERM checkpoint
+
+Placement = Mapping[str, Sequence[str]]
+
+
+class ExecutorError(RuntimeError):
+    """The engine refused or vanished; the message says what was being done."""
+
+
+# ---------------------------------------------------------------- pure part
+
+
+@dataclass(frozen=True)
+class WorkerSlot:
+    """One container of a job: its node, node rank, first global rank and GPU ids."""
+
+    node: str
+    node_rank: int
+    first_rank: int
+    gpus: tuple[str, ...]
+
+
+def plan_workers(placement: Placement) -> list[WorkerSlot]:
+    """Ordered slots for a placement; nodes with no GPU are skipped, order gives the ranks."""
+    slots: list[WorkerSlot] = []
+    rank = 0
+    for node, gpus in placement.items():
+        ids = tuple(str(g) for g in gpus)
+        if not ids:
+            continue
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"placement repeats a GPU on {node}: {list(ids)}")
+        slots.append(WorkerSlot(str(node), len(slots), rank, ids))
+        rank += len(ids)
+    if not slots:
+        raise ValueError("placement has no GPU")
+    return slots
+
+
+def pack_placement(
+    inventory: Any, gpus: int, busy: Iterable[str] = ()
+) -> dict[str, list[str]] | None:
+    """A simple placement of ``gpus`` free GPUs (UUIDs not in ``busy``): one node if any has
+    room (the fullest such node, to keep big holes free), else nodes in inventory order.
+    For the profiling pre-run; the allocator core's buddy placement is used for real jobs."""
+    taken = set(busy)
+    free = [(n.name, [g.uuid for g in n.gpus if g.uuid not in taken]) for n in inventory.nodes]
+    fitting = [(len(ids), name, ids) for name, ids in free if len(ids) >= gpus]
+    if fitting:
+        _, name, ids = min(fitting)
+        return {name: ids[:gpus]}
+    out: dict[str, list[str]] = {}
+    need = gpus
+    for name, ids in free:
+        if need and ids:
+            out[name] = ids[:need]
+            need -= len(out[name])
+    return out if need == 0 else None
+
+
+def placement_text(slots: Sequence[WorkerSlot]) -> str:
+    return ";".join(f"{s.node}:{','.join(s.gpus)}" for s in slots)
+
+
+def master_port_for(job: str) -> int:
+    """A stable per-job port for host networking (jobs sharing a network namespace)."""
+    return 20000 + zlib.crc32(job.encode()) % 10000
+
+
+def worker_env(
+    spec: JobSpec,
+    slot: WorkerSlot,
+    slots: Sequence[WorkerSlot],
+    master_addr: str,
+    master_port: int,
+    checkpoint_every: int | None = None,
+) -> dict[str, str]:
+    world = sum(len(s.gpus) for s in slots)
+    env = dict(spec.env)
+    env.update(
+        FLOWCON_JOB=spec.name,
+        FLOWCON_NODE=slot.node,
+        FLOWCON_GPUS=",".join(slot.gpus),
+        FLOWCON_PLACEMENT=placement_text(slots),
+        WORLD_SIZE=str(world),
+        RANK=str(slot.first_rank),
+        LOCAL_WORLD_SIZE=str(len(slot.gpus)),
+        GROUP_RANK=str(slot.node_rank),
+        NODE_RANK=str(slot.node_rank),
+        FLOWCON_NUM_NODES=str(len(slots)),
+        MASTER_ADDR=master_addr,
+        MASTER_PORT=str(master_port),
+        FLOWCON_GLOBAL_BATCH_SIZE=str(spec.global_batch_size),
+        FLOWCON_LOCAL_BATCH_SIZE=str(max(1, spec.global_batch_size // world)),
+        FLOWCON_ITERATIONS=str(spec.iterations),
+        FLOWCON_CHECKPOINT_DIR=CHECKPOINT_MOUNT,
+    )
+    if checkpoint_every:
+        env["FLOWCON_CHECKPOINT_EVERY"] = str(checkpoint_every)
+    return env
+
+
+def step_rate(lines: Iterable[str], skip_first: int = 1) -> tuple[float | None, int]:
+    """Iterations/s from metric lines ({"step":..,"ts":..}); None if too few. Returns (rate, n).
+
+    The first ``skip_first`` lines are dropped: they include start-up, not steady speed.
+    """
+    points: list[tuple[float, float]] = []
+    for line in lines:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+            step, ts = float(obj["step"]), float(obj["ts"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if obj.get("event"):
+            continue
+        if step == step and ts == ts:  # not NaN
+            points.append((ts, step))
+    points = points[skip_first:]
+    if len(points) < 2:
+        return None, len(points)
+    (t0, s0), (t1, s1) = points[0], points[-1]
+    if t1 <= t0 or s1 <= s0:
+        return None, len(points)
+    return (s1 - s0) / (t1 - t0), len(points)
+
+
+# ---------------------------------------------------------------- backend interface
+
+
+@dataclass(frozen=True)
+class WorkerRequest:
+    """What a backend needs to run one container of a job."""
+
+    name: str
+    job: str
+    node: str
+    image: str
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    labels: Mapping[str, str]
+    gpus: tuple[str, ...]
+    real_gpus: bool
+    checkpoint_volume: str
+    checkpoint_host_dir: str | None
+    grace_s: float
+    network: str | None
+
+
+@dataclass
+class Worker:
+    """One observed container (engine) or service (swarm) of a job."""
+
+    id: str
+    name: str
+    job: str
+    node: str
+    node_rank: int
+    gpus: tuple[str, ...]
+    state: str  # running | starting | exited | created | dead | unknown
+    exit_code: int | None
+    labels: Mapping[str, str]
+    image: str = ""
+
+    @property
+    def dead(self) -> bool:
+        """Stopped without finishing: crashed, killed, or stopped by someone else."""
+        return self.state == "dead" or (self.state == "exited" and self.exit_code not in (0,))
+
+    @property
+    def completed(self) -> bool:
+        return self.state == "exited" and self.exit_code == 0
+
+
+class Backend(Protocol):
+    kind: str
+
+    def list_workers(self, selector: Mapping[str, str]) -> list[Worker]: ...
+
+    def master_addr(
+        self, job: str, slots: Sequence[WorkerSlot], rank0_name: str, labels: Mapping[str, str]
+    ) -> tuple[str, int, str | None]:
+        """(MASTER_ADDR, MASTER_PORT, network) for a job's placement; prepares the network."""
+        ...
+
+    def create(self, req: WorkerRequest) -> Worker: ...
+
+    def stop(self, worker: Worker, grace_s: float) -> None: ...
+
+    def restart(self, worker: Worker) -> None: ...
+
+    def remove(self, worker: Worker) -> None: ...
+
+    def logs(self, worker: Worker) -> list[str]: ...
+
+    def cleanup(self, job: str, volume: str | None) -> None: ...
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class RescaleResult:
+    job: str
+    old_gpus: int
+    new_gpus: int
+    stop_seconds: float  # SIGTERM -> every old container gone (includes the checkpoint)
+    start_seconds: float  # creating and starting the new containers
+    workers: tuple[str, ...] = ()
+
+    @property
+    def total_seconds(self) -> float:
+        return self.stop_seconds + self.start_seconds
+
+
+@dataclass(frozen=True)
+class JobState:
+    """A job as found on the engine (what a restarted allocator adopts)."""
+
+    job: str
+    workers: tuple[Worker, ...]
+
+    @property
+    def placement(self) -> dict[str, list[str]]:
+        return {w.node: list(w.gpus) for w in sorted(self.workers, key=lambda w: w.node_rank)}
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(w.gpus) for w in self.workers)
+
+    @property
+    def status(self) -> str:
+        """running, completed, failed (a worker is dead), starting, or mixed."""
+        if self.workers and all(w.completed for w in self.workers):
+            return "completed"
+        if any(w.dead for w in self.workers):
+            return "failed"
+        if all(w.state == "running" for w in self.workers):
+            return "running"
+        if any(w.state in ("starting", "created") for w in self.workers):
+            return "starting"
+        return "mixed"
+
+
+@dataclass(frozen=True)
+class ReconcileEvent:
+    job: str
+    kind: str  # completed | restarted | failed | unknown-job
+    detail: str = ""
+
+
+# ---------------------------------------------------------------- executor
+
+
+@dataclass
+class ExecutorOptions:
+    grace_s: float = 30.0  # SIGTERM -> SIGKILL: time the job has to checkpoint
+    max_restarts: int = 3  # restarts of a dead job before it is reported failed
+    checkpoint_every: int | None = None  # FLOWCON_CHECKPOINT_EVERY for jobs (None: job's own)
+    checkpoint_host_dir: str | None = None  # bind <dir>/<job> instead of a named volume
+    extra_labels: Mapping[str, str] = field(default_factory=dict)  # e.g. the test label
+
+
+class Executor:
+    """Runs, rescales, adopts and repairs jobs on one backend (engine or swarm)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        inventory: Any | None = None,
+        options: ExecutorOptions | None = None,
+    ) -> None:
+        self.backend = backend
+        self.inventory = inventory
+        self.options = options or ExecutorOptions()
+        self._restarts: dict[str, int] = {}
+
+    # -- naming
+
+    @staticmethod
+    def worker_name(job: str, node: str, role: str = "job") -> str:
+        safe = "".join(c if c.isalnum() or c == "-" else "-" for c in node.lower())
+        prefix = "flowcon" if role == "job" else f"flowcon-{role}"
+        return f"{prefix}-{job}--{safe}"
+
+    @staticmethod
+    def volume_name(job: str) -> str:
+        return f"flowcon-ckpt-{job}"
+
+    def _selector(self, job: str | None = None, role: str | None = "job") -> dict[str, str]:
+        sel = {LABEL_MANAGED: MANAGED_BY, **dict(self.options.extra_labels)}
+        if job is not None:
+            sel[LABEL_JOB] = job
+        if role is not None:
+            sel[LABEL_ROLE] = role
+        return sel
+
+    # -- queries
+
+    def jobs(self) -> dict[str, JobState]:
+        """Every job this executor manages, from container labels (adoption after restart)."""
+        out: dict[str, list[Worker]] = {}
+        for w in self.backend.list_workers(self._selector()):
+            out.setdefault(w.job, []).append(w)
+        return {
+            j: JobState(j, tuple(sorted(ws, key=lambda w: w.node_rank))) for j, ws in out.items()
+        }
+
+    def job(self, name: str) -> JobState | None:
+        ws = self.backend.list_workers(self._selector(name))
+        return JobState(name, tuple(sorted(ws, key=lambda w: w.node_rank))) if ws else None
+
+    # -- actions
+
+    def launch(self, spec: JobSpec, placement: Placement, role: str = "job") -> list[Worker]:
+        """Start ``spec`` on ``placement``; a no-op if it already runs exactly there.
+
+        Containers of the job that run elsewhere are stopped (checkpointing) first.
+        """
+        slots = self._resolve(plan_workers(placement))
+        current = self.backend.list_workers(self._selector(spec.name, role))
+        if current and self._matches(current, slots, spec):
+            for w in current:
+                if w.state in ("exited", "dead", "created"):
+                    log.info("job %s: starting stopped worker %s", spec.name, w.name)
+                    self.backend.restart(w)
+            return sorted(
+                self.backend.list_workers(self._selector(spec.name, role)),
+                key=lambda w: w.node_rank,
+            )
+        if current:
+            self._stop_all(current, self.options.grace_s)
+        return self._create_all(spec, slots, role)
+
+    def rescale(self, spec: JobSpec, placement: Placement) -> RescaleResult:
+        """Checkpoint-restart ``spec`` onto ``placement``; measures the stop time."""
+        slots = self._resolve(plan_workers(placement))
+        current = self.backend.list_workers(self._selector(spec.name))
+        old_gpus = sum(len(w.gpus) for w in current)
+        t0 = time.monotonic()
+        self._stop_all(current, self.options.grace_s)
+        t1 = time.monotonic()
+        workers = self._create_all(spec, slots, "job")
+        t2 = time.monotonic()
+        new_gpus = sum(len(s.gpus) for s in slots)
+        log.info(
+            "job %s rescaled %d -> %d GPUs: stop %.2fs, start %.2fs",
+            spec.name,
+            old_gpus,
+            new_gpus,
+            t1 - t0,
+            t2 - t1,
+        )
+        return RescaleResult(
+            spec.name, old_gpus, new_gpus, t1 - t0, t2 - t1, tuple(w.name for w in workers)
+        )
+
+    def suspend(self, job: str, grace_s: float | None = None) -> float:
+        """Stop a job (it checkpoints) and remove its containers; the checkpoint stays."""
+        current = self.backend.list_workers(self._selector(job))
+        t0 = time.monotonic()
+        self._stop_all(current, self.options.grace_s if grace_s is None else grace_s)
+        return time.monotonic() - t0
+
+    def remove(self, job: str, keep_checkpoint: bool = False, grace_s: float | None = None) -> None:
+        """Stop and remove a job (cancel or completion), with its checkpoint unless kept."""
+        self.suspend(job, grace_s)
+        self._restarts.pop(job, None)
+        volume = None if keep_checkpoint else self.volume_name(job)
+        self.backend.cleanup(job, volume)
+
+    def reconcile(self, known: Iterable[str] | None = None) -> list[ReconcileEvent]:
+        """Look at every managed job: report completions, restart dead jobs from checkpoint.
+
+        A dead worker (exited non-zero, killed, stopped by someone else) makes the whole job
+        restart, because its peers would hang in the next collective: all its workers are
+        stopped and started again with their configuration, and the job resumes from its
+        checkpoint. After ``max_restarts`` the job is reported ``failed`` and left stopped.
+        Jobs not in ``known`` (when given) are reported ``unknown-job`` and left alone.
+        """
+        events: list[ReconcileEvent] = []
+        names = set(known) if known is not None else None
+        for name, state in self.jobs().items():
+            if names is not None and name not in names:
+                events.append(ReconcileEvent(name, "unknown-job", "not in the allocator's store"))
+                continue
+            status = state.status
+            if status == "completed":
+                events.append(ReconcileEvent(name, "completed"))
+            elif status == "failed":
+                dead = [w for w in state.workers if w.dead]
+                why = ", ".join(f"{w.name} exit {w.exit_code}" for w in dead)
+                n = self._restarts.get(name, 0)
+                if n >= self.options.max_restarts:
+                    events.append(ReconcileEvent(name, "failed", f"{why}; {n} restarts used"))
+                    continue
+                self._restarts[name] = n + 1
+                live = [w for w in state.workers if w.state in ("running", "starting")]
+                self._parallel(lambda w: self.backend.stop(w, self.options.grace_s), live)
+                self._parallel(self.backend.restart, list(state.workers))
+                log.warning("job %s: restarted from checkpoint after %s", name, why)
+                events.append(ReconcileEvent(name, "restarted", why))
+            elif status == "mixed":
+                stopped = [w for w in state.workers if w.state == "created"]
+                for w in stopped:
+                    self.backend.restart(w)
+        return events
+
+    def logs(self, job: str) -> list[str]:
+        """Output lines of the job's rank-0 container (where flowcon.elastic reports)."""
+        ws = self.backend.list_workers(self._selector(job))
+        ws.sort(key=lambda w: w.node_rank)
+        return self.backend.logs(ws[0]) if ws else []
+
+    def profile(
+        self,
+        spec: JobSpec,
+        placement_for: Callable[[int], Placement | None],
+        counts: Sequence[int] | None = None,
+        max_seconds: float = 60.0,
+        min_points: int = 4,
+        poll_s: float = 0.5,
+        min_gain: float = 0.05,
+    ) -> ThroughputProfile:
+        """Pre-run (section 5): run the job briefly at 1, 2, 4, ... GPUs and read its speed.
+
+        Each count runs as a ``profile`` role job with its own throw-away checkpoint volume,
+        until it printed ``min_points`` metric lines after the first or ``max_seconds``
+        passed. Profiling stops early when more GPUs stop adding throughput (section 6.6):
+        a count that is not ``min_gain`` (relative) faster than the best so far is the last.
+        """
+        total = self.inventory.total_gpus if self.inventory is not None else 1
+        counts = list(counts) if counts is not None else spec.gpu_counts_to_profile(total)
+        points: dict[int, float] = {}
+        best = 0.0
+        for n in counts:
+            placement = placement_for(n)
+            if placement is None:
+                continue
+            name = f"{spec.name}-p{n}"
+            from dataclasses import replace
+
+            pspec = replace(spec, name=name, env={**dict(spec.env), "FLOWCON_PROFILE": "1"})
+            try:
+                self.launch(pspec, placement, role="profile")
+                rate = self._measure(name, max_seconds, min_points, poll_s)
+            finally:
+                ws = self.backend.list_workers(self._selector(name, "profile"))
+                self._stop_all(ws, grace_s=2.0)
+                self.backend.cleanup(name, self.volume_name(name))
+            if rate is None:
+                log.warning("profile %s at %d GPUs: no steady step rate measured", spec.name, n)
+                continue
+            points[n] = rate
+            log.info("profile %s: %d GPUs -> %.3f it/s", spec.name, n, rate)
+            if rate <= best * (1.0 + min_gain):
+                break
+            best = rate
+        if not points:
+            raise ExecutorError(f"profiling {spec.name}: no GPU count produced metric lines")
+        return ThroughputProfile(tuple(sorted(points.items())))
+
+    # -- internals
+
+    def _measure(
+        self, job: str, max_seconds: float, min_points: int, poll_s: float
+    ) -> float | None:
+        deadline = time.monotonic() + max_seconds
+        rate: float | None = None
+        while time.monotonic() < deadline:
+            time.sleep(poll_s)
+            ws = self.backend.list_workers(self._selector(job, "profile"))
+            ws.sort(key=lambda w: w.node_rank)
+            if not ws:
+                return rate
+            rate, n = step_rate(self.backend.logs(ws[0]))
+            if n >= min_points:
+                return rate
+            if any(w.state in ("exited", "dead") for w in ws):
+                return rate
+        return rate
+
+    def _resolve(self, slots: list[WorkerSlot]) -> list[WorkerSlot]:
+        """Map GPU indices to UUIDs through the inventory (UUIDs pass through)."""
+        if self.inventory is None:
+            return slots
+        out = []
+        for s in slots:
+            try:
+                node = self.inventory.node(s.node)
+            except KeyError:
+                raise ExecutorError(
+                    f"placement names node {s.node!r}, not in the inventory"
+                ) from None
+            known = {g.uuid for g in node.gpus}
+            by_index = {str(g.index): g.uuid for g in node.gpus}
+            ids = []
+            for g in s.gpus:
+                if g in known:
+                    ids.append(g)
+                elif g in by_index:
+                    ids.append(by_index[g])
+                else:
+                    raise ExecutorError(f"node {s.node} has no GPU {g!r}")
+            out.append(WorkerSlot(s.node, s.node_rank, s.first_rank, tuple(ids)))
+        return out
+
+    def _real(self, node: str) -> bool:
+        if self.inventory is None:
+            return False
+        try:
+            return bool(self.inventory.node(node).real)
+        except KeyError:
+            return False
+
+    def _matches(
+        self, current: Sequence[Worker], slots: Sequence[WorkerSlot], spec: JobSpec
+    ) -> bool:
+        world = str(sum(len(s.gpus) for s in slots))
+        have = sorted((w.node_rank, w.node, w.gpus) for w in current)
+        want = sorted((s.node_rank, s.node, s.gpus) for s in slots)
+        same_world = all(w.labels.get(LABEL_WORLD) == world for w in current)
+        same_image = all(not w.image or w.image == spec.image for w in current)
+        return have == want and same_world and same_image
+
+    def _create_all(self, spec: JobSpec, slots: list[WorkerSlot], role: str) -> list[Worker]:
+        job_labels = {
+            **dict(self.options.extra_labels),
+            LABEL_MANAGED: MANAGED_BY,
+            LABEL_JOB: spec.name,
+        }
+        rank0 = self.worker_name(spec.name, slots[0].node, role)
+        addr, port, network = self.backend.master_addr(spec.name, slots, rank0, job_labels)
+        world = sum(len(s.gpus) for s in slots)
+        host_dir = self.options.checkpoint_host_dir
+        if host_dir:
+            # the bind source must exist; on shared storage creating it here is enough
+            try:
+                os.makedirs(f"{host_dir.rstrip('/')}/{spec.name}", exist_ok=True)
+            except OSError as exc:
+                log.warning("cannot create checkpoint dir under %s: %s", host_dir, exc)
+        reqs = []
+        for s in slots:
+            labels = {
+                **job_labels,
+                LABEL_RANK: str(s.node_rank),
+                LABEL_NODE: s.node,
+                LABEL_GPUS: ",".join(s.gpus),
+                LABEL_WORLD: str(world),
+                LABEL_ROLE: role,
+            }
+            reqs.append(
+                WorkerRequest(
+                    name=self.worker_name(spec.name, s.node, role),
+                    job=spec.name,
+                    node=s.node,
+                    image=spec.image,
+                    command=spec.command,
+                    env=worker_env(spec, s, slots, addr, port, self.options.checkpoint_every),
+                    labels=labels,
+                    gpus=s.gpus,
+                    real_gpus=self._real(s.node),
+                    checkpoint_volume=self.volume_name(spec.name),
+                    checkpoint_host_dir=f"{host_dir.rstrip('/')}/{spec.name}" if host_dir else None,
+                    grace_s=self.options.grace_s,
+                    network=network,
+                )
+            )
+        created: list[Worker] = []
+        try:
+            for r in reqs:
+                created.append(self.backend.create(r))
+        except Exception:
+            # all or nothing: a half-started DDP job would only hang
+            self._stop_all(created, grace_s=2.0)
+            raise
+        return created
+
+    def _stop_all(self, workers: Sequence[Worker], grace_s: float) -> None:
+        """SIGTERM every worker in parallel, wait (<= grace) for them to exit, remove them."""
+
+        def stop_and_remove(w: Worker) -> None:
+            if w.state in ("running", "starting"):
+                self.backend.stop(w, grace_s)
+            self.backend.remove(w)
+
+        self._parallel(stop_and_remove, list(workers))
+
+    @staticmethod
+    def _parallel(fn: Callable[[Worker], None], workers: list[Worker]) -> None:
+        if not workers:
+            return
+        if len(workers) == 1:
+            fn(workers[0])
+            return
+        with ThreadPoolExecutor(max_workers=min(8, len(workers))) as pool:
+            for f in [pool.submit(fn, w) for w in workers]:
+                f.result()
+
+
+def make_executor(
+    config: Mapping[str, Any] | None = None,
+    inventory: Any | None = None,
+    client: Any | None = None,
+    extra_labels: Mapping[str, str] | None = None,
+) -> Executor:
+    """Build an executor from the ``executor`` config section.
+
+    ``{backend: engine|swarm, grace_s: 30, max_restarts: 3, checkpoint_every: null,
+    checkpoint_host_dir: null, network: auto|host|<network name>}``
+    """
+    cfg = dict(config or {})
+    opts = ExecutorOptions(
+        grace_s=float(cfg.get("grace_s", 30.0)),
+        max_restarts=int(cfg.get("max_restarts", 3)),
+        checkpoint_every=cfg.get("checkpoint_every"),
+        checkpoint_host_dir=cfg.get("checkpoint_host_dir"),
+        extra_labels=dict(extra_labels or {}),
+    )
+    kind = str(cfg.get("backend", "engine"))
+    if kind == "engine":
+        from flowcon.service.executor_engine import EngineBackend
+
+        backend: Backend = EngineBackend(client=client, network=str(cfg.get("network", "auto")))
+    elif kind == "swarm":
+        from flowcon.service.executor_swarm import SwarmBackend
+
+        backend = SwarmBackend(client=client)
+    else:
+        raise ValueError(f"executor.backend must be 'engine' or 'swarm', not {kind!r}")
+    return Executor(backend, inventory, opts)

@@ -1,0 +1,260 @@
+"""Executor backend for one plain Docker engine (the embedded default).
+
+Every node of the placement is a logical node on this engine: a job placed on node1 and
+node2 of a declared inventory runs two containers here, which is how multi-node jobs are
+exercised on a CPU-only machine. Networking:
+
+* ``auto`` (default): a one-container job uses the default bridge and MASTER_ADDR=127.0.0.1
+  (its workers share the container); a multi-container job gets its own bridge network
+  ``flowcon-net-<job>`` and MASTER_ADDR is the rank-0 container's name.
+* ``host``: host networking, MASTER_ADDR=127.0.0.1, a per-job MASTER_PORT.
+* any other value: an existing network name, MASTER_ADDR = rank-0 container name.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from flowcon.service.executor import (
+    CHECKPOINT_MOUNT,
+    DEFAULT_MASTER_PORT,
+    LABEL_GPUS,
+    LABEL_JOB,
+    LABEL_NODE,
+    LABEL_RANK,
+    ExecutorError,
+    Worker,
+    WorkerRequest,
+    WorkerSlot,
+    master_port_for,
+)
+
+log = logging.getLogger(__name__)
+
+# labels describing one worker, not the job: kept off the job's checkpoint volume
+_PER_WORKER_LABELS = (LABEL_NODE, LABEL_GPUS, LABEL_RANK, "flowcon.world-size")
+
+_STATE = {
+    "running": "running",
+    "paused": "running",
+    "restarting": "starting",
+    "created": "created",
+    "exited": "exited",
+    "removing": "exited",
+    "dead": "dead",
+}
+
+
+def network_name(job: str) -> str:
+    return f"flowcon-net-{job}"
+
+
+def worker_from_container(c: Any) -> Worker:
+    """A Worker from a docker-py container (labels carry node, rank and GPUs)."""
+    attrs = c.attrs or {}
+    labels = dict((attrs.get("Config") or {}).get("Labels") or c.labels or {})
+    st = attrs.get("State") or {}
+    state = _STATE.get(str(st.get("Status", "")), "unknown")
+    code = st.get("ExitCode")
+    if state == "exited" and st.get("OOMKilled"):
+        state = "dead"
+    try:
+        rank = int(labels.get(LABEL_RANK, "0"))
+    except ValueError:
+        rank = 0
+    return Worker(
+        id=c.id,
+        name=c.name,
+        job=labels.get(LABEL_JOB, ""),
+        node=labels.get(LABEL_NODE, ""),
+        node_rank=rank,
+        gpus=tuple(g for g in labels.get(LABEL_GPUS, "").split(",") if g),
+        state=state,
+        exit_code=int(code) if isinstance(code, int) and state != "running" else None,
+        labels=labels,
+        image=str((attrs.get("Config") or {}).get("Image", "")),
+    )
+
+
+class EngineBackend:
+    kind = "engine"
+
+    def __init__(self, client: Any | None = None, network: str = "auto") -> None:
+        if client is None:
+            import docker
+
+            client = docker.from_env(timeout=60)
+        self.client = client
+        self.network = network
+
+    def _errors(self) -> tuple[type[BaseException], ...]:
+        import docker.errors
+        import requests
+
+        return (docker.errors.APIError, requests.exceptions.RequestException)
+
+    def list_workers(self, selector: Mapping[str, str]) -> list[Worker]:
+        filters = {"label": [f"{k}={v}" for k, v in selector.items()]}
+        try:
+            found = self.client.containers.list(all=True, filters=filters, ignore_removed=True)
+        except self._errors() as exc:
+            raise ExecutorError(f"listing job containers: {exc}") from exc
+        return [worker_from_container(c) for c in found]
+
+    def master_addr(
+        self, job: str, slots: Sequence[WorkerSlot], rank0_name: str, labels: Mapping[str, str]
+    ) -> tuple[str, int, str | None]:
+        if self.network == "host":
+            return "127.0.0.1", master_port_for(job), "host"
+        if self.network != "auto":
+            return rank0_name, DEFAULT_MASTER_PORT, self.network
+        if len(slots) == 1:
+            return "127.0.0.1", DEFAULT_MASTER_PORT, None
+        name = network_name(job)
+        import docker.errors
+
+        try:
+            self.client.networks.get(name)
+        except docker.errors.NotFound:
+            try:
+                self.client.networks.create(name, driver="bridge", labels=dict(labels))
+            except docker.errors.APIError as exc:
+                raise ExecutorError(f"creating network {name}: {exc}") from exc
+        return rank0_name, DEFAULT_MASTER_PORT, name
+
+    def create(self, req: WorkerRequest) -> Worker:
+        import docker.errors
+        from docker.types import DeviceRequest, Mount
+
+        if req.checkpoint_host_dir:
+            mount = Mount(CHECKPOINT_MOUNT, req.checkpoint_host_dir, type="bind")
+        else:
+            self._ensure_volume(req.checkpoint_volume, req.labels)
+            mount = Mount(CHECKPOINT_MOUNT, req.checkpoint_volume, type="volume")
+        kwargs: dict[str, Any] = {
+            "image": req.image,
+            "command": list(req.command),
+            "name": req.name,
+            "labels": dict(req.labels),
+            "environment": dict(req.env),
+            "mounts": [mount],
+            "detach": True,
+            "stop_signal": "SIGTERM",
+        }
+        if req.network == "host":
+            kwargs["network_mode"] = "host"
+        elif req.network:
+            kwargs["network"] = req.network
+        if req.real_gpus:
+            kwargs["device_requests"] = [
+                DeviceRequest(device_ids=list(req.gpus), capabilities=[["gpu"]])
+            ]
+        try:
+            c = self.client.containers.create(**kwargs)
+        except docker.errors.ImageNotFound as exc:
+            raise ExecutorError(
+                f"job {req.job}: image {req.image} not found on the engine"
+            ) from exc
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:
+                raise ExecutorError(
+                    f"job {req.job}: a container named {req.name} already exists but is not "
+                    "managed by this executor (remove it or check its labels)"
+                ) from exc
+            raise ExecutorError(f"job {req.job}: creating {req.name}: {exc}") from exc
+        try:
+            c.start()
+            c.reload()
+        except docker.errors.APIError as exc:
+            self._quiet_remove(c)
+            raise ExecutorError(f"job {req.job}: starting {req.name}: {exc}") from exc
+        return worker_from_container(c)
+
+    def _ensure_volume(self, name: str, labels: Mapping[str, str]) -> None:
+        import docker.errors
+
+        try:
+            self.client.volumes.get(name)
+        except docker.errors.NotFound:
+            keep = {k: v for k, v in labels.items() if k not in _PER_WORKER_LABELS}
+            self.client.volumes.create(name, labels=keep)
+
+    def _get(self, worker: Worker) -> Any | None:
+        import docker.errors
+
+        try:
+            return self.client.containers.get(worker.id)
+        except docker.errors.NotFound:
+            return None
+
+    def stop(self, worker: Worker, grace_s: float) -> None:
+        import docker.errors
+
+        c = self._get(worker)
+        if c is None:
+            return
+        try:
+            c.stop(timeout=max(0, math.ceil(grace_s)))
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as exc:
+            raise ExecutorError(f"stopping {worker.name}: {exc}") from exc
+
+    def restart(self, worker: Worker) -> None:
+        import docker.errors
+
+        c = self._get(worker)
+        if c is None:
+            raise ExecutorError(f"{worker.name} vanished before it could be restarted")
+        try:
+            c.start()
+        except docker.errors.APIError as exc:
+            raise ExecutorError(f"restarting {worker.name}: {exc}") from exc
+
+    def remove(self, worker: Worker) -> None:
+        c = self._get(worker)
+        if c is not None:
+            self._quiet_remove(c)
+
+    @staticmethod
+    def _quiet_remove(c: Any) -> None:
+        import docker.errors
+
+        try:
+            c.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: removal already in progress
+                raise ExecutorError(f"removing {c.name}: {exc}") from exc
+
+    def logs(self, worker: Worker) -> list[str]:
+        c = self._get(worker)
+        if c is None:
+            return []
+        try:
+            raw = c.logs(stdout=True, stderr=False)
+        except self._errors() as exc:
+            log.warning("logs of %s: %s", worker.name, exc)
+            return []
+        return bytes(raw).decode(errors="replace").splitlines()
+
+    def cleanup(self, job: str, volume: str | None) -> None:
+        import docker.errors
+
+        try:
+            self.client.networks.get(network_name(job)).remove()
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            log.warning("removing network of %s: %s", job, exc)
+        if volume:
+            try:
+                self.client.volumes.get(volume).remove(force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                log.warning("removing checkpoint volume %s: %s", volume, exc)

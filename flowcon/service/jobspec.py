@@ -1,0 +1,391 @@
+"""The job spec a user submits: the paper's serverless interface (section 3.1) as YAML.
+
+A job names an image and a command written as single-device training; the platform picks
+the GPU count and tells the job its local batch size. Termination is a maximum number of
+iterations; the deadline is absolute or relative to submission, or the job is best-effort.
+
+Parsing is strict: unknown keys are errors (a typo must not silently drop a deadline), and
+every error names the field, so a bad spec is rejected before anything is created.
+
+Example::
+
+    name: resnet-small
+    image: flowcon/elastic-example:latest
+    command: ["python3", "/opt/train.py"]
+    global_batch_size: 64
+    iterations: 2000
+    deadline: 30m            # or "2025-06-01T12:00:00+00:00", or 1800, or best_effort: true
+    min_gpus: 1
+    max_gpus: 4
+    profile: auto            # or a CSV/YAML file of gpus -> iterations/s, or an inline mapping
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+import shlex
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
+_DURATION_RE = re.compile(
+    r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?"
+    r"(?:(\d+(?:\.\d+)?)s)?$"
+)
+_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+KNOWN_KEYS = frozenset(
+    {
+        "name",
+        "image",
+        "command",
+        "global_batch_size",
+        "iterations",
+        "deadline",
+        "best_effort",
+        "min_gpus",
+        "max_gpus",
+        "profile",
+        "env",
+    }
+)
+
+
+class JobSpecError(ValueError):
+    """A spec problem, tied to the field that causes it."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ThroughputProfile:
+    """Measured iterations/s by GPU count (the job's scaling curve)."""
+
+    points: tuple[tuple[int, float], ...]
+
+    def as_dict(self) -> dict[int, float]:
+        return dict(self.points)
+
+    @staticmethod
+    def from_mapping(data: Mapping[Any, Any], field_name: str = "profile") -> ThroughputProfile:
+        points: dict[int, float] = {}
+        for raw_gpus, raw_rate in data.items():
+            gpus = _positive_int(raw_gpus, f"{field_name}[{raw_gpus!r}]")
+            rate = _positive_float(raw_rate, f"{field_name}[{gpus}]")
+            points[gpus] = rate
+        if not points:
+            raise JobSpecError(field_name, "empty throughput profile")
+        return ThroughputProfile(tuple(sorted(points.items())))
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    name: str
+    image: str
+    command: tuple[str, ...]
+    global_batch_size: int
+    iterations: int
+    submit_time: float
+    deadline: float | None = None  # epoch seconds; None iff best_effort
+    best_effort: bool = False
+    min_gpus: int = 1
+    max_gpus: int | None = None
+    profile: ThroughputProfile | None = None
+    profile_auto: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def gpu_counts_to_profile(self, available: int) -> list[int]:
+        """GPU counts for the pre-run: 1, 2, 4, ... within [min_gpus, max_gpus] and the cluster."""
+        top = min(available, self.max_gpus) if self.max_gpus is not None else available
+        counts: list[int] = []
+        n = 1
+        while n <= top:
+            if n >= self.min_gpus:
+                counts.append(n)
+            n *= 2
+        if self.min_gpus <= top and self.min_gpus not in counts:
+            counts.insert(0, self.min_gpus)
+        return sorted(set(counts))
+
+    def with_profile(self, profile: ThroughputProfile) -> JobSpec:
+        from dataclasses import replace
+
+        return replace(self, profile=profile, profile_auto=False)
+
+    def to_job(self) -> Any:
+        """The allocator core's ``flowcon.alloc.model.Job`` for this spec (needs a profile)."""
+        return to_core_job(self)
+
+
+def to_core_job(spec: JobSpec) -> Any:
+    """Build ``flowcon.alloc.model.Job``. Kept apart so it can follow the core's model."""
+    if spec.profile is None:
+        raise JobSpecError("profile", "no throughput profile yet (run the pre-run first)")
+    from flowcon.alloc import model  # imported late: the core may be absent in some installs
+
+    return model.Job(
+        job_id=spec.name,
+        submit_time=spec.submit_time,
+        iterations=float(spec.iterations),
+        deadline=spec.deadline,
+        curve=model.ThroughputCurve(spec.profile.as_dict(), frozenset(spec.profile.as_dict())),
+        min_gpus=spec.min_gpus,
+        max_gpus=spec.max_gpus,
+        requested_gpus=spec.min_gpus,
+        model=spec.image,
+        batch_size=spec.global_batch_size,
+    )
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def load_jobspec(path: str | Path, now: float | None = None) -> JobSpec:
+    """Read a spec file; a relative profile path is resolved against the spec's folder."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise JobSpecError("file", f"cannot read {p}: {exc.strerror or exc}") from exc
+    return parse_jobspec(text, base_dir=p.parent, now=now)
+
+
+def parse_jobspec(
+    source: str | Mapping[str, Any], base_dir: str | Path = ".", now: float | None = None
+) -> JobSpec:
+    if isinstance(source, str):
+        try:
+            data = yaml.safe_load(source)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise JobSpecError("yaml", f"not valid YAML{where}") from exc
+    else:
+        data = source
+    if not isinstance(data, Mapping):
+        raise JobSpecError("spec", "must be a mapping of fields")
+    unknown = sorted(str(k) for k in data if k not in KNOWN_KEYS)
+    if unknown:
+        raise JobSpecError(unknown[0], f"unknown field (known: {', '.join(sorted(KNOWN_KEYS))})")
+    submit = time.time() if now is None else now
+
+    name = _required(data, "name")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise JobSpecError(
+            "name", "lowercase letters, digits and '-', 1-40 chars, not starting/ending in '-'"
+        )
+    image = _required(data, "image")
+    if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
+        raise JobSpecError("image", "must be an image reference such as repo/name:tag")
+    command = _command(_required(data, "command"))
+    gbs = _positive_int(_required(data, "global_batch_size"), "global_batch_size")
+    iterations = _positive_int(_required(data, "iterations"), "iterations")
+
+    best_effort = data.get("best_effort", False)
+    if not isinstance(best_effort, bool):
+        raise JobSpecError("best_effort", "must be true or false")
+    deadline: float | None = None
+    if "deadline" in data and data["deadline"] is not None:
+        if best_effort:
+            raise JobSpecError("deadline", "give a deadline or best_effort: true, not both")
+        deadline = parse_deadline(data["deadline"], submit)
+        if deadline <= submit:
+            raise JobSpecError("deadline", "is in the past")
+    elif not best_effort:
+        raise JobSpecError("deadline", "required (or set best_effort: true)")
+
+    min_gpus = _positive_int(data.get("min_gpus", 1), "min_gpus")
+    max_gpus = None
+    if data.get("max_gpus") is not None:
+        max_gpus = _positive_int(data["max_gpus"], "max_gpus")
+        if max_gpus < min_gpus:
+            raise JobSpecError("max_gpus", f"{max_gpus} is below min_gpus {min_gpus}")
+    if gbs < min_gpus:
+        raise JobSpecError("global_batch_size", f"{gbs} cannot be split over min_gpus {min_gpus}")
+
+    profile: ThroughputProfile | None = None
+    profile_auto = False
+    raw_profile = data.get("profile")
+    if raw_profile is None:
+        profile_auto = True  # nothing known: measure it
+    elif raw_profile == "auto":
+        profile_auto = True
+    elif isinstance(raw_profile, Mapping):
+        profile = ThroughputProfile.from_mapping(raw_profile)
+    elif isinstance(raw_profile, str):
+        profile = load_profile(Path(base_dir) / raw_profile)
+    else:
+        raise JobSpecError("profile", "must be 'auto', a file path or a mapping gpus -> iters/s")
+
+    env = _env(data.get("env", {}))
+    return JobSpec(
+        name=name,
+        image=image,
+        command=command,
+        global_batch_size=gbs,
+        iterations=iterations,
+        submit_time=submit,
+        deadline=deadline,
+        best_effort=best_effort,
+        min_gpus=min_gpus,
+        max_gpus=max_gpus,
+        profile=profile,
+        profile_auto=profile_auto,
+        env=env,
+    )
+
+
+def parse_duration(text: str) -> float:
+    """'90', '90s', '30m', '2h', '1h30m', '1d' -> seconds."""
+    s = text.strip().lower().replace(" ", "")
+    try:
+        return float(s)
+    except ValueError:
+        pass
+    m = _DURATION_RE.match(s)
+    if not s or m is None or not any(m.groups()):
+        raise ValueError(f"not a duration: {text!r}")
+    d, h, mi, se = (float(g) if g else 0.0 for g in m.groups())
+    return d * 86400 + h * 3600 + mi * 60 + se
+
+
+def parse_deadline(value: Any, now: float) -> float:
+    """Absolute ISO 8601 time (naive = local time) or a duration after ``now``."""
+    if isinstance(value, bool):
+        raise JobSpecError("deadline", "must be a time or a duration")
+    if isinstance(value, int | float):
+        if not math.isfinite(value) or value <= 0:
+            raise JobSpecError("deadline", "duration must be positive seconds")
+        return now + float(value)
+    if isinstance(value, datetime):  # YAML turns unquoted timestamps into datetimes
+        return value.timestamp()
+    if not isinstance(value, str):
+        raise JobSpecError("deadline", "must be an ISO time or a duration like 30m")
+    try:
+        return now + parse_duration(value)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(value.strip()).timestamp()
+    except ValueError:
+        raise JobSpecError(
+            "deadline", f"{value!r} is neither an ISO time nor a duration like 30m/2h/90s"
+        ) from None
+
+
+def load_profile(path: Path) -> ThroughputProfile:
+    """A CSV (gpus,iterations_per_s; header optional) or YAML mapping gpus -> iterations/s."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise JobSpecError("profile", f"cannot read {path}: {exc.strerror or exc}") from exc
+    if path.suffix.lower() in {".yaml", ".yml"}:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise JobSpecError("profile", f"{path.name} is not valid YAML") from None
+        if isinstance(data, list):  # [{gpus: 1, throughput: 10}, ...]
+            try:
+                data = {
+                    row["gpus"]: row.get("throughput", row.get("iterations_per_s")) for row in data
+                }
+            except (TypeError, KeyError):
+                raise JobSpecError("profile", "list rows need 'gpus' and 'throughput'") from None
+        if not isinstance(data, Mapping):
+            raise JobSpecError("profile", f"{path.name} must map gpus -> iterations/s")
+        return ThroughputProfile.from_mapping(data)
+    rows: dict[str, str] = {}
+    for lineno, row in enumerate(csv.reader(io.StringIO(text)), start=1):
+        cells = [c.strip() for c in row]
+        if not cells or not any(cells) or cells[0].startswith("#"):
+            continue
+        if len(cells) < 2:
+            raise JobSpecError("profile", f"{path.name} line {lineno}: need gpus,iterations_per_s")
+        if lineno == 1 and not cells[0].isdigit():
+            continue  # header
+        rows[cells[0]] = cells[1]
+    return ThroughputProfile.from_mapping(rows)
+
+
+def _required(data: Mapping[str, Any], key: str) -> Any:
+    if key not in data or data[key] is None:
+        raise JobSpecError(key, "required")
+    return data[key]
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool):
+        raise JobSpecError(name, "must be a positive integer")
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or value <= 0:
+        raise JobSpecError(name, f"must be a positive integer, got {value!r}")
+    return value
+
+
+def _positive_float(value: Any, name: str) -> float:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        raise JobSpecError(name, f"must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not math.isfinite(out) or out <= 0:
+        raise JobSpecError(name, f"must be a positive finite number, got {value!r}")
+    return out
+
+
+def _command(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        try:
+            parts = shlex.split(value)
+        except ValueError as exc:
+            raise JobSpecError("command", f"cannot split: {exc}") from None
+    elif isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+        parts = [str(v) for v in value]
+    else:
+        raise JobSpecError("command", "must be a string or a list of strings")
+    if not parts:
+        raise JobSpecError("command", "is empty")
+    return tuple(parts)
+
+
+def _env(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise JobSpecError("env", "must be a mapping NAME: value")
+    out: dict[str, str] = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not _ENV_KEY_RE.match(k):
+            raise JobSpecError(f"env.{k}", "not a valid variable name")
+        if k.startswith("FLOWCON_") or k in _RESERVED_ENV:
+            raise JobSpecError(f"env.{k}", "is set by the executor")
+        if isinstance(v, Mapping | list) or v is None:
+            raise JobSpecError(f"env.{k}", "must be a scalar")
+        out[k] = str(v).lower() if isinstance(v, bool) else str(v)
+    return out
+
+
+_RESERVED_ENV = frozenset(
+    {
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "NODE_RANK",
+    }
+)

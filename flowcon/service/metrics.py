@@ -1,0 +1,97 @@
+"""Prometheus metrics of the allocator: counters kept live, job gauges read from the store
+at scrape time (so they can never drift from the state the API reports)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from flowcon.service.store import ALL_STATES, Store
+
+
+class _StoreCollector(Collector):
+    def __init__(self, store: Store, total_gpus: int) -> None:
+        self.store = store
+        self.total_gpus = total_gpus
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        jobs = self.store.list_jobs()
+        by_state = GaugeMetricFamily("flowcon_allocator_jobs", "Jobs by state", labels=["state"])
+        for state in ALL_STATES:
+            by_state.add_metric([state], sum(1 for j in jobs if j.state == state))
+        yield by_state
+        yield GaugeMetricFamily(
+            "flowcon_allocator_gpus_total", "GPUs in the inventory", value=self.total_gpus
+        )
+        yield GaugeMetricFamily(
+            "flowcon_allocator_gpus_allocated",
+            "GPUs allocated to running jobs",
+            value=sum(j.gpus for j in jobs if j.active),
+        )
+        gpus = GaugeMetricFamily("flowcon_allocator_job_gpus", "GPUs of a job", labels=["job"])
+        prog = GaugeMetricFamily(
+            "flowcon_allocator_job_progress_ratio", "Done / total iterations", labels=["job"]
+        )
+        speed = GaugeMetricFamily(
+            "flowcon_allocator_job_measured_iterations_per_second",
+            "EWMA of the measured speed at the job's current GPU count",
+            labels=["job"],
+        )
+        for j in jobs:
+            if not j.active:
+                continue
+            gpus.add_metric([j.name], j.gpus)
+            prog.add_metric([j.name], j.progress)
+            if j.gpus in j.measured:
+                speed.add_metric([j.name], j.measured[j.gpus])
+        yield gpus
+        yield prog
+        yield speed
+        done = [j for j in jobs if j.deadline_met is not None]
+        met = GaugeMetricFamily(
+            "flowcon_allocator_deadline_satisfactory_ratio",
+            "Jobs finished by their deadline / jobs with a deadline that were submitted",
+            value=(
+                sum(1 for j in done if j.deadline_met)
+                / max(1, sum(1 for j in jobs if j.deadline is not None))
+            ),
+        )
+        yield met
+
+
+class AllocatorMetrics:
+    def __init__(self, store: Store, total_gpus: int) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_StoreCollector(store, total_gpus))
+        self._admissions = Counter(
+            "flowcon_allocator_admissions",
+            "Admission decisions",
+            ["decision"],
+            registry=self.registry,
+        )
+        self._measurements = Counter(
+            "flowcon_allocator_measurements",
+            "Agent measurements by outcome",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self._round = Histogram(
+            "flowcon_allocator_round_seconds",
+            "Wall time of one planning round (plan + executor)",
+            registry=self.registry,
+        )
+
+    def admission(self, admitted: bool) -> None:
+        self._admissions.labels("admitted" if admitted else "dropped").inc()
+
+    def measurement(self, outcome: str) -> None:
+        self._measurements.labels(outcome).inc()
+
+    def observe_round(self, seconds: float) -> None:
+        self._round.observe(seconds)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

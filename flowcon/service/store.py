@@ -1,0 +1,471 @@
+"""The allocator's embedded state: one SQLite file in WAL mode.
+
+Everything the daemon decides is written here before it acts, so a restarted daemon
+picks up where it stopped: jobs (current state), admissions and allocations (history of
+decisions), events (an append-only log; triggers refuse UPDATE and DELETE) and the raw
+measurements the agents sent. One connection guarded by a lock: the HTTP threads and the
+planning loop share it, and SQLite serialises writers anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+# States a job moves through. "admitted" = guaranteed but holding no GPUs right now.
+ACTIVE_STATES = ("admitted", "running")
+TERMINAL_STATES = ("completed", "dropped", "cancelled", "failed")
+ALL_STATES = ACTIVE_STATES + TERMINAL_STATES
+
+_SCHEMA_V1 = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+    name TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,
+    state TEXT NOT NULL,
+    submit_time REAL NOT NULL,
+    deadline REAL,
+    soft_deadline INTEGER NOT NULL DEFAULT 0,
+    iterations REAL NOT NULL,
+    done_iterations REAL NOT NULL DEFAULT 0,
+    progress_ts REAL,
+    observed_ts REAL,
+    profile TEXT NOT NULL,
+    measured TEXT NOT NULL DEFAULT '{}',
+    measured_n TEXT NOT NULL DEFAULT '{}',
+    gpus INTEGER NOT NULL DEFAULT 0,
+    placement TEXT NOT NULL DEFAULT '[]',
+    predicted_finish REAL,
+    reason TEXT NOT NULL DEFAULT '',
+    finish_time REAL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS admissions (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts REAL NOT NULL,
+    job TEXT NOT NULL,
+    admitted INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    min_share TEXT NOT NULL,
+    measured INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS allocations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts REAL NOT NULL,
+    job TEXT NOT NULL,
+    gpus INTEGER NOT NULL,
+    placement TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts REAL NOT NULL,
+    kind TEXT NOT NULL,
+    job TEXT,
+    data TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS measurements (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts REAL NOT NULL,
+    received REAL NOT NULL,
+    node TEXT NOT NULL,
+    job TEXT,
+    container_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    step REAL,
+    its_per_s REAL,
+    metric TEXT,
+    value REAL,
+    gpus INTEGER
+);
+CREATE INDEX IF NOT EXISTS events_job ON events(job);
+CREATE INDEX IF NOT EXISTS measurements_job ON measurements(job, ts);
+CREATE INDEX IF NOT EXISTS admissions_job ON admissions(job);
+CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
+    BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
+    BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+"""
+
+
+class StoreError(RuntimeError):
+    pass
+
+
+@dataclass
+class JobRecord:
+    """One row of ``jobs``; ``profile`` and ``measured`` map GPU count -> iterations/s."""
+
+    name: str
+    spec: dict[str, Any]
+    state: str
+    submit_time: float
+    deadline: float | None
+    soft_deadline: bool
+    iterations: float
+    done_iterations: float
+    progress_ts: float | None
+    profile: dict[int, float]
+    observed_ts: float | None = None  # ts of the last step the job itself reported
+    measured: dict[int, float] = field(default_factory=dict)
+    measured_n: dict[int, float] = field(default_factory=dict)
+    gpus: int = 0
+    placement: list[Any] = field(default_factory=list)
+    predicted_finish: float | None = None
+    reason: str = ""
+    finish_time: float | None = None
+    updated: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def progress(self) -> float:
+        if self.iterations <= 0:
+            return 1.0
+        return max(0.0, min(1.0, self.done_iterations / self.iterations))
+
+    @property
+    def deadline_met(self) -> bool | None:
+        """True/False once the job completed; None while it runs or without a deadline."""
+        if self.state != "completed" or self.deadline is None or self.finish_time is None:
+            return None
+        return self.finish_time <= self.deadline
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "state": self.state,
+            "submit_time": self.submit_time,
+            "deadline": self.deadline,
+            "soft_deadline": self.soft_deadline,
+            "iterations": self.iterations,
+            "done_iterations": self.done_iterations,
+            "progress": self.progress,
+            "gpus": self.gpus,
+            "placement": self.placement,
+            "predicted_finish": self.predicted_finish,
+            "reason": self.reason,
+            "finish_time": self.finish_time,
+            "profile": {str(k): v for k, v in sorted(self.profile.items())},
+            "measured": {str(k): v for k, v in sorted(self.measured.items())},
+            "measured_samples": {str(k): int(v) for k, v in sorted(self.measured_n.items())},
+            "deadline_met": self.deadline_met,
+            "spec": self.spec,
+        }
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    ts: float
+    kind: str
+    job: str | None
+    data: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "ts": self.ts, "kind": self.kind, "job": self.job, **self.data}
+
+
+def _curve_to_json(curve: Mapping[int, float]) -> str:
+    return json.dumps({str(int(k)): float(v) for k, v in curve.items()}, sort_keys=True)
+
+
+def _curve_from_json(text: str) -> dict[int, float]:
+    return {int(k): float(v) for k, v in json.loads(text or "{}").items()}
+
+
+_JOB_COLUMNS = (
+    "name, spec, state, submit_time, deadline, soft_deadline, iterations, done_iterations, "
+    "progress_ts, observed_ts, profile, measured, measured_n, gpus, placement, "
+    "predicted_finish, reason, finish_time, updated"
+)
+
+
+class Store:
+    """Thread-safe access to the allocator database."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if str(path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._conn = sqlite3.connect(
+            str(path), check_same_thread=False, isolation_level=None, timeout=30
+        )
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        self._migrate()
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _migrate(self) -> None:
+        with self._lock:
+            cur = self._conn.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' AND name='meta'"
+            )
+            version = 0
+            if cur.fetchone() is not None:
+                row = self._conn.execute(
+                    "SELECT value FROM meta WHERE key='schema_version'"
+                ).fetchone()
+                version = int(row["value"]) if row else 0
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: schema version {version} is newer than this flowcon "
+                    f"({SCHEMA_VERSION}); upgrade flowcon"
+                )
+            if version < 1:
+                self._conn.executescript("BEGIN;" + _SCHEMA_V1 + "COMMIT;")
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?)",
+                    (str(SCHEMA_VERSION),),
+                )
+
+    @property
+    def schema_version(self) -> int:
+        row = self._q1("SELECT value FROM meta WHERE key='schema_version'")
+        return int(row["value"]) if row else 0
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group writes atomically; nests (inner blocks join the outer transaction)."""
+        with self._lock:
+            outer = self._depth == 0
+            if outer:
+                self._conn.execute("BEGIN IMMEDIATE")
+            self._depth += 1
+            try:
+                yield
+            except BaseException:
+                self._depth -= 1
+                if outer:
+                    self._conn.execute("ROLLBACK")
+                raise
+            self._depth -= 1
+            if outer:
+                self._conn.execute("COMMIT")
+
+    def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        with self._lock:
+            return self._conn.execute(sql, params)
+
+    def _q1(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
+        with self._lock:
+            row: sqlite3.Row | None = self._conn.execute(sql, params).fetchone()
+            return row
+
+    def _qall(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return list(self._conn.execute(sql, params).fetchall())
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # -- jobs -------------------------------------------------------------------------
+
+    @staticmethod
+    def _job_from_row(row: sqlite3.Row) -> JobRecord:
+        return JobRecord(
+            name=row["name"],
+            spec=json.loads(row["spec"]),
+            state=row["state"],
+            submit_time=row["submit_time"],
+            deadline=row["deadline"],
+            soft_deadline=bool(row["soft_deadline"]),
+            iterations=row["iterations"],
+            done_iterations=row["done_iterations"],
+            progress_ts=row["progress_ts"],
+            observed_ts=row["observed_ts"],
+            profile=_curve_from_json(row["profile"]),
+            measured=_curve_from_json(row["measured"]),
+            measured_n=_curve_from_json(row["measured_n"]),
+            gpus=row["gpus"],
+            placement=json.loads(row["placement"]),
+            predicted_finish=row["predicted_finish"],
+            reason=row["reason"],
+            finish_time=row["finish_time"],
+            updated=row["updated"],
+        )
+
+    def put_job(self, job: JobRecord) -> None:
+        """Insert or replace a job row (a resubmitted terminal job reuses its name)."""
+        job.updated = time.time()
+        self._exec(
+            f"INSERT OR REPLACE INTO jobs ({_JOB_COLUMNS}) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                job.name,
+                json.dumps(job.spec, sort_keys=True, default=str),
+                job.state,
+                job.submit_time,
+                job.deadline,
+                int(job.soft_deadline),
+                job.iterations,
+                job.done_iterations,
+                job.progress_ts,
+                job.observed_ts,
+                _curve_to_json(job.profile),
+                _curve_to_json(job.measured),
+                _curve_to_json(job.measured_n),
+                job.gpus,
+                json.dumps(job.placement, default=str),
+                job.predicted_finish,
+                job.reason,
+                job.finish_time,
+                job.updated,
+            ),
+        )
+
+    def get_job(self, name: str) -> JobRecord | None:
+        row = self._q1(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE name=?", (name,))
+        return self._job_from_row(row) if row else None
+
+    def list_jobs(self, states: tuple[str, ...] | None = None) -> list[JobRecord]:
+        if states:
+            marks = ",".join("?" for _ in states)
+            rows = self._qall(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN ({marks}) "
+                "ORDER BY submit_time, name",
+                tuple(states),
+            )
+        else:
+            rows = self._qall(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY submit_time, name")
+        return [self._job_from_row(r) for r in rows]
+
+    def active_jobs(self) -> list[JobRecord]:
+        return self.list_jobs(ACTIVE_STATES)
+
+    # -- history ----------------------------------------------------------------------
+
+    def record_admission(
+        self,
+        job: str,
+        admitted: bool,
+        reason: str,
+        min_share: Any,
+        measured: bool,
+        ts: float,
+    ) -> None:
+        self._exec(
+            "INSERT INTO admissions (ts, job, admitted, reason, min_share, measured) "
+            "VALUES (?,?,?,?,?,?)",
+            (ts, job, int(admitted), reason, json.dumps(min_share, default=str), int(measured)),
+        )
+
+    def admissions(self, job: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM admissions"
+        rows = (
+            self._qall(sql + " WHERE job=? ORDER BY id", (job,))
+            if job
+            else self._qall(sql + " ORDER BY id")
+        )
+        return [
+            {
+                "id": r["id"],
+                "ts": r["ts"],
+                "job": r["job"],
+                "admitted": bool(r["admitted"]),
+                "reason": r["reason"],
+                "min_share": json.loads(r["min_share"]),
+                "measured": bool(r["measured"]),
+            }
+            for r in rows
+        ]
+
+    def record_allocation(self, job: str, gpus: int, placement: Any, ts: float) -> None:
+        self._exec(
+            "INSERT INTO allocations (ts, job, gpus, placement) VALUES (?,?,?,?)",
+            (ts, job, gpus, json.dumps(placement, default=str)),
+        )
+
+    def allocations(self, job: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM allocations"
+        rows = (
+            self._qall(sql + " WHERE job=? ORDER BY id", (job,))
+            if job
+            else self._qall(sql + " ORDER BY id")
+        )
+        return [
+            {
+                "id": r["id"],
+                "ts": r["ts"],
+                "job": r["job"],
+                "gpus": r["gpus"],
+                "placement": json.loads(r["placement"]),
+            }
+            for r in rows
+        ]
+
+    def append_event(
+        self, kind: str, job: str | None = None, ts: float | None = None, **data: Any
+    ) -> None:
+        self._exec(
+            "INSERT INTO events (ts, kind, job, data) VALUES (?,?,?,?)",
+            (time.time() if ts is None else ts, kind, job, json.dumps(data, default=str)),
+        )
+
+    def events(
+        self, job: str | None = None, kind: str | None = None, since_id: int = 0
+    ) -> list[Event]:
+        clauses, params = ["id > ?"], [since_id]
+        if job is not None:
+            clauses.append("job = ?")
+            params.append(job)  # type: ignore[arg-type]
+        if kind is not None:
+            clauses.append("kind = ?")
+            params.append(kind)  # type: ignore[arg-type]
+        rows = self._qall(
+            f"SELECT * FROM events WHERE {' AND '.join(clauses)} ORDER BY id", tuple(params)
+        )
+        return [Event(r["id"], r["ts"], r["kind"], r["job"], json.loads(r["data"])) for r in rows]
+
+    # -- measurements -----------------------------------------------------------------
+
+    def add_measurement(
+        self,
+        *,
+        ts: float,
+        node: str,
+        job: str | None,
+        container_id: str,
+        name: str,
+        step: float | None,
+        its_per_s: float | None,
+        metric: str | None,
+        value: float | None,
+        gpus: int | None,
+    ) -> None:
+        self._exec(
+            "INSERT INTO measurements (ts, received, node, job, container_id, name, step, "
+            "its_per_s, metric, value, gpus) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (ts, time.time(), node, job, container_id, name, step, its_per_s, metric, value, gpus),
+        )
+
+    def measurements(self, job: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM measurements"
+        rows = (
+            self._qall(sql + " WHERE job=? ORDER BY id", (job,))
+            if job
+            else self._qall(sql + " ORDER BY id")
+        )
+        return [dict(r) for r in rows]
+
+    def count(self, table: str) -> int:
+        if table not in ("jobs", "admissions", "allocations", "events", "measurements"):
+            raise ValueError(table)
+        row = self._q1(f"SELECT COUNT(*) AS n FROM {table}")
+        return int(row["n"]) if row else 0

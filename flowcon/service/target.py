@@ -1,0 +1,242 @@
+"""Where plans land: the GPU inventory, the buddy placer over it, and the executor that
+runs the job containers. Kept apart from the daemon so the daemon reads as policy."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from flowcon.alloc.model import Topology
+from flowcon.alloc.placement import BuddyPlacer
+from flowcon.service.planner import spec_from_dict
+from flowcon.service.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def topology_of(inventory: Any) -> Topology | None:
+    """The core's Topology for a homogeneous inventory (same power-of-two GPU count on every
+    node); None otherwise (GPU counts are then allocated without a placement)."""
+    counts = {n.count for n in inventory.nodes if n.count > 0}
+    if len(counts) != 1:
+        return None
+    per_node = counts.pop()
+    if per_node & (per_node - 1):
+        return None
+    nodes = sum(1 for n in inventory.nodes if n.count > 0)
+    return Topology(nodes_per_switch=nodes, gpus_per_node=per_node)
+
+
+def build_placer(inventory: Any) -> BuddyPlacer | None:
+    topo = topology_of(inventory)
+    if topo is None:
+        log.warning(
+            "GPU inventory is not homogeneous power-of-two nodes: allocating GPU counts "
+            "without buddy placement"
+        )
+        return None
+    return BuddyPlacer(topo)
+
+
+def node_names(inventory: Any) -> list[str]:
+    """Node index of a placement -> node name in the inventory."""
+    return [n.name for n in inventory.nodes if n.count > 0]
+
+
+def placement_by_node(inventory: Any, placement: list[Any]) -> dict[str, list[str]]:
+    """Core placement [[node_index, gpu_index], ...] -> executor placement
+    {node name: [gpu index, ...]} in node order (the first node hosts rank 0)."""
+    names = node_names(inventory)
+    out: dict[str, list[str]] = {}
+    for n, g in sorted((int(n), int(g)) for n, g in placement):
+        out.setdefault(names[n], []).append(str(g))
+    return out
+
+
+class ExecutorTarget:
+    """The daemon's side of ``flowcon.service.executor.Executor``.
+
+    Compares the stored plan with what runs on the engine every round (level-triggered),
+    so a missed or failed action is simply redone next round.
+    """
+
+    def __init__(self, executor: Any, inventory: Any, owns_client: bool = False) -> None:
+        self.executor = executor
+        self.inventory = inventory
+        self.owns_client = owns_client
+        self.kind = str(getattr(executor.backend, "kind", "engine"))
+        self._unknown_logged: set[str] = set()
+        self._failed_actions: dict[str, str] = {}
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _uuids(self, placement: Mapping[str, list[str]]) -> dict[str, list[str]]:
+        return {
+            node: self.inventory.node(node).uuids([int(g) for g in gpus])
+            for node, gpus in placement.items()
+        }
+
+    def _same(self, state: Any, placement: Mapping[str, list[str]]) -> bool:
+        if state is None or state.status not in ("running", "starting"):
+            return False
+        return dict(state.placement) == self._uuids(placement)
+
+    # -- daemon hooks ----------------------------------------------------------------
+
+    def reconcile_on_start(self, store: Store, planner: Any) -> None:
+        """Adopt the job containers that survived an allocator restart (never start a
+        second copy: the executor names containers by job and node)."""
+        found = self.executor.jobs()
+        for rec in store.active_jobs():
+            state = found.get(rec.name)
+            if state is None:
+                continue
+            planner.containers[rec.name] = {w.id for w in state.workers}
+            store.append_event(
+                "adopted",
+                rec.name,
+                gpus=state.gpus,
+                placement=state.placement,
+                status=state.status,
+            )
+            log.info("adopted running job %s (%d GPUs, %s)", rec.name, state.gpus, state.status)
+        active = {r.name for r in store.active_jobs()}
+        for name in found:
+            if name not in active:
+                rec = store.get_job(name)
+                if rec is not None:  # finished while we were down: clean up
+                    log.info("removing containers of %s job %s", rec.state, name)
+                    self._remove(name)
+
+    def poll(self, store: Store) -> list[tuple[str, str, str]]:
+        """Ended jobs as (name, completed|failed, reason); dead ones are restarted by the
+        executor from their checkpoint and logged here."""
+        active = [r.name for r in store.active_jobs()]
+        out: list[tuple[str, str, str]] = []
+        try:
+            events = self.executor.reconcile(known=active)
+        except Exception as exc:
+            log.warning("executor reconcile failed (engine down?): %s", exc)
+            return out
+        for ev in events:
+            if ev.kind == "completed":
+                out.append((ev.job, "completed", "all workers exited 0"))
+            elif ev.kind == "failed":
+                out.append((ev.job, "failed", ev.detail or "workers died"))
+            elif ev.kind == "restarted":
+                store.append_event("restarted", ev.job, detail=ev.detail)
+            elif ev.kind == "unknown-job" and ev.job not in self._unknown_logged:
+                self._unknown_logged.add(ev.job)
+                rec = store.get_job(ev.job)
+                if rec is None:
+                    log.warning("job containers %s are not in the store: left alone", ev.job)
+        return out
+
+    def progress(self, name: str) -> tuple[float, float] | None:
+        """(step, ts) of the last metric line of the job's rank-0 container."""
+        try:
+            lines = self.executor.logs(name)
+        except Exception as exc:
+            log.debug("logs of %s unavailable: %s", name, exc)
+            return None
+        for line in reversed(lines[-200:]):
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                obj = json.loads(line)
+                step, ts = float(obj["step"]), float(obj["ts"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            if math.isfinite(step) and math.isfinite(ts):
+                return step, ts
+        return None
+
+    def apply(self, store: Store, planner: Any) -> None:
+        """Start, rescale (checkpoint-restart), pause or remove containers to match the
+        stored plan."""
+        try:
+            found = self.executor.jobs()
+        except Exception as exc:
+            log.warning("cannot list job containers (engine down?): %s", exc)
+            return
+        for rec in store.active_jobs():
+            state = found.get(rec.name)
+            try:
+                if rec.gpus <= 0:
+                    if state is not None:
+                        self.executor.suspend(rec.name)
+                        store.append_event("suspended", rec.name)
+                    planner.containers[rec.name] = set()
+                    continue
+                placement = placement_by_node(self.inventory, rec.placement)
+                if not self._same(state, placement):
+                    spec = spec_from_dict(rec.spec)
+                    if state is None:
+                        self.executor.launch(spec, placement)
+                        store.append_event("started", rec.name, placement=placement)
+                    else:
+                        res = self.executor.rescale(spec, placement)
+                        planner.observe_overhead(res.total_seconds)
+                        store.append_event(
+                            "restarted_on_new_gpus",
+                            rec.name,
+                            old_gpus=res.old_gpus,
+                            new_gpus=res.new_gpus,
+                            stop_seconds=res.stop_seconds,
+                            start_seconds=res.start_seconds,
+                            placement=placement,
+                        )
+                    now_state = self.executor.job(rec.name)
+                    planner.containers[rec.name] = (
+                        {w.id for w in now_state.workers} if now_state is not None else set()
+                    )
+                elif state is not None:
+                    planner.containers[rec.name] = {w.id for w in state.workers}
+                self._failed_actions.pop(rec.name, None)
+            except Exception as exc:
+                msg = str(exc)
+                if self._failed_actions.get(rec.name) != msg:
+                    self._failed_actions[rec.name] = msg
+                    store.append_event("executor_error", rec.name, error=msg)
+                log.warning("job %s: executor action failed: %s", rec.name, exc)
+        active = {r.name for r in store.active_jobs()}
+        for name in found:
+            if name in active:
+                continue
+            rec = store.get_job(name)
+            if rec is not None:  # cancelled/completed/failed: its containers go
+                self._remove(name)
+                planner.containers.pop(name, None)
+
+    def _remove(self, name: str) -> None:
+        try:
+            self.executor.remove(name)
+        except Exception as exc:
+            log.warning("removing job %s failed: %s", name, exc)
+
+    def stop_job(self, name: str) -> None:
+        self._remove(name)
+
+    def close(self) -> None:
+        if not self.owns_client:
+            return
+        client = getattr(self.executor.backend, "client", None)
+        close = getattr(client, "close", None)
+        if callable(close):
+            with contextlib.suppress(Exception):
+                close()
+
+
+def build_target(cfg: Any, client: Any | None = None, extra_labels: Any = None) -> ExecutorTarget:
+    """Inventory (NVML or ``gpus.declared``) + executor from the config."""
+    from flowcon.engine.gpus import discover
+    from flowcon.service.executor import make_executor
+
+    inventory = discover(cfg.section("gpus"))
+    executor = make_executor(cfg.section("executor"), inventory, client, extra_labels)
+    return ExecutorTarget(executor, inventory, owns_client=client is None)

@@ -1,0 +1,133 @@
+"""``flowcon simulate``: replay a job trace against a scheduling policy."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+
+SHARED = Path(
+    os.environ.get("FLOWCON_SHARED", Path(__file__).resolve().parents[2].parent / "shared")
+)
+DEFAULT_THROUGHPUTS = SHARED / "data/throughputs/A100"
+
+
+def run_simulation(
+    trace: str,
+    cluster: str,
+    policy: str,
+    throughputs: str | None = None,
+    slot: float = 60.0,
+    overhead: float = 10.0,
+    place: bool = True,
+    progress: bool = False,
+) -> tuple[object, dict[str, object]]:
+    """Load, simulate, summarise. Returns (SimResult, summary dict)."""
+    from flowcon.alloc.model import Topology
+    from flowcon.alloc.policy import make_policy
+    from flowcon.sim.engine import Simulator
+    from flowcon.sim.loaders import load_throughputs, load_trace
+    from flowcon.sim.outputs import summarize
+
+    wall0 = time.perf_counter()
+    topo = Topology.from_spec(cluster)
+    tables = load_throughputs(throughputs or DEFAULT_THROUGHPUTS)
+    jobs = load_trace(trace, tables)
+    pol = make_policy(policy, overhead=overhead)
+    if progress and jobs:
+        from rich.progress import Progress
+
+        with Progress(console=_stderr_console(), transient=True) as bar:
+            task = bar.add_task(f"{policy} {Path(trace).name}", total=len(jobs))
+            sim = Simulator(
+                jobs, topo, pol, slot=slot, overhead=overhead, place=place,
+                on_progress=lambda n: bar.advance(task, n),
+            )  # fmt: skip
+            res = sim.run()
+    else:
+        res = Simulator(jobs, topo, pol, slot=slot, overhead=overhead, place=place).run()
+    summary = summarize(res)
+    summary["trace"] = str(trace)
+    summary["wall_seconds"] = round(time.perf_counter() - wall0, 3)
+    return res, summary
+
+
+def _stderr_console() -> object:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+@click.command("simulate")
+@click.option("--trace", required=True, type=click.Path(dir_okay=False), help="Trace CSV.")
+@click.option("--cluster", default="16x8", show_default=True, help="NODESxGPUS, e.g. 64x8.")
+@click.option(
+    "--policy",
+    default="elasticflow",
+    show_default=True,
+    type=click.Choice(["elasticflow", "edf", "edf-admission", "gandiva", "tiresias"]),
+)
+@click.option(
+    "--throughputs",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Directory of <model>.csv throughput tables (default: shared A100 profiles).",
+)
+@click.option("--out", type=click.Path(file_okay=False), default=None, help="Output directory.")
+@click.option("--slot", default=60.0, show_default=True, help="Scheduling slot, seconds.")
+@click.option(
+    "--overhead",
+    default=10.0,
+    show_default=True,
+    help="Seconds of progress lost per rescale or migration.",
+)
+@click.option("--no-placement", is_flag=True, help="Skip buddy placement (counts only).")
+@click.option("--no-plots", is_flag=True, help="Write the CSV/JSON but no PNG plots.")
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress bar on stderr (default: only when stderr is a terminal).",
+)
+def simulate(
+    trace: str,
+    cluster: str,
+    policy: str,
+    throughputs: str | None,
+    out: str | None,
+    slot: float,
+    overhead: float,
+    no_placement: bool,
+    no_plots: bool,
+    progress: bool | None,
+) -> None:
+    """Simulate a trace on a GPU cluster; the last stdout line is a JSON summary."""
+    from flowcon.sim.loaders import InputError
+
+    if progress is None:
+        progress = sys.stderr.isatty()
+    if slot <= 0:
+        raise click.BadParameter("must be > 0", param_hint="--slot")
+    try:
+        res, summary = run_simulation(
+            trace, cluster, policy, throughputs, slot, overhead, not no_placement, progress
+        )
+    except (InputError, ValueError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    if out:
+        from flowcon.sim.engine import SimResult
+        from flowcon.sim.outputs import write_jobs_csv, write_plots
+
+        assert isinstance(res, SimResult)
+        od = Path(out)
+        od.mkdir(parents=True, exist_ok=True)
+        write_jobs_csv(res, od / "jobs.csv")
+        (od / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if not no_plots:
+            write_plots(res, od)
+        click.echo(f"wrote {od}/jobs.csv, summary.json" + ("" if no_plots else ", *.png"))
+    click.echo(json.dumps(summary))

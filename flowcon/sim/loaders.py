@@ -1,0 +1,182 @@
+"""Readers for the ElasticFlow trace CSVs and the per-model throughput tables.
+
+Every problem is reported as an InputError naming the file, row and column, so a bad
+line in a 15,000-job trace is found without a debugger.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from flowcon.alloc.model import Job, ThroughputCurve
+
+TRACE_COLUMNS = (
+    "job_id",
+    "submission_time",
+    "num_iteration",
+    "model_name",
+    "deadline",
+    "batch_size",
+    "num_gpu",
+)
+
+
+class InputError(ValueError):
+    def __init__(self, path: str | Path, row: int | None, column: str | None, msg: str) -> None:
+        where = str(path)
+        if row is not None:
+            where += f", row {row}"
+        if column is not None:
+            where += f", column {column!r}"
+        super().__init__(f"{where}: {msg}")
+        self.path, self.row, self.column = str(path), row, column
+
+
+# model -> global batch size -> curve
+Tables = dict[str, dict[int, ThroughputCurve]]
+
+
+def load_throughputs(directory: str | Path) -> Tables:
+    """``DIR/<model>.csv``: header ``global_batch_size,1,2,4,...``; one row per batch size.
+    Empty, ``nan`` and 0 cells mean "not measured"."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise InputError(d, None, None, "throughput directory not found")
+    tables: Tables = {}
+    files = sorted(d.glob("*.csv"))
+    if not files:
+        raise InputError(d, None, None, "no <model>.csv throughput tables in directory")
+    for f in files:
+        tables[f.stem] = _load_table(f)
+    return tables
+
+
+def _load_table(path: Path) -> dict[int, ThroughputCurve]:
+    with path.open(newline="") as fh:
+        rows = list(csv.reader(fh))
+    if not rows:
+        raise InputError(path, None, None, "empty throughput table")
+    header = [h.strip() for h in rows[0]]
+    if not header or header[0] != "global_batch_size":
+        raise InputError(
+            path, 1, header[0] if header else None, "first column must be 'global_batch_size'"
+        )
+    counts: list[int] = []
+    for h in header[1:]:
+        try:
+            n = int(h)
+        except ValueError:
+            raise InputError(path, 1, h, "GPU-count column header is not an integer") from None
+        if n < 1:
+            raise InputError(path, 1, h, "GPU count must be >= 1")
+        counts.append(n)
+    out: dict[int, ThroughputCurve] = {}
+    for i, row in enumerate(rows[1:], start=2):
+        if not any(c.strip() for c in row):
+            continue
+        if len(row) > len(header):
+            raise InputError(path, i, None, f"{len(row)} cells but {len(header)} columns")
+        try:
+            bs = int(row[0])
+        except ValueError:
+            raise InputError(path, i, "global_batch_size", f"not an integer: {row[0]!r}") from None
+        pts: dict[int, float] = {}
+        for n, cell in zip(counts, row[1:], strict=False):
+            cell = cell.strip()
+            if cell == "":
+                continue
+            try:
+                v = float(cell)
+            except ValueError:
+                raise InputError(path, i, str(n), f"not a number: {cell!r}") from None
+            if v < 0 or math.isinf(v):
+                raise InputError(path, i, str(n), f"throughput must be >= 0, got {cell}")
+            if math.isfinite(v) and v > 0:
+                pts[n] = v
+        if not pts:
+            raise InputError(path, i, None, "no positive throughput in this row")
+        out[bs] = ThroughputCurve(pts)
+    return out
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    job: Job
+    duration: float | None
+
+
+def _num(path: Path, i: int, row: dict[str, str], col: str, *, integer: bool = False) -> float:
+    raw = (row.get(col) or "").strip()
+    try:
+        v = float(raw)
+    except ValueError:
+        raise InputError(path, i, col, f"not a number: {raw!r}") from None
+    if not math.isfinite(v):
+        raise InputError(path, i, col, f"not a finite number: {raw!r}")
+    if integer and v != int(v):
+        raise InputError(path, i, col, f"not an integer: {raw!r}")
+    return v
+
+
+def load_trace(path: str | Path, tables: Tables) -> list[Job]:
+    """Rows of the ElasticFlow trace format (see shared/data/README.md). Row numbers in
+    errors count the header as row 1, like a spreadsheet. An empty ``deadline`` cell makes
+    a best-effort job; an optional ``soft_deadline`` column (0/1) marks soft deadlines."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(p, None, None, "trace file not found")
+    jobs: list[Job] = []
+    seen: set[str] = set()
+    with p.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        fields = [f.strip() for f in (reader.fieldnames or [])]
+        missing = [c for c in TRACE_COLUMNS if c not in fields]
+        if missing:
+            raise InputError(p, 1, missing[0], "required column missing from header")
+        reader.fieldnames = fields
+        for i, row in enumerate(reader, start=2):
+            if None in row:
+                raise InputError(p, i, None, "more cells than header columns")
+            jid = (row["job_id"] or "").strip()
+            if not jid:
+                raise InputError(p, i, "job_id", "empty job id")
+            if jid in seen:
+                raise InputError(p, i, "job_id", f"duplicate job id {jid!r}")
+            seen.add(jid)
+            submit = _num(p, i, row, "submission_time")
+            iters = _num(p, i, row, "num_iteration")
+            if iters <= 0:
+                raise InputError(p, i, "num_iteration", "must be > 0")
+            dl_raw = (row.get("deadline") or "").strip()
+            deadline = None if dl_raw == "" else _num(p, i, row, "deadline")
+            bs = int(_num(p, i, row, "batch_size", integer=True))
+            ngpu = int(_num(p, i, row, "num_gpu", integer=True))
+            if ngpu < 1:
+                raise InputError(p, i, "num_gpu", "must be >= 1")
+            model = (row["model_name"] or "").strip()
+            if model not in tables:
+                raise InputError(p, i, "model_name", f"no throughput table for model {model!r}")
+            curve = tables[model].get(bs)
+            if curve is None:
+                raise InputError(
+                    p, i, "batch_size", f"model {model!r} has no row for batch size {bs}"
+                )
+            soft = (row.get("soft_deadline") or "").strip().lower() in ("1", "true", "yes")
+            jobs.append(
+                Job(
+                    job_id=jid,
+                    submit_time=submit,
+                    iterations=iters,
+                    deadline=deadline,
+                    curve=curve,
+                    soft_deadline=soft,
+                    requested_gpus=ngpu,
+                    model=model,
+                    batch_size=bs,
+                )
+            )
+    jobs.sort(key=lambda j: (j.submit_time, j.job_id))
+    return jobs

@@ -1,0 +1,106 @@
+"""Shared plumbing for the training images: thread count, env knobs, the step loop.
+
+Every job prints one metric line per optimizer step with ``flowcon.report`` so the
+agent can follow its loss curve; the job ends after a fixed number of steps, so its
+completion time depends only on the CPU it gets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+
+from flowcon.report import report
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        sys.exit(f"{name}={raw!r}: expected an integer")
+    if value < 1:
+        sys.exit(f"{name}={raw!r}: expected an integer >= 1")
+    return value
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        sys.exit(f"{name}={raw!r}: expected a number")
+    if not math.isfinite(value) or value <= 0:
+        sys.exit(f"{name}={raw!r}: expected a positive number")
+    return value
+
+
+def cpu_quota() -> float | None:
+    """CPUs granted by the container's CFS quota (cgroup v1 or v2), None if unlimited."""
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as f:  # cgroup v2
+            quota, period = f.read().split()
+            return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") as f:
+            quota_us = int(f.read())
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_period_us") as f:
+            period_us = int(f.read())
+    except (OSError, ValueError):
+        return None
+    return None if quota_us <= 0 or period_us <= 0 else quota_us / period_us
+
+
+def thread_count() -> int:
+    """FLOWCON_THREADS, else the CPU quota rounded up, else every visible CPU.
+
+    Taken once at start: an agent that later lowers the quota throttles the job, it
+    does not change its thread pool (same as a real framework).
+    """
+    cpus = os.cpu_count() or 1
+    override = os.environ.get("FLOWCON_THREADS", "").strip()
+    if override:
+        return env_int("FLOWCON_THREADS", cpus)
+    quota = cpu_quota()
+    if quota is not None:
+        return max(1, min(cpus, math.ceil(quota)))
+    return cpus
+
+
+def setup_torch(seed: int) -> None:
+    import torch
+
+    torch.set_num_threads(thread_count())
+    with contextlib.suppress(RuntimeError):  # already set by an earlier parallel call
+        torch.set_num_interop_threads(1)
+    torch.manual_seed(env_int("FLOWCON_SEED", seed))
+
+
+def train_loop(model: str, step: Callable[[int], float], default_iterations: int) -> int:
+    """Run ``step`` FLOWCON_ITERATIONS times, report the loss after each; exit code."""
+    iterations = env_int("FLOWCON_ITERATIONS", default_iterations)
+    started = time.time()
+    print(
+        f"# {model}: {iterations} iterations, {thread_count()} threads",
+        file=sys.stderr,
+        flush=True,
+    )
+    for i in range(1, iterations + 1):
+        loss = step(i)
+        if not math.isfinite(loss):
+            print(f"# {model}: loss diverged at step {i}", file=sys.stderr, flush=True)
+            return 1
+        report(step=i, loss=round(loss, 6))
+    elapsed = time.time() - started
+    print(f"# {model}: done in {elapsed:.1f} s", file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,158 @@
+"""Fixtures for executor and swarm tests; import them in a test module::
+
+    pytest_plugins = ("swarm_fixtures",)   # the fixtures
+    from swarm_fixtures import STEP_JOB, step_job_spec, wait_for
+
+``swarm`` (session scope) brings up the two-node swarm with scripts/swarm-up.sh and takes
+it down at the end if it brought it up; it skips with the reason when that is impossible
+(not root, no dockerd, the engine refuses swarm mode).
+
+``STEP_JOB`` is a busybox shell training job for flowcon/testbox: it counts steps, prints
+metric lines, saves its step in the checkpoint dir every 5 steps and on SIGTERM (exit 143),
+and resumes from it, so checkpoint-restart is observable without torch.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from conftest import REPO, SESSION_ID, SESSION_LABEL, TEST_LABEL, TESTBOX_IMAGE
+
+NODE2_SOCK = os.environ.get("FLOWCON_NODE2_SOCK", "unix:///run/flowcon-node2.sock")
+
+STEP_JOB = r"""
+d=${FLOWCON_CHECKPOINT_DIR:-/tmp}; s=0
+[ -f "$d/step" ] && s=$(cat "$d/step")
+save() { echo "$s" > "$d/step.tmp" && busybox mv "$d/step.tmp" "$d/step"; }
+trap 'save; printf "{\"step\":%d,\"event\":\"preempted\"}\n" "$s"; exit 143' TERM
+echo "start rank=$RANK world=$WORLD_SIZE from=$s"
+while [ "$s" -lt "${FLOWCON_ITERATIONS:-1000}" ]; do
+  sleep ${STEP_SECONDS:-0.2} & wait $!
+  s=$((s+1))
+  printf '{"step":%d,"ts":%s}\n' "$s" "$EPOCHREALTIME"
+  [ $((s % 5)) -eq 0 ] && save
+done
+save; exit 0
+"""
+
+
+def step_job_spec(name: str, iterations: int = 10000, **overrides: Any) -> Any:
+    """A JobSpec running STEP_JOB on the testbox image."""
+    from flowcon.service.jobspec import parse_jobspec
+
+    raw: dict[str, Any] = {
+        "name": name,
+        "image": TESTBOX_IMAGE,
+        "command": ["sh", "-c", STEP_JOB],
+        "global_batch_size": 64,
+        "iterations": iterations,
+        "best_effort": True,
+        "profile": {1: 5.0},
+    }
+    raw.update(overrides)
+    return parse_jobspec(raw)
+
+
+def wait_for(pred: Callable[[], Any], timeout: float = 30.0, every: float = 0.25) -> Any:
+    """Poll until ``pred()`` is truthy; returns its value or fails the test."""
+    end = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > end:
+            pytest.fail(f"condition not met within {timeout}s")
+        time.sleep(every)
+
+
+def sweep(client: Any, label: str) -> None:
+    """Remove services, containers, networks and volumes carrying ``label`` (k=v)."""
+    flt = {"label": label}
+    for kind in ("services", "containers", "networks", "volumes"):
+        coll = getattr(client, kind)
+        try:
+            items = (
+                coll.list(all=True, filters=flt) if kind == "containers" else coll.list(filters=flt)
+            )
+        except Exception:
+            continue
+        for item in items:
+            try:
+                if kind in ("containers", "volumes"):
+                    item.remove(force=True)
+                else:
+                    item.remove()
+            except Exception:
+                pass
+
+
+@pytest.fixture
+def executor(docker_client, labeled, test_run_id):  # type: ignore[no-untyped-def]
+    """An engine-backend Executor with a declared 2x4 inventory; everything it made is removed."""
+    from flowcon.engine.gpus import discover
+    from flowcon.service.executor import Executor, ExecutorOptions
+    from flowcon.service.executor_engine import EngineBackend
+
+    inv = discover(
+        {"declared": {"nodes": [{"name": "node1", "gpus": 4}, {"name": "node2", "gpus": 4}]}},
+        nvml=_NoNvml(),
+    )
+    opts = ExecutorOptions(grace_s=10.0, max_restarts=2, extra_labels=labeled())
+    ex = Executor(EngineBackend(docker_client), inv, opts)
+    yield ex
+    sweep(docker_client, f"{TEST_LABEL}={test_run_id}")
+
+
+class _NoNvml:
+    """A pynvml stand-in whose init fails like on a machine without a driver."""
+
+    def nvmlInit(self) -> None:
+        raise RuntimeError("NVML Shared Library Not Found")
+
+
+@dataclass
+class Swarm:
+    manager: Any  # docker client of the main engine (swarm manager, node1)
+    node2: Any  # docker client of the second engine (worker, node2)
+    nodes: dict[str, str]  # flowcon.node label -> swarm node id
+
+
+@pytest.fixture(scope="session")
+def swarm() -> Iterator[Swarm]:
+    import docker
+
+    if os.geteuid() != 0:
+        pytest.skip("the 2-node swarm needs root (a second dockerd)")
+    up = subprocess.run(
+        ["bash", str(REPO / "scripts" / "swarm-up.sh"), TESTBOX_IMAGE],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    if up.returncode != 0:
+        pytest.skip(f"scripts/swarm-up.sh failed: {(up.stderr or up.stdout).strip()[-600:]}")
+    brought_up = "already up" not in up.stderr
+    manager = docker.from_env(timeout=60)
+    node2 = docker.DockerClient(base_url=NODE2_SOCK, timeout=60)
+    nodes = {}
+    for n in manager.nodes.list():
+        label = (n.attrs.get("Spec", {}).get("Labels") or {}).get("flowcon.node")
+        if label:
+            nodes[label] = n.id
+    try:
+        yield Swarm(manager, node2, nodes)
+    finally:
+        sweep(manager, f"{SESSION_LABEL}={SESSION_ID}")
+        sweep(node2, f"{SESSION_LABEL}={SESSION_ID}")
+        if brought_up and not os.environ.get("FLOWCON_KEEP_SWARM"):
+            subprocess.run(
+                ["bash", str(REPO / "scripts" / "swarm-down.sh")],
+                capture_output=True,
+                timeout=120,
+            )

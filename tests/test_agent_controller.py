@@ -1,0 +1,240 @@
+"""The controller against a fake engine: Algorithm 1 and 2 end to end, safety, state."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from flowcon.agent.controller import Controller
+from flowcon.agent.state import StateStore
+
+from flowcon.config import Config
+from flowcon.core.lists import ListName
+from flowcon.engine.docker_engine import (
+    ContainerGone,
+    ContainerInfo,
+    CpuSettings,
+    EngineUnavailable,
+    Stats,
+)
+
+HOST = 4
+ON = {"flowcon.enable": "true"}
+
+
+def ts(ns: int) -> bytes:
+    dt = datetime.fromtimestamp(ns // 1_000_000_000, UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S").encode() + b".%09dZ " % (ns % 1_000_000_000)
+
+
+@dataclass
+class FakeContainer:
+    name: str
+    labels: dict[str, str]
+    cpu: CpuSettings = field(default_factory=CpuSettings)
+    running: bool = True
+    cpu_ns: int = 0
+    lines: list[tuple[int, bytes]] = field(default_factory=list)
+
+
+class FakeEngine:
+    def __init__(self) -> None:
+        self.c: dict[str, FakeContainer] = {}
+        self.t = 1_700_000_000.0
+        self.updates: list[tuple[str, dict[str, int]]] = []
+        self.vanish_on_update: set[str] = set()
+        self.down = False
+
+    def add(self, cid: str, labels: dict[str, str], **kw: object) -> FakeContainer:
+        self.c[cid] = FakeContainer(cid, labels, **kw)  # type: ignore[arg-type]
+        return self.c[cid]
+
+    def emit(self, cid: str, text: str, cpu_s: float = 0.5) -> None:
+        """One output line now; the container used cpu_s seconds of CPU since the last."""
+        self.t += 0.25
+        self.c[cid].lines.append((int(self.t * 1e9), text.encode()))
+        self.c[cid].cpu_ns += int(cpu_s * 0.25 * 1e9)
+
+    def _get(self, cid: str) -> FakeContainer:
+        if self.down:
+            raise EngineUnavailable("down")
+        if cid not in self.c:
+            raise ContainerGone(cid)
+        return self.c[cid]
+
+    def list_running(self) -> list[ContainerInfo]:
+        if self.down:
+            raise EngineUnavailable("down")
+        return [ContainerInfo(k, v.name, v.labels, True) for k, v in self.c.items() if v.running]
+
+    def inspect(self, cid: str) -> ContainerInfo:
+        c = self._get(cid)
+        return ContainerInfo(cid, c.name, c.labels, c.running, c.cpu)
+
+    def update_cpu(self, cid: str, body: dict[str, int]) -> None:
+        c = self._get(cid)
+        if cid in self.vanish_on_update:
+            del self.c[cid]
+            raise ContainerGone(cid)
+        self.updates.append((cid, body))
+        c.cpu = CpuSettings(
+            body.get("NanoCpus", c.cpu.nano_cpus),
+            body.get("CpuQuota", c.cpu.cpu_quota),
+            body.get("CpuPeriod", c.cpu.cpu_period),
+            body.get("CpuShares", c.cpu.cpu_shares),
+        )
+
+    def stats(self, cid: str) -> Stats:
+        c = self._get(cid)
+        return Stats(self.t, c.cpu_ns, 1 << 20, 0, 0, 0, 0)
+
+    def log_frames(self, cid: str, since_ns: int | None, tail: int | None):  # type: ignore[no-untyped-def]
+        c = self._get(cid)
+        rows = [r for r in c.lines if since_ns is None or r[0] >= since_ns - 1_000_000]
+        if since_ns is None and tail is not None:
+            rows = rows[-tail:] if tail else []
+        for t_ns, text in rows:
+            yield ts(t_ns) + text + b"\n"
+
+
+def nano(engine: FakeEngine, cid: str) -> int:
+    return engine.c[cid].cpu.nano_cpus
+
+
+def make(engine: FakeEngine, tmp_path: Path, **cfg: object) -> Controller:
+    config = Config(itval=2, itval_max=8, state_file=str(tmp_path / "state.json"), **cfg)  # type: ignore[arg-type]
+    ctl = Controller(engine, config, HOST, StateStore(config.state_file))  # type: ignore[arg-type]
+    return ctl
+
+
+def progress(engine: FakeEngine, cid: str, start: float, per_line: float, n: int = 8) -> float:
+    v = start
+    for i in range(n):
+        engine.emit(cid, f'{{"step": {i}, "loss": {v}}}')
+        v -= per_line
+    return v
+
+
+def test_opt_in_and_first_limits(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    eng = FakeEngine()
+    eng.add("a", ON)
+    eng.add("b", ON)
+    eng.add("plain", {})
+    eng.add("jobonly", {"flowcon.job": "j1"})
+    eng.add("bad", {"flowcon.enable": "true", "flowcon.cpus.max": "many"})
+    ctl = make(eng, tmp_path)
+    itvals: list[float] = []
+    ctl.on_itval = itvals.append
+    with caplog.at_level(logging.INFO):
+        ctl.resync()
+        ctl.resync()
+        ctl.round()
+    assert set(ctl.tracked) == {"a", "b", "jobonly"}
+    assert ctl.tracked["jobonly"].list is None
+    assert ctl.tracked["a"].list is ListName.NL
+    assert nano(eng, "a") == nano(eng, "b") == 2 * 10**9  # G/sumG = 1/2 of 4 CPUs
+    touched = {cid for cid, _ in eng.updates}
+    assert touched == {"a", "b"}  # never plain, jobonly or bad
+    assert caplog.text.count("flowcon.cpus.max='many'") == 1  # one line, not one per round
+    assert itvals == [2]  # Algorithm 2: reset on the new containers
+    assert "decision container=a" in caplog.text and "reason=" in caplog.text
+
+
+def test_section_5_3_through_the_controller(tmp_path: Path) -> None:
+    eng = FakeEngine()
+    eng.add("vae", ON)
+    ctl = make(eng, tmp_path, alpha=0.05, beta=2.0, reference_intervals=1)
+    itvals: list[float] = []
+    ctl.on_itval = itvals.append
+    ctl.resync()
+    v = progress(eng, "vae", 1000.0, 10.0)
+    ctl.round()  # baseline
+    v = progress(eng, "vae", v, 10.0)
+    ctl.round()  # reference G
+    assert ctl.tracked["vae"].monitor.tracker.g == pytest.approx(1.0)
+    seen = []
+    for _ in range(3):  # flat (the first flat window still differs from the last slope)
+        progress(eng, "vae", v, 0.0)
+        ctl.round()
+        seen.append(ctl.tracked["vae"].list)
+    assert seen == [ListName.NL, ListName.WL, ListName.CL]
+    assert ctl.itval.value == 4 and itvals[-1] == 4  # all in CL: back-off
+    for _ in range(3):
+        progress(eng, "vae", v, 0.0)
+        ctl.round()
+    assert ctl.itval.value == 8  # capped at itval_max
+    eng.add("mnist", ON)
+    ctl.on_start("mnist")
+    assert itvals[-1] == 2 and ctl.itval.value == 2  # reset, and Algorithm 1 ran at once
+    assert nano(eng, "vae") == int(0.25 * HOST * 1e9)  # max(G/sumG, 1/(2*2))
+    assert ctl.tracked["mnist"].limit > 0.99  # G/sumG with its G = 1 (not measured yet)
+    # Finished Cons: mnist leaves; vae alone in CL -> free competition again.
+    eng.c["mnist"].running = False
+    ctl.on_finish("mnist")
+    assert "mnist" not in ctl.tracked
+    assert nano(eng, "vae") == HOST * 10**9  # 1 = the whole host
+    ctl.on_start("mnist")  # a stale start for a stopped container is ignored
+    assert "mnist" not in ctl.tracked
+
+
+def test_bounds_dry_run_and_vanishing(tmp_path: Path) -> None:
+    eng = FakeEngine()
+    eng.add("a", {**ON, "flowcon.cpus.max": "0.5"})
+    eng.add("b", ON)
+    eng.add("c", ON)
+    eng.vanish_on_update.add("b")
+    ctl = make(eng, tmp_path)
+    ctl.resync()  # b vanishes mid-update: released, Algorithm 1 re-runs for a and c
+    assert set(ctl.tracked) == {"a", "c"}
+    assert nano(eng, "a") == 500_000_000  # 1/2 of 4 CPUs = 2, capped by the label
+    assert nano(eng, "c") == 2 * 10**9
+
+    eng2 = FakeEngine()
+    eng2.add("x", ON)
+    eng2.add("y", ON)
+    dry = Controller(eng2, Config(state_file=str(tmp_path / "d.json")), HOST, dry_run=True)  # type: ignore[arg-type]
+    dry.resync()
+    assert eng2.updates == [] and dry.tracked["x"].applied_cpus == 2.0
+
+
+def test_garbage_nan_and_engine_down_are_survived(tmp_path: Path) -> None:
+    eng = FakeEngine()
+    eng.add("a", ON)
+    ctl = make(eng, tmp_path)
+    ctl.resync()
+    for text in ["garbage", '{"loss": NaN}', '{"loss": nul', "x" * 200_000, '{"loss": 3}']:
+        eng.emit("a", text)
+    ctl.round()
+    p = ctl.tracked["a"].monitor.progress
+    assert p.value == 3 and p.skipped == {"non-finite": 1, "malformed": 1, "too-long": 1}
+    eng.down = True
+    ctl.round()  # logged and skipped
+    ctl.resync()
+    eng.down = False
+    ctl.round()
+    assert "a" in ctl.tracked
+
+
+def test_restore_and_resume_keep_originals(tmp_path: Path) -> None:
+    eng = FakeEngine()
+    eng.add("n", ON, cpu=CpuSettings(nano_cpus=3 * 10**9))
+    eng.add("q", ON, cpu=CpuSettings(cpu_quota=150_000, cpu_period=100_000, cpu_shares=512))
+    eng.add("u", ON)
+    ctl = make(eng, tmp_path)
+    ctl.resync()
+    assert nano(eng, "n") == 1_333_000_000  # 1/3 of 4 CPUs, to the engine's 0.001
+    assert eng.c["q"].cpu.cpu_quota == 133_300  # quota mode: the engine refuses NanoCpus
+    assert eng.c["q"].cpu.nano_cpus == 0
+
+    # The agent dies (no restore); a new one resumes from the state file.
+    ctl2 = make(eng, tmp_path)
+    ctl2.resync()
+    assert ctl2.tracked["n"].original == CpuSettings(nano_cpus=3 * 10**9)  # not our limit
+    assert ctl2.tracked["n"].list is ListName.NL
+    assert ctl2.restore_all() == 3
+    assert nano(eng, "n") == 3 * 10**9
+    assert (eng.c["q"].cpu.cpu_quota, eng.c["q"].cpu.cpu_shares) == (150_000, 512)
+    assert nano(eng, "u") == HOST * 10**9  # "no limit": the engine cannot clear NanoCpus

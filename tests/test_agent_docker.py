@@ -1,0 +1,333 @@
+"""The agent on a real Docker engine: limits move as Algorithm 1 says, opt-in only,
+limits restored at SIGTERM, start events handled in under a second, and an engine
+restart survived (on a private dockerd, never the shared one)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+TESTBOX_IMAGE = "flowcon/testbox:latest"
+
+pytestmark = pytest.mark.docker
+
+NANO = 10**9
+
+
+def job(loss_expr: str, busy: int = 300, nap: str = "0.05") -> list[str]:
+    """A testbox training loop: burns some CPU, prints one metric line per step."""
+    return [
+        "sh",
+        "-c",
+        "i=0; while true; do i=$((i+1)); j=0; "
+        f"while [ $j -lt {busy} ]; do j=$((j+1)); done; "
+        f'printf \'{{"step":%d,"loss":%d}}\\n\' $i $(({loss_expr})); sleep {nap}; done',
+    ]
+
+
+def wait_for(cond: Callable[[], Any], timeout: float, what: str, step: float = 0.1) -> Any:
+    end = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(step)
+
+
+def host_cfg(container: Any) -> dict[str, Any]:
+    container.reload()
+    return container.attrs["HostConfig"]  # type: ignore[no-any-return]
+
+
+def started_at(container: Any) -> float:
+    raw = container.attrs["State"]["StartedAt"]  # 2026-11-21T19:18:06.591384983Z
+    main, frac = raw.rstrip("Z").split(".")
+    return datetime.fromisoformat(main + "+00:00").timestamp() + float("0." + frac)
+
+
+class AgentProc:
+    def __init__(self, tmp: Path, **cfg: Any) -> None:
+        self.state = tmp / "state.json"
+        self.log = tmp / "agent.log"
+        conf = {"state_file": str(self.state), **cfg}
+        self.cfg_path = tmp / "agent.yaml"
+        self.cfg_path.write_text(yaml.safe_dump(conf))
+        env = {**os.environ, "PYTHONPATH": str(REPO), "FLOWCON_LOG_LEVEL": "INFO"}
+        env.pop("DOCKER_HOST", None)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "flowcon.cli", "agent", "--config", str(self.cfg_path)],
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("w"),
+            env=env,
+            cwd=str(REPO),
+        )
+
+    def record(self, cid: str) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.state.read_text())
+        except (OSError, ValueError):
+            return None
+        return data["containers"].get(cid)  # type: ignore[no-any-return]
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                return self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        return self.proc.returncode
+
+    def text(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+
+@pytest.fixture
+def tmp_agent(tmp_path: Path) -> Iterator[list[AgentProc]]:
+    agents: list[AgentProc] = []
+    yield agents
+    for a in agents:
+        a.stop()
+
+
+def test_agent_on_the_engine(docker_client, labeled, cleanup_containers, tmp_agent, tmp_path):  # type: ignore[no-untyped-def]
+    host_cpus = docker_client.info()["NCPU"]
+    run_id = labeled()["flowcon.test"]
+
+    def start(name: str, loss: str, **kw: Any) -> Any:
+        extra = kw.pop("labels", {})
+        return docker_client.containers.run(
+            TESTBOX_IMAGE,
+            job(loss),
+            detach=True,
+            name=f"fc-{run_id}-{name}",
+            labels=labeled(**extra),
+            network_mode="none",
+            **kw,
+        )
+
+    on = {"flowcon.enable": "true"}
+    fast = start("fast", "100000/(i*5000+10)", labels=on)  # flat (0) after 20 steps
+    medium = start("medium", "100000/(i+10)", labels=on, nano_cpus=3 * NANO // 2)
+    steady = start("steady", "1000000-i*10", labels=on)  # constant progress
+    plain = start("plain", "100000-i", labels={"flowcon.metric": "loss"})  # not opted in
+    agent = AgentProc(
+        tmp_path,
+        itval=1,
+        itval_max=4,
+        alpha=0.05,
+        beta=2,
+        reference_intervals=2,
+        min_update_cpus=0,  # every change applied: the exact Algorithm 1 values
+        match_labels={"flowcon.test": run_id},  # leave other engineers' containers alone
+    )
+    tmp_agent.append(agent)
+
+    # The converged container ends in CL at the floor 1/(beta*|c|) of the host ...
+    def fast_in_cl() -> bool:
+        rec = agent.record(fast.id)
+        return bool(rec and rec["list"] == "CL")
+
+    wait_for(fast_in_cl, 60, f"fast in CL\n{agent.text()[-3000:]}")
+    floor_cpus = round(1 / (2 * 3) * host_cpus, 3)
+    wait_for(
+        lambda: host_cfg(fast)["NanoCpus"] == int(round(floor_cpus * NANO)),
+        10,
+        "fast at the CL floor",
+    )
+    # ... while the steady one stays in NL with G/sumG, more than the floor.
+    rec = agent.record(steady.id)
+    assert rec is not None and rec["list"] == "NL"
+    assert rec["limit"] > 1 / 6
+    steady_nano = host_cfg(steady)["NanoCpus"]
+    assert steady_nano > int(floor_cpus * NANO)
+    assert steady_nano == int(round(rec["applied_cpus"] * NANO))
+
+    # A new labeled container is limited within a second of its start event.
+    new = start("new", "1000000-i*10", labels={**on, "flowcon.cpus.max": "1.5"})
+    limited = wait_for(lambda: host_cfg(new)["NanoCpus"] and time.time(), 5, "new limited", 0.02)
+    latency = limited - started_at(new)
+    assert 0 < host_cfg(new)["NanoCpus"] <= 1.5 * NANO
+    assert latency < 1.0, f"start -> limit took {latency:.2f}s"
+
+    # The unlabeled container was never touched.
+    hc = host_cfg(plain)
+    assert (hc["NanoCpus"], hc["CpuQuota"], hc["CpuPeriod"]) == (0, 0, 0)
+    assert plain.id[:12] not in agent.text()
+
+    # SIGTERM: every managed container gets its original settings back.
+    assert agent.stop() == 0, agent.text()[-3000:]
+    assert host_cfg(medium)["NanoCpus"] == 3 * NANO // 2  # exact original
+    for c in (fast, steady, new):  # originally unlimited: the whole host (see docs)
+        assert host_cfg(c)["NanoCpus"] == host_cpus * NANO
+    assert host_cfg(plain)["NanoCpus"] == 0
+    log = agent.text()
+    assert "decision container=" in log and "reason=" in log and "restored container=" in log
+
+
+# ----- engine restart on a private dockerd ------------------------------------------------
+
+PRIVATE = {
+    "data_root": Path("/var/lib/flowcon-test-engine"),
+    "exec_root": Path("/run/flowcon-test-engine"),
+    "pidfile": Path("/run/flowcon-test-engine.pid"),
+    "sock": Path("/run/flowcon-test-engine.sock"),
+}
+PRIVATE_HOST = f"unix://{PRIVATE['sock']}"
+# The private engine gets a bridge of its own. With --bridge=none, dockerd deletes the
+# interface named docker0 at start, and all engines here share one network namespace:
+# the main engine's default bridge would vanish under every later test.
+PRIVATE_BRIDGE = "flowcon-tebr"
+PRIVATE_BRIDGE_CIDR = "172.31.253.1/24"
+
+
+def _ensure_private_bridge() -> bool:
+    """Create the private engine's bridge; True when this call created it."""
+    if Path(f"/sys/class/net/{PRIVATE_BRIDGE}").exists():
+        return False
+    for cmd in (
+        ["ip", "link", "add", PRIVATE_BRIDGE, "type", "bridge"],
+        ["ip", "addr", "add", PRIVATE_BRIDGE_CIDR, "dev", PRIVATE_BRIDGE],
+        ["ip", "link", "set", PRIVATE_BRIDGE, "up"],
+    ):
+        subprocess.run(cmd, check=True, capture_output=True)
+    return True
+
+
+class PrivateEngine:
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        if shutil.which("dockerd") is None:
+            pytest.skip("dockerd not installed")
+        cmd = [
+            "dockerd",
+            "--data-root", str(PRIVATE["data_root"]),
+            "--exec-root", str(PRIVATE["exec_root"]),
+            "--pidfile", str(PRIVATE["pidfile"]),
+            "-H", PRIVATE_HOST,
+            f"--bridge={PRIVATE_BRIDGE}",
+            "--iptables=false",
+            "--ip-masq=false",
+            "--shutdown-timeout", "1",
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=self.log.open("a"), start_new_session=True
+        )
+        import docker
+
+        def up() -> bool:
+            try:
+                return bool(docker.DockerClient(base_url=PRIVATE_HOST, timeout=5).ping())
+            except Exception:
+                assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
+                return False
+
+        wait_for(up, 60, "private dockerd", 0.2)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+
+def _cleanup_private() -> None:
+    pid = PRIVATE["pidfile"]
+    if pid.exists():  # a dockerd left behind by a crashed run of this test
+        try:
+            os.kill(int(pid.read_text().strip()), signal.SIGTERM)
+            time.sleep(3)
+        except (ValueError, ProcessLookupError, PermissionError):
+            pass
+    for root in (PRIVATE["exec_root"], PRIVATE["data_root"]):
+        if root.exists():
+            subprocess.run(
+                f"grep -o ' {root}[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l",
+                shell=True,
+                check=False,
+            )
+            shutil.rmtree(root, ignore_errors=True)
+    for f in (PRIVATE["sock"], pid):
+        f.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def private_engine(tmp_path: Path) -> Iterator[PrivateEngine]:
+    if os.geteuid() != 0:
+        pytest.skip("a private dockerd needs root")
+    _cleanup_private()
+    created_bridge = shutil.which("ip") is not None and _ensure_private_bridge()
+    eng = PrivateEngine(tmp_path / "dockerd.log")
+    try:
+        eng.start()
+        subprocess.run(
+            ["bash", str(REPO / "images/testbox/build.sh"), TESTBOX_IMAGE, PRIVATE_HOST],
+            check=True,
+            capture_output=True,
+        )
+        yield eng
+    finally:
+        eng.stop()
+        _cleanup_private()
+        if created_bridge:
+            subprocess.run(["ip", "link", "delete", PRIVATE_BRIDGE], check=False)
+
+
+def test_agent_survives_engine_restart(private_engine, tmp_agent, tmp_path):  # type: ignore[no-untyped-def]
+    import docker
+
+    client = docker.DockerClient(base_url=PRIVATE_HOST, timeout=30)
+    labels = {"flowcon.enable": "true", "flowcon.cpus.max": "0.5"}
+    # Regression: starting a second engine must not take the main engine's bridge away.
+    main_bridge = Path("/sys/class/net/docker0")
+    main_bridge_before = main_bridge.exists()
+
+    def run(name: str) -> Any:
+        return client.containers.run(
+            TESTBOX_IMAGE, job("1000000-i*10"), detach=True, name=name, labels=labels,
+            network_mode="none",
+        )  # fmt: skip
+
+    agent = AgentProc(tmp_path, itval=1, itval_max=2, reconnect_max=1, docker_host=PRIVATE_HOST)
+    tmp_agent.append(agent)
+    before = run("before-restart")
+    wait_for(lambda: host_cfg(before)["NanoCpus"] == NANO // 2, 20, "limit before restart")
+
+    private_engine.stop()  # the engine goes away (its containers stop with it)
+    time.sleep(1.5)
+    assert agent.proc.poll() is None, agent.text()[-3000:]
+    private_engine.start()
+    client = docker.DockerClient(base_url=PRIVATE_HOST, timeout=30)
+
+    after = run("after-restart")
+    wait_for(lambda: host_cfg(after)["NanoCpus"] == NANO // 2, 20, "limit after restart")
+    assert agent.proc.poll() is None
+    assert "event stream connected" in agent.text()
+    assert agent.stop() == 0
+    assert host_cfg(after)["NanoCpus"] == client.info()["NCPU"] * NANO  # restored
+    for c in client.containers.list(all=True):
+        c.remove(force=True)
+    assert main_bridge.exists() == main_bridge_before, "the private engine removed docker0"

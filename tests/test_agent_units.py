@@ -1,0 +1,189 @@
+"""Agent pieces without an engine: log frames, state file, config, allocator report."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+from flowcon.agent.logreader import parse_ts, read_lines
+from flowcon.agent.reporter import AllocatorReporter
+from flowcon.agent.state import AgentState, ContainerRecord, StateStore
+
+from flowcon.config import ConfigError, from_mapping, load
+
+TS = b"2026-11-21T19:18:06.591384983Z "
+
+
+def test_parse_ts() -> None:
+    ns, used = parse_ts(TS + b"hello")  # type: ignore[misc]
+    assert used == len(TS) and ns % 1_000_000_000 == 591384983
+    assert parse_ts(b"2026-11-21T19:18:06Z x")[0] % 1_000_000_000 == 0  # type: ignore[index]
+    assert parse_ts(b"not a timestamp") is None
+
+
+def test_read_lines_joins_engine_partials() -> None:
+    """json-file splits a long line in 16 KiB frames, each with the same timestamp."""
+    body = b'{"loss": 1.5, "pad": "' + b"a" * 20000 + b'"}'
+    frames = [TS + body[:16384], TS + body[16384:] + b"\n", TS + b'{"loss": 2}\n']
+    lines = list(read_lines(frames, 64 * 1024))
+    assert [json.loads(ln.text)["loss"] for ln in lines] == [1.5, 2]  # type: ignore[arg-type]
+
+
+def test_read_lines_tty_chunks_and_since() -> None:
+    t1 = b"2026-11-21T19:18:06.000000001Z "
+    t2 = b"2026-11-21T19:18:07.5Z "
+    frames = [t1 + b"one\n" + t2 + b"tw", b"o\n"]
+    lines = list(read_lines(frames, 1024))
+    assert [ln.text for ln in lines] == ["one", "two"]
+    after = lines[0].ts_ns
+    assert [ln.text for ln in read_lines(frames, 1024, after_ns=after)] == ["two"]
+
+
+def test_read_lines_drops_huge_line_and_partial_tail() -> None:
+    frames = [TS + b"x" * 16384 for _ in range(640)] + [TS + b"\n", TS + b"ok\n", TS + b"half"]
+    lines = list(read_lines(frames, 64 * 1024))
+    assert lines[0].text is None and lines[0].size == 640 * 16384
+    assert [ln.text for ln in lines[1:]] == ["ok"]
+
+
+def test_state_round_trip(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "sub" / "state.json")
+    assert store.load().containers == {}
+    state = AgentState(itval=40.0, rounds=7)
+    state.containers["abc"] = ContainerRecord(
+        id="abc",
+        name="job",
+        managed=True,
+        list="CL",
+        limit=0.25,
+        applied_cpus=0.5,
+        original={"nano_cpus": 0, "cpu_quota": 0, "cpu_period": 0, "cpu_shares": 512},
+        growth={"last_point": [1.0, 2.0], "reference": 3.0, "intervals": 3, "g": 0.01},
+    )
+    store.save(state)
+    back = store.load()
+    assert back.itval == 40.0 and back.rounds == 7
+    assert back.containers["abc"] == state.containers["abc"]
+    assert [p.name for p in store.path.parent.iterdir()] == ["state.json"]  # no temp left
+
+
+@pytest.mark.parametrize(
+    "text", ["{not json", '{"version": 99}', '{"version": 1, "containers": {"a": 3}}']
+)
+def test_corrupt_state_is_kept_aside(tmp_path: Path, text: str, caplog) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "state.json"
+    path.write_text(text)
+    state = StateStore(path).load()
+    assert state.containers == {}
+    assert not path.exists()
+    aside = list(tmp_path.glob("state.json.corrupt-*"))
+    assert len(aside) == 1 and aside[0].read_text() == text
+    assert "corrupt" in caplog.text
+
+
+def test_config_defaults_and_errors(tmp_path: Path) -> None:
+    cfg = load(None)
+    assert (cfg.alpha, cfg.itval, cfg.beta) == (0.05, 20.0, 2.0)
+    good = tmp_path / "c.yaml"
+    good.write_text("alpha: 0.1\nitval: 2\nallocator: {url: 'http://x:1', token: t}\n")
+    assert load(good).allocator.token == "t"
+    for text, needle in [
+        ("alpha: [1", "not valid YAML"),
+        ("alpah: 0.1", "unknown key"),
+        ("itval: -3", "itval must be"),
+        ("itval: 30\nitval_max: 10", "itval_max"),
+        ("allocator: {url: ftp://x}", "allocator.url"),
+        ("- 1\n- 2", "mapping"),
+        ("match_labels: [a]", "match_labels"),
+    ]:
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(text)
+        with pytest.raises(ConfigError, match=needle):
+            load(bad)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load(tmp_path / "missing.yaml")
+    assert from_mapping({"match_labels": {"flowcon.test": 5}}).match_labels == {"flowcon.test": "5"}
+
+
+def test_allocator_report_contract() -> None:
+    got: list[tuple[str, str | None, dict]] = []  # type: ignore[type-arg]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            got.append((self.path, self.headers.get("Authorization"), json.loads(body)))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        rep = AllocatorReporter(url, "s3cret", "node-1", timeout=2)
+        view = {
+            "container_id": "abc",
+            "name": "w",
+            "job": "resnet",
+            "step": 40,
+            "iterations_per_second": 2.5,
+            "metric": "loss",
+            "value": 0.3,
+            "ts": 1.0,
+            "g": 0.5,
+        }
+        assert rep.send([view])
+        path, auth, body = got[0]
+        assert path == "/api/v1/measurements" and auth == "Bearer s3cret"
+        assert body["node"] == "node-1"
+        assert body["measurements"] == [{k: v for k, v in view.items() if k != "g"}]
+    finally:
+        server.shutdown()
+    dead = AllocatorReporter("http://127.0.0.1:9", None, "n", timeout=0.5)
+    assert dead.send([]) is False and dead.failures == 1  # logged, not raised
+
+
+def test_status_table_and_json(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from flowcon.agent.cli import status
+
+    store = StateStore(tmp_path / "s.json")
+    state = AgentState(itval=20.0, rounds=3, node="n1", host_cpus=2)
+    state.containers["abcdef1234567890"] = ContainerRecord(
+        id="abcdef1234567890",
+        name="trainer",
+        managed=True,
+        list="CL",
+        limit=0.25,
+        applied_cpus=0.5,
+        view={"g": 0.01, "cpu_share": 0.2, "metric": "loss", "value": 0.42, "step": 7},
+    )
+    store.save(state)
+    out = CliRunner().invoke(status, ["--state", str(store.path)], terminal_width=200)
+    assert out.exit_code == 0, out.output
+    assert "trainer" in out.output and "CL" in out.output and "loss=0.42" in out.output
+    assert "40.0" in out.output  # CPU %: 0.2 of 2 CPUs
+    js = CliRunner().invoke(status, ["--state", str(store.path), "--json"])
+    assert json.loads(js.output)["containers"][0]["value"] == 0.42
+    missing = CliRunner().invoke(status, ["--state", str(tmp_path / "none.json")])
+    assert missing.exit_code != 0 and "no agent state" in missing.output
+
+
+def test_prometheus_metrics() -> None:
+    from flowcon.agent.exporter import Exporter
+    from prometheus_client import generate_latest
+
+    exp = Exporter()
+    view = {"container_id": "abc", "name": "w", "cpus": 0.5, "limit": 0.25, "g": 0.1}
+    exp.update([view], 40.0)
+    text = generate_latest(exp.registry).decode()
+    assert 'flowcon_container_cpu_limit{container="abc",name="w"} 0.5' in text
+    assert 'flowcon_container_growth_efficiency{container="abc",name="w"} 0.1' in text
+    assert "flowcon_agent_rounds_total 1.0" in text
+    exp.update([], 40.0)  # the container left: its series go away
+    assert 'name="w"' not in generate_latest(exp.registry).decode()

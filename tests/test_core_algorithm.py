@@ -1,0 +1,107 @@
+"""Algorithm 1 and 2 of the paper, the section 5.3 example, and itval back-off."""
+
+from __future__ import annotations
+
+import pytest
+
+from flowcon.core.algorithm1 import algorithm1, classify
+from flowcon.core.algorithm2 import apply_change, pool_change
+from flowcon.core.backoff import Itval
+from flowcon.core.lists import ListName
+
+NL, WL, CL = ListName.NL, ListName.WL, ListName.CL
+ALPHA = 0.05
+
+
+@pytest.mark.parametrize(
+    ("current", "g", "expected"),
+    [
+        (NL, 0.01, WL),  # line 4-6
+        (WL, 0.01, CL),  # line 7-9
+        (CL, 0.01, CL),  # slow and already completing: stays
+        (NL, 0.05, NL),  # G >= alpha (line 10) keeps NL
+        (WL, 0.5, NL),  # lines 10-13: back to NL from WL
+        (CL, 0.05, NL),  # ... and from CL
+    ],
+)
+def test_classify_transitions(current: ListName, g: float, expected: ListName) -> None:
+    assert classify(current, g, ALPHA) is expected
+
+
+def test_slow_container_needs_two_slow_intervals_to_reach_cl() -> None:
+    lists = {"a": NL, "b": NL}
+    g = {"a": 0.001, "b": 0.9}
+    r1 = algorithm1(lists, g, {"a": 0.5, "b": 0.5}, beta=2, alpha=ALPHA)
+    assert r1.lists == {"a": WL, "b": NL}
+    r2 = algorithm1(r1.lists, g, {c: d.limit for c, d in r1.decisions.items()}, 2, ALPHA)
+    assert r2.lists == {"a": CL, "b": NL}
+
+
+def test_section_5_3_example() -> None:
+    """VAE alone has converged (CL); MNIST starts (NL, not measured yet: G = 1).
+    The paper: VAE's limit becomes 0.25 and MNIST's 1 (here G/sumG, close to 1)."""
+    lists = {"vae": CL, "mnist": NL}
+    g = {"vae": 0.004, "mnist": 1.0}
+    r = algorithm1(lists, g, {"vae": 1.0, "mnist": 1.0}, beta=2, alpha=ALPHA, fresh=set())
+    assert r.decisions["vae"].limit == pytest.approx(0.25)  # max(0.004/1.004, 1/(2*2))
+    assert "floor" in r.decisions["vae"].reason
+    assert r.decisions["mnist"].limit == pytest.approx(1.0 / 1.004)
+    assert r.decisions["mnist"].limit > 0.99
+    assert not r.all_completing
+
+
+def test_cl_gets_g_share_when_above_floor() -> None:
+    lists = {"a": CL, "b": NL}
+    g = {"a": 0.04, "b": 0.06}  # a's share 0.4 > 1/(2*2)
+    r = algorithm1(lists, g, {}, beta=2, alpha=ALPHA, fresh=set())
+    assert r.decisions["a"].limit == pytest.approx(0.4)
+    assert r.decisions["b"].limit == pytest.approx(0.6)
+
+
+def test_wl_limit_unchanged() -> None:
+    lists = {"a": NL, "b": NL, "c": WL}
+    g = {"a": 0.01, "b": 1.0, "c": 0.02}
+    r = algorithm1(lists, g, {"a": 0.3, "b": 0.3, "c": 0.37}, beta=2, alpha=ALPHA, fresh={"a"})
+    assert r.lists == {"a": WL, "b": NL, "c": WL}  # only the fresh one moved
+    assert r.decisions["a"].limit == 0.3
+    assert r.decisions["c"].limit == 0.37
+    assert r.decisions["b"].limit == pytest.approx(1.0 / 1.03)
+
+
+def test_all_in_cl_means_free_competition() -> None:
+    lists = {"a": CL, "b": WL}
+    g = {"a": 0.0, "b": 0.01}
+    r = algorithm1(lists, g, {"a": 0.25, "b": 0.4}, beta=2, alpha=ALPHA)
+    assert r.lists == {"a": CL, "b": CL}
+    assert r.all_completing
+    assert {d.limit for d in r.decisions.values()} == {1.0}
+
+
+def test_listener_run_does_not_move_twice_on_same_g() -> None:
+    lists = {"a": NL}
+    r = algorithm1(lists, {"a": 0.0}, {}, 2, ALPHA, fresh={"a"})
+    assert r.lists["a"] is WL
+    again = algorithm1(r.lists, {"a": 0.0}, {}, 2, ALPHA, fresh=set())
+    assert again.lists["a"] is WL
+
+
+def test_zero_growth_everywhere_does_not_divide_by_zero() -> None:
+    r = algorithm1({"a": CL, "b": WL}, {"a": 0.0, "b": 0.0}, {"b": 0.5}, 2, ALPHA, fresh=set())
+    assert r.decisions["a"].limit == pytest.approx(0.25)
+    assert r.decisions["b"].limit == 0.5
+
+
+def test_backoff_doubles_caps_and_resets() -> None:
+    it = Itval(initial=20, cap=100)
+    assert [it.double() for _ in range(4)] == [40, 80, 100, 100]
+    assert it.reset() == 20
+    with pytest.raises(ValueError):
+        Itval(initial=20, cap=10)
+
+
+def test_algorithm2_new_and_finished() -> None:
+    lists = {"a": CL, "b": WL}
+    change = pool_change(set(lists), {"a", "c"})
+    assert change.new == {"c"} and change.finished == {"b"} and change.changed
+    assert apply_change(lists, change) == {"a": CL, "c": NL}
+    assert not pool_change({"a"}, {"a"}).changed

@@ -1,0 +1,94 @@
+"""Container labels and metric-line parsing: good values, bad values, garbage."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from flowcon.core.labels import LabelError, parse_policy
+from flowcon.core.metric_lines import LineAssembler, LineKind, parse_line
+
+
+def test_opt_in_only() -> None:
+    assert parse_policy({}) is None
+    assert parse_policy({"flowcon.enable": "false"}) is None
+    p = parse_policy({"flowcon.enable": "True"})
+    assert p is not None and p.managed and p.metric == "loss" and p.goal == "min"
+
+
+def test_job_label_is_monitor_only() -> None:
+    p = parse_policy({"flowcon.job": "resnet-7"})
+    assert p is not None and not p.managed and p.monitored and p.job == "resnet-7"
+
+
+def test_full_labels() -> None:
+    p = parse_policy(
+        {
+            "flowcon.enable": "true",
+            "flowcon.metric": "accuracy",
+            "flowcon.metric.goal": "max",
+            "flowcon.metric.regex": r"acc=(?P<value>[0-9.]+)",
+            "flowcon.cpus.min": "0.5",
+            "flowcon.cpus.max": "2",
+        }
+    )
+    assert p is not None and p.goal == "max" and p.cpus_min == 0.5 and p.cpus_max == 2.0
+    assert p.regex is not None
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        {"flowcon.enable": "yes please"},
+        {"flowcon.enable": "true", "flowcon.metric.goal": "down"},
+        {"flowcon.enable": "true", "flowcon.metric.regex": "loss=([0-9"},
+        {"flowcon.enable": "true", "flowcon.metric.regex": r"loss=([0-9.]+)"},  # no (?P<value>)
+        {"flowcon.enable": "true", "flowcon.cpus.min": "lots"},
+        {"flowcon.enable": "true", "flowcon.cpus.max": "nan"},
+        {"flowcon.enable": "true", "flowcon.cpus.max": "-1"},
+        {"flowcon.enable": "true", "flowcon.cpus.min": "2", "flowcon.cpus.max": "1"},
+    ],
+)
+def test_bad_labels(labels: dict[str, str]) -> None:
+    with pytest.raises(LabelError):
+        parse_policy(labels)
+
+
+def test_metric_lines() -> None:
+    ok = parse_line('{"step": 12, "loss": 0.5, "ts": 1.0}', "loss")
+    assert ok.kind is LineKind.SAMPLE and ok.value == 0.5 and ok.step == 12
+    assert parse_line("Epoch 1/10 [=====>....]", "loss").kind is LineKind.TEXT
+    assert parse_line('{"step": 12, "loss": 0.5', "loss").kind is LineKind.MALFORMED
+    assert parse_line("[1, 2]", "loss").kind is LineKind.TEXT
+    assert parse_line("{[1, 2]}", "loss").kind is LineKind.MALFORMED
+    assert parse_line('{"step": 3, "acc": 0.1}', "loss").kind is LineKind.NO_METRIC
+    assert parse_line('{"step": 3, "acc": 0.1}', "loss").step == 3
+    assert parse_line('{"loss": NaN}', "loss").kind is LineKind.NON_FINITE
+    assert parse_line('{"loss": Infinity}', "loss").kind is LineKind.NON_FINITE
+    assert parse_line('{"loss": null}', "loss").kind is LineKind.NON_FINITE
+    assert parse_line('{"loss": "0.25"}', "loss").value == 0.25
+    assert parse_line('{"loss": "low"}', "loss").kind is LineKind.BAD_VALUE
+    assert parse_line('{"loss": true}', "loss").kind is LineKind.BAD_VALUE
+    assert parse_line("{" * 100_000, "loss").kind is LineKind.MALFORMED  # deep nesting
+
+
+def test_regex_label_lines() -> None:
+    rx = re.compile(r"iter (?P<step>\d+) loss=(?P<value>\S+)")
+    s = parse_line("2024 INFO iter 40 loss=1.25e-1", "loss", rx)
+    assert s.kind is LineKind.SAMPLE and s.value == 0.125 and s.step == 40
+    assert parse_line("iter 41 loss=nan", "loss", rx).kind is LineKind.NON_FINITE
+    assert parse_line("iter 42 loss=oops", "loss", rx).kind is LineKind.BAD_VALUE
+    assert parse_line('{"loss": 1}', "loss", rx).kind is LineKind.TEXT  # regex only
+
+
+def test_huge_line_is_dropped_with_bounded_memory() -> None:
+    asm = LineAssembler(64 * 1024)
+    chunk = b"x" * 16 * 1024
+    for _ in range(640):  # 10 MiB in 16 KiB pieces
+        asm.feed(chunk)
+        assert sum(len(p) for p in asm._parts) <= 64 * 1024
+    line, size = asm.end_line()
+    assert line is None and size == 10 * 1024 * 1024
+    asm.feed(b'{"loss": 1}')
+    assert asm.end_line() == (b'{"loss": 1}', 11)  # the next line is fine

@@ -1,0 +1,133 @@
+"""Training images: each script trains a few steps and prints valid metric lines;
+the image build is cached."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flowcon.engine import images as img
+
+TRAIN = Path(__file__).resolve().parent.parent / "images" / "train"
+MODELS = {
+    "vae": "vae.py",
+    "mnist": "mnist.py",
+    "mnist-mlp": "mnist_mlp.py",
+    "lstm": "lstm.py",
+    "birnn": "birnn.py",
+    "gru": "gru.py",
+}
+
+
+def metric_lines(stdout: str) -> list[dict[str, object]]:
+    rows = []
+    for line in stdout.splitlines():
+        data = json.loads(line)  # every stdout line must be a metric line
+        assert isinstance(data, dict)
+        rows.append(data)
+    return rows
+
+
+def check_lines(rows: list[dict[str, object]], steps: int) -> None:
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    for r in rows:
+        loss = r["loss"]
+        assert isinstance(loss, float | int) and math.isfinite(loss) and loss >= 0
+        assert isinstance(r["ts"], float | int)
+
+
+def test_every_model_has_a_dockerfile() -> None:
+    assert sorted(t.model for t in img.training_images()) == sorted(MODELS)
+    for t in img.training_images():
+        text = t.dockerfile.read_text()
+        assert "ARG BASE_IMAGE=flowcon/base:bookworm" in text
+        assert MODELS[t.model] in text
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+def test_training_script_runs_a_few_steps_on_host(model: str) -> None:
+    pytest.importorskip("torch")
+    env = dict(
+        os.environ,
+        FLOWCON_ITERATIONS="3",
+        FLOWCON_SAMPLES="64",
+        FLOWCON_THREADS="1",
+        FLOWCON_BATCH="8",
+    )
+    proc = subprocess.run(
+        [sys.executable, str(TRAIN / MODELS[model])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr
+    check_lines(metric_lines(proc.stdout), 3)
+    assert "done in" in proc.stderr
+
+
+def test_bad_iterations_env_is_a_clear_error() -> None:
+    pytest.importorskip("torch")
+    env = dict(os.environ, FLOWCON_ITERATIONS="many")
+    proc = subprocess.run(
+        [sys.executable, str(TRAIN / "gru.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "FLOWCON_ITERATIONS='many': expected an integer" in proc.stderr
+
+
+def test_context_digest_is_deterministic() -> None:
+    t = img.training_images()[0]
+    files = img._context_files(t)
+    assert img.context_digest(files, "sha256:a") == img.context_digest(files, "sha256:a")
+    assert img.context_digest(files, "sha256:a") != img.context_digest(files, "sha256:b")
+    names = [n for n, _ in files]
+    assert "flowcon/report.py" in names and "Dockerfile" in names
+    assert img.context_tar(files).getvalue() == img.context_tar(files).getvalue()
+    assert img.model_of("flowcon/train-vae:latest") == "vae"
+    assert img.model_of("flowcon/testbox:latest") is None
+
+
+@pytest.mark.docker
+def test_image_build_is_cached_and_runs(docker_client, labeled, cleanup_containers) -> None:  # type: ignore[no-untyped-def]
+    import docker.errors
+
+    try:
+        docker_client.images.get(img.BASE_IMAGE)
+    except docker.errors.ImageNotFound:
+        pytest.skip(f"{img.BASE_IMAGE} not built yet (images/base/build.sh)")
+    first = img.ensure_images(docker_client, ["gru"])[0]
+    again = img.ensure_images(docker_client, ["gru"])[0]
+    assert again.built is False and again.digest == first.digest
+    container = docker_client.containers.run(
+        first.tag,
+        detach=True,
+        labels=labeled(),
+        network_mode="none",
+        environment={"FLOWCON_ITERATIONS": "3", "FLOWCON_SEQ_LEN": "10"},
+    )
+    status = container.wait(timeout=120)
+    out = container.logs(stdout=True, stderr=False).decode()
+    assert status["StatusCode"] == 0, container.logs().decode()
+    check_lines(metric_lines(out), 3)
+    with pytest.raises(ValueError, match="unknown training image"):
+        img.ensure_images(docker_client, ["nope"])
+
+
+def test_default_iterations_match_scripts() -> None:
+    import re
+
+    for model, script in MODELS.items():
+        text = (TRAIN / script).read_text()
+        found = re.findall(r"default_iterations=(\d+)", text)
+        assert found == [str(img.DEFAULT_ITERATIONS[model])], (model, found)

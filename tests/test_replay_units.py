@@ -1,0 +1,124 @@
+"""Replay pieces without an engine: time parsing, metric tails, cgroup reading, the
+comparison arithmetic, CSV/JSON round trip and the plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flowcon.replay.cpu import CgroupCpu, stats_reading
+from flowcon.replay.model import JobRecord, RunResult, Sample
+from flowcon.replay.plots import plot_cpu, plot_jct
+from flowcon.replay.recorder import (
+    change_pct,
+    comparison,
+    mean_cpus_used,
+    read_run,
+    write_run,
+)
+from flowcon.replay.runner import last_metric, parse_docker_time
+
+
+def test_parse_docker_time() -> None:
+    assert parse_docker_time("2026-01-01T00:00:01.500000000Z") == pytest.approx(1767225601.5)
+    assert parse_docker_time("2026-01-01T00:00:01Z") == pytest.approx(1767225601.0)
+    assert parse_docker_time("2026-01-01T01:00:01.25+01:00") == pytest.approx(1767225601.25)
+    assert parse_docker_time("0001-01-01T00:00:00Z") is None
+    assert parse_docker_time("") is None
+    assert parse_docker_time("yesterday") is None
+
+
+def test_last_metric_skips_noise() -> None:
+    text = '{"step":1,"loss":2.0}\n{"step":2,"loss":1.5}\nEpoch done\n{not json\n'
+    assert last_metric(text) == (2, 1.5)
+    assert last_metric('{"step":3,"loss":null}\n') == (3, None)
+    assert last_metric("nothing here") == (None, None)
+
+
+def _cgroup_v1(root: Path, cid: str, usage: int, quota: int, shares: int = 1024) -> None:
+    acct = root / "cpuacct" / "docker" / cid
+    cpu = root / "cpu" / "docker" / cid
+    acct.mkdir(parents=True)
+    cpu.mkdir(parents=True)
+    (acct / "cpuacct.usage").write_text(f"{usage}\n")
+    (cpu / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+    (cpu / "cpu.cfs_period_us").write_text("100000\n")
+    (cpu / "cpu.shares").write_text(f"{shares}\n")
+
+
+def test_cgroup_v1_and_v2(tmp_path: Path) -> None:
+    _cgroup_v1(tmp_path, "abc", 5_000_000_000, 50_000, 512)
+    r = CgroupCpu("abc", tmp_path).read()
+    assert r is not None and r.usage_ns == 5_000_000_000
+    assert r.limit_cpus == pytest.approx(0.5) and r.shares == 512
+    _cgroup_v1(tmp_path, "free", 7, -1)
+    free = CgroupCpu("free", tmp_path).read()
+    assert free is not None and free.limit_cpus is None
+
+    v2 = tmp_path / "v2" / "system.slice" / "docker-def.scope"
+    v2.mkdir(parents=True)
+    (v2 / "cpu.stat").write_text("usage_usec 1500\nuser_usec 1000\n")
+    (v2 / "cpu.max").write_text("150000 100000\n")
+    (v2 / "cpu.weight").write_text("100\n")
+    r2 = CgroupCpu("def", tmp_path / "v2").read()
+    assert r2 is not None and r2.usage_ns == 1_500_000 and r2.limit_cpus == pytest.approx(1.5)
+
+    gone = CgroupCpu("missing", tmp_path)
+    assert not gone.found and gone.read() is None
+    (tmp_path / "cpuacct" / "docker" / "abc" / "cpuacct.usage").write_text("garbage")
+    assert CgroupCpu("abc", tmp_path).read() is None
+
+
+def test_stats_reading() -> None:
+    stats = {"cpu_stats": {"cpu_usage": {"total_usage": 42}}}
+    r = stats_reading(stats, {"HostConfig": {"NanoCpus": 1_500_000_000, "CpuShares": 0}})
+    assert r is not None and r.usage_ns == 42 and r.limit_cpus == 1.5 and r.shares is None
+    r = stats_reading(stats, {"HostConfig": {"CpuQuota": 50000, "CpuPeriod": 100000}})
+    assert r is not None and r.limit_cpus == 0.5
+    assert stats_reading({}, {}) is None
+
+
+def result(policy: str, jcts: dict[str, float], limit: float | None = None) -> RunResult:
+    r = RunResult("s", policy, f"id-{policy}", 0.0, 2, 0.05, 20.0)
+    start = 0.0
+    for name, jct in jcts.items():
+        r.jobs.append(JobRecord(name, "img", start, start, start + jct, 0, "c", 10, 0.5))
+        for t in range(int(jct)):
+            r.samples.append(Sample(start + t + 1, name, 1.0, limit, 1024))
+        start += 10
+    return r
+
+
+def test_comparison_and_makespan() -> None:
+    none = result("none", {"a": 100.0, "b": 50.0})
+    flow = result("flowcon", {"a": 110.0, "b": 25.0}, limit=0.5)
+    assert none.makespan == 100.0 and flow.makespan == 110.0
+    cmp = comparison(none, flow)
+    rows = {r["job"]: r for r in cmp["jobs"]}
+    assert rows["a"]["change_pct"] == pytest.approx(10.0)
+    assert rows["b"]["change_pct"] == pytest.approx(-50.0)
+    assert cmp["makespan_change_pct"] == pytest.approx(10.0)
+    assert cmp["flowcon_limits_changed"] and not cmp["none_limits_changed"]
+    assert change_pct(None, 1.0) is None and change_pct(0.0, 1.0) is None
+    # a: 1 CPU for 99 s (first sample has no interval), b: 1 CPU for 49 s, over 100 s
+    assert mean_cpus_used(none) == pytest.approx((99 + 49) / 100)
+    assert cmp["mean_cpus_none"] == pytest.approx(1.48)
+
+
+def test_unfinished_job_has_no_makespan() -> None:
+    r = result("none", {"a": 10.0})
+    r.jobs.append(JobRecord("b", "img", 5.0, 5.0))
+    assert r.jobs[-1].jct is None and r.makespan is None
+
+
+def test_write_read_and_plot(tmp_path: Path) -> None:
+    flow = result("flowcon", {"a": 30.0, "b": 20.0}, limit=0.5)
+    write_run(flow, tmp_path)
+    back = read_run(tmp_path)
+    assert [j.jct for j in back.jobs] == [30.0, 20.0]
+    assert back.samples[0] == flow.samples[0]
+    assert "cpu_pct" in (tmp_path / "timeline.csv").read_text().splitlines()[0]
+    assert plot_cpu(back, tmp_path / "cpu.png").stat().st_size > 5000
+    none = result("none", {"a": 35.0, "b": 20.0})
+    assert plot_jct({"none": none, "flowcon": back}, tmp_path / "j.png").stat().st_size > 5000
