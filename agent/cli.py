@@ -60,29 +60,61 @@ def _num(x: Any, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def _mem(used: Any, limit: Any) -> str:
+    if used is None:
+        return "-"
+    return f"{_fmt_bytes(used)} / {_fmt_bytes(limit)}" if limit else _fmt_bytes(used)
+
+
 @click.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML config.")
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), help="State file to read.")
-@click.option("--json", "as_json", is_flag=True, help="Print the state as JSON.")
-def status(config_path: str | None, state_path: str | None, as_json: bool) -> None:
-    """Show the managed containers: list, G, limit, CPU, last metric."""
+@click.option("--json", "as_json", is_flag=True, help="Print the state (and live figures) as JSON.")
+@click.option("--no-engine", is_flag=True, help="Do not ask the engine; the state file only.")
+def status(config_path: str | None, state_path: str | None, as_json: bool, no_engine: bool) -> None:
+    """Show the managed containers: list, G, limit, and live CPU %, memory like docker stats."""
     from flowcon.agent.state import StateStore
+    from flowcon.agent.status import Live, live_figures
     from rich.console import Console
     from rich.table import Table
 
-    path = state_path or _config(config_path).state_file
+    from flowcon.engine.docker_engine import DockerEngine
+
+    cfg = _config(config_path) if config_path or not state_path else None
+    path = state_path or (cfg.state_file if cfg else "")
     store = StateStore(path)
     if not store.path.exists():
         raise click.ClickException(f"no agent state at {path} (is the agent running?)")
     state = store.load()
-    if as_json:
-        views = [rec.view for rec in state.containers.values()]
-        click.echo(json.dumps({"itval": state.itval, "containers": views}, indent=1))
-        return
+    live: dict[str, Live] = {}
+    engine_error: str | None = "not asked (--no-engine)" if no_engine else None
+    if not no_engine:
+        engine = DockerEngine(cfg.docker_host if cfg else None, timeout=5.0, cgroup_root=None)
+        try:
+            live, engine_error = live_figures(engine, list(state.containers))
+        finally:
+            engine.close()
     age = time.time() - state.updated_at if state.updated_at else None
+    if as_json:
+        views = []
+        for cid, rec in state.containers.items():
+            one = live.get(cid)
+            views.append({**rec.view, "live": one.to_dict() if one else None})
+        out = {
+            "itval": state.itval,
+            "node": state.node,
+            "host_cpus": state.host_cpus,
+            "rounds": state.rounds,
+            "state_age_s": age,
+            "engine": {"answered": engine_error is None, "error": engine_error},
+            "containers": views,
+        }
+        click.echo(json.dumps(out, indent=1))
+        return
     title = (
         f"FlowCon on {state.node or '?'}: {state.host_cpus} CPUs, itval {state.itval:g}s, "
-        f"{state.rounds} rounds, updated {_num(age, '.0f')}s ago"
+        f"{state.rounds} rounds, state updated {_num(age, '.0f')}s ago"
+        + ("; CPUS, CPU % and MEM live from the engine" if engine_error is None else "")
     )
     table = Table(title=title, title_justify="left")
     for col in (
@@ -93,7 +125,7 @@ def status(config_path: str | None, state_path: str | None, as_json: bool) -> No
         "LIMIT",
         "CPUS",
         "CPU %",
-        "MEM",
+        "MEM USAGE / LIMIT",
         "METRIC",
         "STEP",
         "STEP/S",
@@ -103,20 +135,39 @@ def status(config_path: str | None, state_path: str | None, as_json: bool) -> No
         )
     for cid, rec in sorted(state.containers.items(), key=lambda kv: kv[1].name):
         v = rec.view
-        cpu = v.get("cpu_share")
         metric = f"{v.get('metric', '?')}={_num(v.get('value'), '.4g')}"
+        one = live.get(cid)
+        if one is not None and one.error == "gone":
+            cpus, cpu_pct, mem = "gone", "-", "-"
+        elif one is not None:
+            cpus = "none" if one.cpus_limit is None else f"{one.cpus_limit:g}"
+            cpu_pct = _num(one.cpu_percent, ".1f") if one.running else "stopped"
+            mem = _mem(one.mem_bytes, one.mem_limit)
+        else:  # from the state file: the agent's last round
+            share = v.get("cpu_share")
+            cpus = "orig" if rec.applied_cpus is None else f"{rec.applied_cpus:g}"
+            cpu_pct = _num(None if share is None else share * 100 * (state.host_cpus or 1), ".1f")
+            mem = _fmt_bytes(v.get("mem_bytes"))
         table.add_row(
             cid[:12],
             rec.name,
             rec.list or ("job" if rec.job else "-"),
             _num(v.get("g"), ".3f"),
             _num(rec.limit if rec.managed else None, ".3f"),
-            "orig" if rec.applied_cpus is None else f"{rec.applied_cpus:g}",
-            _num(None if cpu is None else cpu * 100 * (state.host_cpus or 1), ".1f"),
-            _fmt_bytes(v.get("mem_bytes")),
+            cpus,
+            cpu_pct,
+            mem,
             metric,
             _num(v.get("step"), "d"),
             _num(v.get("iterations_per_second"), ".2f"),
         )
     # Piped output (no terminal): do not squeeze the table into 80 columns.
-    Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200).print(table)
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200)
+    console.print(table)
+    if engine_error is not None:
+        console.print(
+            f"note: engine not answering ({engine_error}); CPU %, MEM and CPUS are the "
+            f"agent's figures from the state file ({_num(age, '.0f')}s old)",
+            markup=False,
+            soft_wrap=True,
+        )

@@ -28,7 +28,10 @@ class Agent:
     def __init__(self, config: Config, dry_run: bool = False) -> None:
         self.cfg = config
         self.dry_run = dry_run or config.dry_run
-        self.engine = DockerEngine(config.docker_host)
+        self.engine = DockerEngine(
+            config.docker_host,
+            cgroup_root=config.cgroup_root if config.cpu_source == "auto" else None,
+        )
         self.host = host_capacity()
         cpus = self.host.cpus
         try:

@@ -2,12 +2,16 @@
 
 Logs are read incrementally: each round asks the engine only for lines after the
 last timestamp seen, so a long-running job's log is never read twice. CPU usage is
-the container's cumulative CPU time between two rounds, as a share of the host.
+the container's cumulative CPU time between two rounds, as a share of the host, read
+from its cgroup files when reachable (no engine call), else from the engine's stats.
+Block and network I/O (only shown by ``flowcon status``) need the engine's stats:
+they are refreshed every ``io_interval`` seconds, not every round.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -60,7 +64,14 @@ class ContainerMonitor:
     log_tail: int = 200
     history_len: int = 120
     log_since_ns: int = 0
-    prev_stats: Stats | None = None
+    cgroup_parent: str = ""  # from inspect: where the cgroup files are
+    pid: int = 0
+    use_cgroup: bool = True  # False: CPU from the engine's stats every round
+    io_interval: float = 60.0  # seconds between engine stats when CPU comes from cgroups
+    cpu_source: str | None = None  # "cgroup" or "engine": where the last CPU figure came from
+    _prev_cpu: tuple[str, float, int] | None = None  # (source, monotonic time, CPU ns)
+    _io_at: float | None = None
+    _no_cgroup: bool = False  # the last look found no cgroup files
     usage: Usage = field(default_factory=Usage)
     progress: Progress = field(default_factory=Progress)
     history: deque[tuple[float, float | None, float | None]] = field(init=False)
@@ -124,21 +135,54 @@ class ContainerMonitor:
                 p.steps_per_s = None
         self._prev_step = (p.step_ts, p.step)
 
-    def read_stats(self, engine: DockerEngine) -> None:
-        now = engine.stats(self.cid)
-        prev, self.prev_stats = self.prev_stats, now
+    def needs_engine_stats(self, mono: float) -> bool:
+        """Whether this round's ``read_stats`` will ask the engine (so the caller can fetch
+        those, each a wait for the engine's one-second tick, in parallel beforehand)."""
+        if not self.use_cgroup or self._no_cgroup:
+            return True
+        return self._io_at is None or mono - self._io_at >= self.io_interval
+
+    def read_stats(self, engine: DockerEngine, stats: Stats | None = None) -> None:
+        """CPU share since the last round (and memory) from the cgroup files; block and
+        network I/O, or everything when the files are not reachable, from the engine
+        (``stats``: the engine's figures if the caller already fetched them)."""
         u = self.usage
-        u.mem_bytes, u.blk_read, u.blk_write = now.mem_bytes, now.blk_read, now.blk_write
-        u.net_rx, u.net_tx = now.net_rx, now.net_tx
-        if prev is None or now.at <= prev.at or now.cpu_ns < prev.cpu_ns:
+        sample = (
+            engine.cgroup_usage(self.cid, self.cgroup_parent, self.pid) if self.use_cgroup else None
+        )
+        self._no_cgroup = sample is None
+        mono = time.monotonic()
+        st: Stats | None
+        mem: int | None
+        if sample is None:
+            st = stats if stats is not None else engine.stats(self.cid)
+            source, at, cpu_ns, mem = "engine", st.at, st.cpu_ns, st.mem_bytes
+        else:
+            source, at, cpu_ns, mem = "cgroup", sample.at, sample.cpu_ns, sample.mem_bytes
+            st = stats
+            if st is None and (self._io_at is None or mono - self._io_at >= self.io_interval):
+                st = engine.stats(self.cid)
+        if st is not None:
+            self._io_at = mono
+            u.blk_read, u.blk_write = st.blk_read, st.blk_write
+            u.net_rx, u.net_tx = st.net_rx, st.net_tx
+            if mem is None:  # no memory file: the engine's figure, refreshed with the I/O
+                mem = st.mem_bytes
+        if mem is not None:
+            u.mem_bytes = mem
+        prev, self._prev_cpu = self._prev_cpu, (source, at, cpu_ns)
+        self.cpu_source = source
+        # A change of source (the files appeared or went away) restarts the difference:
+        # the engine's sample time is its tick, not ours.
+        if prev is None or prev[0] != source or at <= prev[1] or cpu_ns < prev[2]:
             u.cpu_share = None
             return
-        u.cpu_share = (now.cpu_ns - prev.cpu_ns) / ((now.at - prev.at) * 1e9 * self.host_cpus)
+        u.cpu_share = (cpu_ns - prev[2]) / ((at - prev[1]) * 1e9 * self.host_cpus)
 
-    def measure(self, engine: DockerEngine, now: float) -> float | None:
+    def measure(self, engine: DockerEngine, now: float, stats: Stats | None = None) -> float | None:
         """One round: read logs and stats, close the interval. Returns a fresh G or None."""
         self.read_logs(engine)
-        self.read_stats(engine)
+        self.read_stats(engine, stats)
         self.close_throughput()
         g = self.tracker.close_interval(self.usage.cpu_share)
         self.history.append((now, self.progress.value, g))

@@ -4,6 +4,7 @@
 Targets (docs/agent.md): <= 1% of one core with 50 containers at itval 20 s, p95 <= 1 s.
 
     python3 benchmarks/bench_agent.py [--sizes 10 50] [--rounds 3] [--gap 20] [--events 10]
+        [--sources auto engine]   # CPU from cgroup files vs the stats API, same run
 
 Containers are testbox loops printing one metric line every 0.5 s; all carry the label
 flowcon.bench=<run id> and are removed at the end, pass or fail.
@@ -43,16 +44,29 @@ def pct(values: list[float], q: float) -> float:
 
 
 def run_size(
-    n: int, rounds: int, events: int, gap: float, client: Any, workdir: Path
+    n: int,
+    rounds: int,
+    events: int,
+    gap: float,
+    sources: list[str],
+    client: Any,
+    workdir: Path,
 ) -> dict[str, Any]:
     run = uuid.uuid4().hex[:8]
     labels = {"flowcon.enable": "true", "flowcon.bench": run, "flowcon.test.bench": "1"}
-    cfg = Config(
-        itval=20, state_file=str(workdir / f"state-{run}.json"), match_labels={"flowcon.bench": run}
-    )
-    engine = DockerEngine()
     host_cpus = client.info()["NCPU"]
-    ctl = Controller(engine, cfg, host_cpus, StateStore(cfg.state_file))
+    ctls: dict[str, Controller] = {}
+    for source in sources:
+        cfg = Config(
+            itval=20,
+            state_file=str(workdir / f"state-{run}-{source}.json"),
+            match_labels={"flowcon.bench": run},
+            cpu_source=source,
+        )
+        eng = DockerEngine(cgroup_root=cfg.cgroup_root if source == "auto" else None)
+        ctls[source] = Controller(eng, cfg, host_cpus, StateStore(cfg.state_file))
+    ctl = ctls[sources[0]]  # also handles the events
+    engine = ctl.engine
     first_update: dict[str, float] = {}
     start_event: dict[str, float] = {}
     real_update = engine.update_cpu
@@ -81,13 +95,24 @@ def run_size(
         c0 = time.process_time()
         ctl.resync()
         resync_cpu = time.process_time() - c0
-        round_cpu, round_wall = [], []
-        for _ in range(rounds):
-            time.sleep(gap)  # the jobs print meanwhile, as between two real rounds
-            c0, w0 = time.process_time(), time.monotonic()
-            ctl.round()
-            round_cpu.append(time.process_time() - c0)
-            round_wall.append(time.monotonic() - w0)
+        for other in sources[1:]:
+            ctls[other].resync()
+        # The controllers take turns, each one round every `gap` seconds (so each reads
+        # `gap` seconds of output per round, under the same machine load). A first
+        # round each (it reads the logs' tails) is not counted.
+        cpu: dict[str, list[float]] = {s: [] for s in sources}
+        wall: dict[str, list[float]] = {s: [] for s in sources}
+        offset = gap / len(sources)
+        for r in range(rounds + 1):
+            for source in sources:
+                time.sleep(offset)
+                c0, w0 = time.process_time(), time.monotonic()
+                ctls[source].round()
+                if r:
+                    cpu[source].append(time.process_time() - c0)
+                    wall[source].append(time.monotonic() - w0)
+        sample = next(iter(ctls[sources[0]].tracked.values()), None)
+        cpu_from = sample.monitor.cpu_source if sample else None
         listener.start()
         listener.connected.wait(10)
         time.sleep(0.5)
@@ -108,17 +133,19 @@ def run_size(
             if cid in first_update and cid in start_event:
                 latencies.append(first_update[cid] - start_event[cid])
             time.sleep(0.3)
-        start_cpu = (time.process_time() - c0) / events
+        start_cpu = (time.process_time() - c0) / max(events, 1)
         c0 = time.process_time()
         for cid in event_ids:
             subprocess.run(["docker", "rm", "-f", cid], check=True, capture_output=True)
         time.sleep(1.0)
-        finish_cpu = (time.process_time() - c0) / events
+        finish_cpu = (time.process_time() - c0) / max(events, 1)
         return {
             "n": n,
             "resync_cpu": resync_cpu,
-            "round_cpu": statistics.mean(round_cpu),
-            "round_wall": statistics.mean(round_wall),
+            "cpu_from": cpu_from,
+            "round_cpu": {s: statistics.mean(v) for s, v in cpu.items()},
+            "round_cpu_all": cpu,
+            "round_wall": {s: statistics.mean(v) for s, v in wall.items()},
             "start_event_cpu": start_cpu,
             "finish_event_cpu": finish_cpu,
             "latencies": latencies,
@@ -128,34 +155,63 @@ def run_size(
         for c in client.containers.list(all=True, filters={"label": f"flowcon.bench={run}"}):
             with contextlib.suppress(docker.errors.APIError):
                 c.remove(force=True)
+        for c in ctls.values():
+            c.engine.close()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[10, 50])
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=3, help="measured rounds per CPU source")
     ap.add_argument("--events", type=int, default=10)
     ap.add_argument("--gap", type=float, default=20.0, help="seconds between rounds (itval)")
+    ap.add_argument(
+        "--sources",
+        nargs="+",
+        choices=["auto", "engine"],
+        default=["auto", "engine"],
+        help="CPU sources to compare in the same run: auto (cgroup files), engine (stats API)",
+    )
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     client = docker.from_env()
     with tempfile.TemporaryDirectory() as tmp:
         results = [
-            run_size(n, args.rounds, args.events, args.gap, client, Path(tmp)) for n in args.sizes
+            run_size(n, args.rounds, args.events, args.gap, args.sources, client, Path(tmp))
+            for n in args.sizes
         ]
     print(
-        f"{'containers':>10} {'round CPU s':>12} {'% core @20s':>12} {'round wall s':>12} "
-        f"{'start ev CPU s':>15} {'finish ev CPU s':>16} {'lat p50 ms':>10} {'lat p95 ms':>10}"
+        f"{'containers':>10} {'CPU from':>9} {'round CPU s':>12} {'% core @20s':>12} "
+        f"{'round wall s':>12}"
+    )
+    for r in results:
+        for source in args.sources:
+            label = r["cpu_from"] if source == args.sources[0] else "engine"
+            rc = r["round_cpu"][source]
+            print(
+                f"{r['n']:>10} {label or '?':>9} {rc:>12.4f} {100 * rc / 20:>11.3f}% "
+                f"{r['round_wall'][source]:>12.2f}   rounds: "
+                + " ".join(f"{x:.3f}" for x in r["round_cpu_all"][source])
+            )
+        if len(args.sources) > 1:
+            a, b = (r["round_cpu"][s] for s in args.sources[:2])
+            print(f"{'':>10} ratio {args.sources[0]}/{args.sources[1]}: {a / b:.2f}")
+    print(
+        f"\n{'containers':>10} {'resync CPU s':>12} {'start ev CPU s':>15} "
+        f"{'finish ev CPU s':>16} {'lat p50 ms':>10} {'lat p95 ms':>10}"
     )
     for r in results:
         lat = r["latencies"] or [float("nan")]
         print(
-            f"{r['n']:>10} {r['round_cpu']:>12.4f} {100 * r['round_cpu'] / 20:>11.3f}% "
-            f"{r['round_wall']:>12.2f} {r['start_event_cpu']:>15.4f} "
+            f"{r['n']:>10} {r['resync_cpu']:>12.4f} {r['start_event_cpu']:>15.4f} "
             f"{r['finish_event_cpu']:>16.4f} "
             f"{1000 * statistics.median(lat):>10.0f} {1000 * pct(lat, 0.95):>10.0f}"
         )
-    print("(% core @20s = round CPU / itval 20 s; latency = engine start event -> our update)")
+    print(
+        "(% core @20s = round CPU / itval 20 s; latency = engine start event -> our update;\n"
+        " with CPU from cgroups, I/O stats are fetched every io_stats_interval = 60 s, i.e.\n"
+        " in one of three measured rounds, as in steady state)"
+    )
 
 
 if __name__ == "__main__":

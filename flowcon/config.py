@@ -43,6 +43,13 @@ class Config:
     max_line_bytes: int = 64 * 1024
     history: int = 120  # measurements kept per container (status, debugging)
     reconnect_max: float = 10.0  # cap of the event-stream reconnect back-off, s
+    # CPU time: "auto" reads the containers' cgroup files under cgroup_root when they are
+    # reachable (no engine call), else the engine's stats; "engine" always asks the engine.
+    cpu_source: str = "auto"
+    cgroup_root: str = "/sys/fs/cgroup"
+    # With CPU from cgroups, block/network I/O (shown by `flowcon status`) come from the
+    # engine's stats at most this often, in seconds (0: every round).
+    io_stats_interval: float = 60.0
     dry_run: bool = False
     # Only containers carrying all these labels (with these values) are considered: lets
     # several agents (tests, replays) share one engine without touching each other's jobs.
@@ -60,6 +67,18 @@ class Config:
             raise ConfigError(f"itval_max ({self.itval_max}) is below itval ({self.itval})")
         if not isinstance(self.min_update_cpus, int | float) or not (0 <= self.min_update_cpus < 1):
             raise ConfigError(f"min_update_cpus must be in [0, 1), got {self.min_update_cpus!r}")
+        if self.cpu_source not in ("auto", "engine"):
+            raise ConfigError(f"cpu_source must be auto or engine, got {self.cpu_source!r}")
+        if not isinstance(self.cgroup_root, str) or not self.cgroup_root:
+            raise ConfigError(f"cgroup_root must be a directory path, got {self.cgroup_root!r}")
+        if (
+            not isinstance(self.io_stats_interval, int | float)
+            or isinstance(self.io_stats_interval, bool)
+            or not math.isfinite(self.io_stats_interval)
+            or self.io_stats_interval < 0
+        ):
+            value = self.io_stats_interval
+            raise ConfigError(f"io_stats_interval must be a number of seconds >= 0, got {value!r}")
         if self.min_cpu_share > 1:
             raise ConfigError("min_cpu_share is a share of the host: at most 1")
         for name in ("reference_intervals", "history", "max_line_bytes"):

@@ -36,7 +36,7 @@ class EventListener:
         engine: DockerEngine,
         on_start: Callable[[str], None],
         on_finish: Callable[[str], None],
-        on_connect: Callable[[], None],
+        on_connect: Callable[[], object],
         backoff_initial: float = 0.25,
         backoff_max: float = 10.0,
     ) -> None:

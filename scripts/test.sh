@@ -9,6 +9,7 @@ bash scripts/install.sh
 bash scripts/ensure-engine.sh
 bash images/testbox/build.sh
 bash images/base/build.sh
+bash images/elastic-example/build.sh
 
 echo "== ruff" >&2
 ruff check .

@@ -14,6 +14,7 @@ from flowcon.agent.state import StateStore
 from flowcon.config import Config
 from flowcon.core.lists import ListName
 from flowcon.engine.docker_engine import (
+    CgroupSample,
     ContainerGone,
     ContainerInfo,
     CpuSettings,
@@ -47,6 +48,9 @@ class FakeEngine:
         self.updates: list[tuple[str, dict[str, int]]] = []
         self.vanish_on_update: set[str] = set()
         self.down = False
+        self.cgroups = False  # True: CPU time from "cgroup files" instead of stats
+        self.stats_calls = 0
+        self.forgotten: list[str] = []
 
     def add(self, cid: str, labels: dict[str, str], **kw: object) -> FakeContainer:
         self.c[cid] = FakeContainer(cid, labels, **kw)  # type: ignore[arg-type]
@@ -89,7 +93,16 @@ class FakeEngine:
 
     def stats(self, cid: str) -> Stats:
         c = self._get(cid)
+        self.stats_calls += 1
         return Stats(self.t, c.cpu_ns, 1 << 20, 0, 0, 0, 0)
+
+    def cgroup_usage(self, cid: str, cgroup_parent: str = "", pid: int = 0) -> CgroupSample | None:
+        if not self.cgroups or cid not in self.c:
+            return None
+        return CgroupSample(self.t, self.c[cid].cpu_ns, 2 << 20)
+
+    def forget(self, cid: str) -> None:
+        self.forgotten.append(cid)
 
     def log_frames(self, cid: str, since_ns: int | None, tail: int | None):  # type: ignore[no-untyped-def]
         c = self._get(cid)
@@ -238,3 +251,77 @@ def test_restore_and_resume_keep_originals(tmp_path: Path) -> None:
     assert nano(eng, "n") == 3 * 10**9
     assert (eng.c["q"].cpu.cpu_quota, eng.c["q"].cpu.cpu_shares) == (150_000, 512)
     assert nano(eng, "u") == HOST * 10**9  # "no limit": the engine cannot clear NanoCpus
+
+
+@pytest.mark.parametrize(
+    ("cfg", "cgroups", "stats_per_round"),
+    [
+        ({}, True, [2, 0, 0]),  # CPU from cgroups; I/O stats only when io_stats_interval is due
+        ({"io_stats_interval": 0}, True, [2, 2, 2]),
+        ({"cpu_source": "engine"}, True, [2, 2, 2]),  # forced: the engine's stats every round
+        ({}, False, [2, 2, 2]),  # no cgroup files reachable: falls back to the engine
+    ],
+)
+def test_cpu_from_cgroups_and_io_cadence(
+    tmp_path: Path, cfg: dict[str, object], cgroups: bool, stats_per_round: list[int]
+) -> None:
+    eng = FakeEngine()
+    eng.cgroups = cgroups
+    eng.add("a", ON)
+    eng.add("b", ON)
+    ctl = make(eng, tmp_path, **cfg)
+    ctl.resync()
+    calls = []
+    for _ in range(3):
+        for cid in ("a", "b"):
+            progress(eng, cid, 100.0, 1.0)
+        before = eng.stats_calls
+        ctl.round()
+        calls.append(eng.stats_calls - before)
+    assert calls == stats_per_round
+    mon = ctl.tracked["a"].monitor
+    assert mon.cpu_source == ("cgroup" if cgroups and "cpu_source" not in cfg else "engine")
+    # Two containers emit in turn, each busy half the time it emits: 0.25 CPU of 4.
+    assert mon.usage.cpu_share == pytest.approx(0.25 / HOST)
+    assert mon.usage.mem_bytes == (2 << 20 if mon.cpu_source == "cgroup" else 1 << 20)
+
+
+def test_start_event_during_a_round_is_not_undone(tmp_path: Path) -> None:
+    """A round lists the containers, then measures outside the lock; a container whose
+    start event is handled in between is newer than the list, not gone."""
+    eng = FakeEngine()
+    eng.add("a", ON)
+    ctl = make(eng, tmp_path)
+    ctl.resync()
+    listing = ctl._present
+
+    def list_then_start() -> dict[str, ContainerInfo]:
+        present = listing()
+        eng.add("late", ON)
+        ctl.on_start("late")  # the listener, while the round measures
+        return present
+
+    ctl._present = list_then_start  # type: ignore[method-assign]
+    ctl.round()
+    assert "late" in ctl.tracked
+    assert all(body.get("NanoCpus") != HOST * 10**9 for cid, body in eng.updates if cid == "late")
+    ctl._present = listing  # type: ignore[method-assign]
+    eng.c["late"].running = False  # ... and a later round still notices when it is gone
+    ctl.round()
+    assert "late" not in ctl.tracked
+
+
+def test_overflowing_metric_values_keep_the_state_file_writable(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    eng = FakeEngine()
+    eng.add("a", ON)
+    ctl = make(eng, tmp_path)
+    ctl.resync()
+    for values in ([1.0, 2.0], [1e308, 1e308], [-1e308], [1e308], [3.0]):
+        for v in values:
+            eng.emit("a", f'{{"loss": {v!r}}}')
+        ctl.round()
+    assert "cannot write state file" not in caplog.text
+    saved = StateStore(tmp_path / "state.json").load()
+    assert saved.rounds == ctl.rounds == 5

@@ -171,6 +171,22 @@ def test_agent_on_the_engine(docker_client, labeled, cleanup_containers, tmp_age
     assert (hc["NanoCpus"], hc["CpuQuota"], hc["CpuPeriod"]) == (0, 0, 0)
     assert plain.id[:12] not in agent.text()
 
+    # `flowcon status` shows the engine's live figures next to the agent's lists.
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("DOCKER_HOST", None)
+    cmd = [sys.executable, "-m", "flowcon.cli", "status", "--config", str(agent.cfg_path)]
+    js = subprocess.run([*cmd, "--json"], capture_output=True, text=True, env=env, timeout=60)
+    assert js.returncode == 0, js.stderr
+    data = json.loads(js.stdout)
+    assert data["engine"]["answered"] is True
+    rows = {row["container_id"]: row for row in data["containers"]}
+    live = rows[steady.id]["live"]
+    assert live["running"] and live["mem_bytes"] > 0 and live["cpu_percent"] is not None
+    assert 0 < live["cpus_limit"] <= host_cpus  # the agent limited it (it moves every second)
+    table = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+    assert table.returncode == 0 and "live from the engine" in table.stdout, table.stdout
+    assert f"fc-{run_id}-steady" in table.stdout
+
     # SIGTERM: every managed container gets its original settings back.
     assert agent.stop() == 0, agent.text()[-3000:]
     assert host_cfg(medium)["NanoCpus"] == 3 * NANO // 2  # exact original
@@ -179,6 +195,45 @@ def test_agent_on_the_engine(docker_client, labeled, cleanup_containers, tmp_age
     assert host_cfg(plain)["NanoCpus"] == 0
     log = agent.text()
     assert "decision container=" in log and "reason=" in log and "restored container=" in log
+
+
+def test_cgroup_cpu_agrees_with_engine_stats(docker_client, labeled, cleanup_containers):  # type: ignore[no-untyped-def]
+    """The agent reads CPU time from the cgroup files; the engine's stats must agree."""
+    from flowcon.engine.docker_engine import DockerEngine
+
+    if not Path("/sys/fs/cgroup").is_dir():
+        pytest.skip("no /sys/fs/cgroup here")
+    busy = docker_client.containers.run(
+        TESTBOX_IMAGE,
+        ["sh", "-c", "while :; do :; done"],
+        detach=True,
+        labels=labeled(),
+        network_mode="none",
+        nano_cpus=NANO // 2,  # half a CPU: a steady rate, and the shared host keeps a core
+    )
+    eng = DockerEngine()
+    try:
+        info = eng.inspect(busy.id)
+        first = eng.cgroup_usage(busy.id, info.cgroup_parent, info.pid)
+        assert first is not None, "cgroup files of a local container not found"
+        # The engine samples the same counter between our request and its answer.
+        for _ in range(3):
+            before = eng.cgroup_usage(busy.id)
+            stats = eng.stats(busy.id)
+            after = eng.cgroup_usage(busy.id)
+            assert before is not None and after is not None
+            assert before.cpu_ns <= stats.cpu_ns <= after.cpu_ns
+            assert after.mem_bytes is not None
+            assert abs(after.mem_bytes - stats.mem_bytes) <= max(stats.mem_bytes // 10, 1 << 20)
+        time.sleep(2.0)
+        last = eng.cgroup_usage(busy.id)
+        assert last is not None
+        rate = (last.cpu_ns - first.cpu_ns) / ((last.at - first.at) * 1e9)
+        # ns, not µs or ticks (a loaded shared host may give it less than its half CPU)
+        assert 0.1 < rate <= 0.55, f"busy container at --cpus 0.5 used {rate:.2f} CPU"
+    finally:
+        eng.close()
+        busy.remove(force=True)
 
 
 # ----- engine restart on a private dockerd ------------------------------------------------

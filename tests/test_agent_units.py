@@ -164,12 +164,20 @@ def test_status_table_and_json(tmp_path: Path) -> None:
         view={"g": 0.01, "cpu_share": 0.2, "metric": "loss", "value": 0.42, "step": 7},
     )
     store.save(state)
-    out = CliRunner().invoke(status, ["--state", str(store.path)], terminal_width=200)
+    out = CliRunner().invoke(status, ["--state", str(store.path), "--no-engine"])
     assert out.exit_code == 0, out.output
     assert "trainer" in out.output and "CL" in out.output and "loss=0.42" in out.output
     assert "40.0" in out.output  # CPU %: 0.2 of 2 CPUs
-    js = CliRunner().invoke(status, ["--state", str(store.path), "--json"])
+    js = CliRunner().invoke(status, ["--state", str(store.path), "--json", "--no-engine"])
     assert json.loads(js.output)["containers"][0]["value"] == 0.42
+    # The engine does not answer: the state file's figures, with a note saying so.
+    down = {"DOCKER_HOST": f"unix://{tmp_path / 'no-engine.sock'}"}
+    out = CliRunner().invoke(status, ["--state", str(store.path)], env=down)
+    assert out.exit_code == 0, out.output
+    assert "engine not answering" in out.output and "40.0" in out.output
+    js = CliRunner().invoke(status, ["--state", str(store.path), "--json"], env=down)
+    data = json.loads(js.output)
+    assert data["engine"]["answered"] is False and data["containers"][0]["live"] is None
     missing = CliRunner().invoke(status, ["--state", str(tmp_path / "none.json")])
     assert missing.exit_code != 0 and "no agent state" in missing.output
 

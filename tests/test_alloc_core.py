@@ -150,3 +150,38 @@ def test_best_effort_and_soft_deadline_get_spare_only() -> None:
         state.jobs[j.job_id] = j
     out = pol.schedule(0.0, state)
     assert out["hard"] == 4 and out["be"] == 0 and out["soft"] == 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_ledger_profile_matches_its_plans(seed: int) -> None:
+    """The reserved-GPU step function stays the sum of the plans through admissions,
+    completions, refreshes and re-plans, also when the clock goes backwards."""
+    rng = random.Random(seed)
+    curve = ThroughputCurve({1: 1.0, 2: 1.8, 4: 3.2, 8: 5.0})
+    ledger = SlotLedger(16, 60.0, overhead=5.0)
+    jobs: dict[str, Job] = {}
+    times = [60.0 * k for k in range(0, 40, 2)] + [600.0, 0.0, 1800.0]
+    for step, now in enumerate(times):
+        for _ in range(3):
+            jid = f"j{step}-{rng.randint(0, 10**6)}"
+            j = job(jid, rng.uniform(500, 20000), now + rng.uniform(300, 6000), curve)
+            if ledger.try_admit(j, {**jobs, jid: j}, now).admitted:
+                jobs[jid] = j
+        for jid in list(jobs):
+            jobs[jid].done_iterations = min(jobs[jid].iterations, jobs[jid].done_iterations + 200)
+            if rng.random() < 0.15:
+                ledger.remove(jid)
+                del jobs[jid]
+        if step % 5 == 4:
+            ledger.refresh(ledger.behind(jobs, now), jobs, now)
+        if step % 7 == 6:
+            for jid in ledger.replan(jobs, now):
+                del jobs[jid]
+        horizon = 120
+        expect = [0] * horizon
+        for p in ledger.plans().values():
+            for i in range(horizon):
+                expect[i] += p.at(now + i * 60.0)
+        assert ledger.used_profile(now, horizon) == expect
+        assert all(v <= 16 for v in expect)
+        assert ledger.shares(now) == {jid: p.at(now) for jid, p in ledger.plans().items()}

@@ -83,3 +83,107 @@ def test_bad_sizes_raise() -> None:
         placer.place({"a": 3}, {})
     with pytest.raises(PlacementError):
         placer.place({"a": 8, "b": 1}, {})
+
+
+def _ids(topo: Topology, p: Placement) -> list[int]:
+    return sorted(node * topo.gpus_per_node + gpu for node, gpu in p)
+
+
+@pytest.mark.parametrize("spec", ["4x8", "3x8", "2x2x8"])
+def test_stable_allocation_never_migrates(spec: str) -> None:
+    """Asking again with the same allocation changes nothing, whatever the history, and so
+    does any change that only shrinks or removes jobs: the others keep their GPUs."""
+    topo = Topology.from_spec(spec)
+    placer = BuddyPlacer(topo, overhead=10.0)
+    rng = random.Random(spec)
+    sizes = [1, 1, 1, 2, 2, 4, 8]
+    current: dict[str, Placement] = {}
+    alloc: dict[str, int] = {}
+    for step in range(200):
+        for jid in list(alloc):
+            if rng.random() < 0.2:
+                alloc[jid] = rng.choice(sizes)
+        alloc[f"s{step}"] = rng.choice(sizes)
+        while sum(alloc.values()) > topo.total_gpus:
+            alloc.pop(rng.choice(list(alloc)))
+        current = dict(placer.place(alloc, current).placements)
+        again = placer.place(alloc, current)
+        assert not again.changed and not again.repacked and not again.overhead
+        assert again.placements == current
+        # fresh placer (no cached state, e.g. after a service restart): same answer
+        assert BuddyPlacer(topo).place(alloc, current).placements == current
+        # removing or pausing jobs never moves the others
+        gone = set(rng.sample(sorted(alloc), k=min(2, len(alloc))))
+        fewer = {j: (0 if j in gone else n) for j, n in alloc.items()}
+        shrink = placer.place(fewer, current)
+        assert not shrink.migrated and shrink.rescaled == gone
+        assert all(shrink.placements[j] == current[j] for j in alloc if j not in gone)
+        current = dict(placer.place(alloc, current).placements)  # back (re-place the gone)
+
+
+def test_defragmentation_moves_only_the_job_in_the_way() -> None:
+    topo = Topology.from_spec("2x8")
+    placer = BuddyPlacer(topo, overhead=10.0)
+    # one idle GPU at the end of each node: a 2-GPU job needs exactly one 1-GPU job moved
+    cur = {f"x{i}": ((i // 7, i % 7),) for i in range(14)}
+    plan = placer.place({k: 1 for k in cur} | {"big": 2}, cur)
+    assert plan.repacked and len(plan.migrated) == 1 and plan.rescaled == {"big"}
+    (moved,) = plan.migrated
+    assert set(plan.overhead) == {"big", moved}
+    assert all(plan.placements[j] == cur[j] for j in cur if j != moved)
+    assert _ids(topo, plan.placements["big"]) in ([6, 7], [14, 15])
+
+
+def test_defragmentation_prefers_fewest_and_smallest_jobs() -> None:
+    topo = Topology.from_spec("2x8")
+    placer = BuddyPlacer(topo)
+    g = topo.gpus_per_node
+
+    def at(*ids: int) -> Placement:
+        return tuple(divmod(i, g) for i in ids)
+
+    # node 0: a (4 GPUs) + b, c (1 each) + 2 idle; node 1: d (4) + e (2) + 2 idle
+    cur = {"a": at(0, 1, 2, 3), "b": at(4), "c": at(5), "d": at(8, 9, 10, 11), "e": at(12, 13)}
+    alloc = {"a": 4, "b": 1, "c": 1, "d": 4, "e": 2, "new": 4}
+    plan = placer.place(alloc, cur)
+    # freeing [4..7] moves two jobs, freeing [12..15] moves one (e): e moves
+    assert plan.migrated == {"e"}
+    assert _ids(topo, plan.placements["new"]) == [12, 13, 14, 15]
+    assert _ids(topo, plan.placements["e"]) == [6, 7]
+    # among equal job counts, the block holding fewer GPUs is emptied
+    cur2 = {"a": at(0, 1, 2, 3), "b": at(4), "d": at(8, 9, 10, 11), "e": at(12, 13)}
+    plan2 = placer.place({"a": 4, "b": 1, "d": 4, "e": 2, "new": 4, "f": 1}, cur2)
+    assert plan2.migrated == {"b"}
+    assert _ids(topo, plan2.placements["new"]) == [4, 5, 6, 7]
+
+
+def test_no_migration_when_a_free_block_exists() -> None:
+    """Over random histories, a job only moves when the placement had to defragment, and
+    the jobs moved in one step hold fewer GPUs than the jobs that needed the room."""
+    topo = Topology.from_spec("4x8")
+    placer = BuddyPlacer(topo)
+    rng = random.Random(7)
+    current: dict[str, Placement] = {}
+    alloc: dict[str, int] = {}
+    defrags = 0
+    for step in range(400):
+        for jid in list(alloc):
+            r = rng.random()
+            if r < 0.1:
+                del alloc[jid]
+            elif r < 0.25:
+                alloc[jid] = rng.choice([1, 2, 4, 8])
+        alloc[f"s{step}"] = rng.choice([1, 1, 2, 4])
+        while sum(alloc.values()) > topo.total_gpus:
+            alloc.pop(rng.choice(list(alloc)))
+        plan = placer.place(alloc, current)
+        _check(topo, alloc, plan.placements)
+        if plan.migrated:
+            defrags += 1
+            assert plan.repacked
+            needing = sum(alloc[j] for j in plan.rescaled if j in alloc)
+            assert sum(alloc[j] for j in plan.migrated) < max(needing, 1) * 2
+        else:
+            assert not plan.repacked
+        current = dict(plan.placements)
+    assert defrags > 0  # the scenario does exercise defragmentation

@@ -53,13 +53,15 @@ def wait_for(pred, timeout=60.0, every=0.5):  # type: ignore[no-untyped-def]
         time.sleep(every)
 
 
-@pytest.fixture
-def env(tmp_path, docker_client, labeled, test_run_id):  # type: ignore[no-untyped-def]
+def daemon_env(tmp_path, docker_client, labeled, test_run_id, config=CONFIG, image=TESTBOX_IMAGE):  # type: ignore[no-untyped-def]
+    """(cfg, start, run id): ``start()`` runs a daemon with the real executor on the
+    engine; every daemon is stopped and every container/network/volume of the test is
+    removed afterwards (a generator: use it with ``yield from`` in a fixture)."""
     try:
-        docker_client.images.get(TESTBOX_IMAGE)
+        docker_client.images.get(image)
     except Exception:
-        pytest.skip(f"{TESTBOX_IMAGE} not built (images/testbox/build.sh)")
-    (tmp_path / "allocator.yaml").write_text(CONFIG)
+        pytest.skip(f"{image} not built (images/*/build.sh)")
+    (tmp_path / "allocator.yaml").write_text(config)
     cfg = load_config(tmp_path / "allocator.yaml")
     started: list[Allocator] = []
 
@@ -70,13 +72,20 @@ def env(tmp_path, docker_client, labeled, test_run_id):  # type: ignore[no-untyp
         started.append(alloc)
         return alloc
 
-    yield cfg, start, test_run_id
-    for a in started:
-        if a.server is not None and not a._stop.is_set():
-            a.stop()
-    from swarm_fixtures import sweep
+    try:
+        yield cfg, start, test_run_id
+    finally:
+        for a in started:
+            if a.server is not None and not a._stop.is_set():
+                a.stop()
+        from swarm_fixtures import sweep
 
-    sweep(docker_client, f"{TEST_LABEL}={test_run_id}")
+        sweep(docker_client, f"{TEST_LABEL}={test_run_id}")
+
+
+@pytest.fixture
+def env(tmp_path, docker_client, labeled, test_run_id):  # type: ignore[no-untyped-def]
+    yield from daemon_env(tmp_path, docker_client, labeled, test_run_id)
 
 
 def containers(docker_client, run_id, job=None):  # type: ignore[no-untyped-def]

@@ -269,3 +269,57 @@ def test_measured_restart_overhead_is_charged_in_admission(tmp_path):
     res = pl2.submit(_spec("exact", 1000, 100, 0.0, max_gpus=1), now=0.0)
     assert not res.admitted
     assert st2.events(job="exact")[0].data["restart_overhead"] == 5.0
+
+
+def test_profiling_record_blocks_the_name_and_can_be_cancelled_or_fail(tmp_path):
+    st = Store(tmp_path / "a.db")
+    pl = Planner(st, 8, 10.0)
+    auto = _spec("a", 600, 100, 0.0, profile="auto")
+    assert auto.profile is None and auto.profile_auto
+    pl.begin_profiling(auto, [1, 2, 4], now=0.0)
+    assert st.get_job("a").state == "profiling"  # type: ignore[union-attr]
+    with pytest.raises(PlanError) as err:  # same name while profiling
+        pl.begin_profiling(_spec("a", 600, 100, 1.0, profile="auto"), [1], now=1.0)
+    assert err.value.status == 409
+    with pytest.raises(PlanError):  # a different submission cannot take its place
+        pl.submit(_spec("a", 600, 100, 1.0), now=1.0)
+    assert pl.plan(2.0).allocation == {}  # a profiling job holds no GPUs
+    # the pre-run's result is admitted as the same submission
+    from flowcon.service.jobspec import ThroughputProfile
+
+    res = pl.submit(auto.with_profile(ThroughputProfile(((1, 10.0), (2, 18.0)))), now=3.0)
+    assert res.admitted and st.get_job("a").profile == {1: 10.0, 2: 18.0}  # type: ignore[union-attr]
+    # cancel during profiling; a failed pre-run drops the job with the reason
+    pl.begin_profiling(_spec("b", 600, 100, 4.0, profile="auto"), [1], now=4.0)
+    assert pl.cancel("b", now=5.0).state == "cancelled"
+    assert pl.profiling_failed("b", "late", now=6.0) is False  # already decided
+    pl.begin_profiling(_spec("c", 600, 100, 7.0, profile="auto"), [1], now=7.0)
+    assert pl.profiling_failed("c", "no metric lines", now=8.0) is True
+    c = st.get_job("c")
+    assert c is not None and c.state == "dropped" and "no metric lines" in c.reason
+    assert st.admissions("c")[-1]["admitted"] is False
+    assert [e.kind for e in st.events(job="c")] == [
+        "profiling_started",
+        "profiling_failed",
+        "dropped",
+    ]
+
+
+def test_agent_rows_count_at_their_containers_gpu_count_once(tmp_path):
+    """The agent's field name, a rate taken before a rescale, and repeated rates."""
+    st = Store(tmp_path / "a.db")
+    pl = Planner(st, 8, 10.0, min_measurements=1)
+    pl.submit(_spec("a", 2400, 100, 0.0, max_gpus=4), now=0.0)
+    rec = st.get_job("a")
+    assert rec is not None and rec.gpus == 4
+    pl.containers["a"] = {"old4", "new2"}
+    pl.container_gpus.update({"old4": 4, "new2": 2})
+    row = {"container_id": "old4", "job": "a", "iterations_per_second": 16.0, "ts": 1.0}
+    assert pl.ingest("n", row, now=1.0) == "refined"
+    assert pl.ingest("n", dict(row), now=2.0) == "stored"  # same ts: a repeated rate
+    row2 = {"container_id": "new2", "job": "a", "iterations_per_second": 9.0, "ts": 3.0}
+    assert pl.ingest("n", row2, now=3.0) == "refined"
+    rec = st.get_job("a")
+    assert rec is not None
+    assert rec.measured == {4: 16.0, 2: 9.0} and rec.measured_n == {4: 1, 2: 1}
+    assert [m["gpus"] for m in st.measurements("a")] == [4, 4, 2]

@@ -105,3 +105,18 @@ def test_algorithm2_new_and_finished() -> None:
     assert change.new == {"c"} and change.finished == {"b"} and change.changed
     assert apply_change(lists, change) == {"a": CL, "c": NL}
     assert not pool_change({"a"}, {"a"}).changed
+
+
+def test_non_finite_g_counts_as_no_growth() -> None:
+    g = {"a": float("nan"), "b": float("inf"), "c": 1.0, "d": -3.0}
+    r = algorithm1({k: NL for k in g}, g, {}, 2, ALPHA)
+    assert r.lists == {"a": WL, "b": WL, "c": NL, "d": WL}
+    assert r.decisions["c"].limit == 1.0
+    assert all(0.0 <= d.limit <= 1.0 for d in r.decisions.values())
+
+
+def test_normalize_never_overflows() -> None:
+    from flowcon.core.growth import MAX_G, normalize
+
+    assert normalize(1e300, 1e-300) == MAX_G
+    assert normalize(2.0, 4.0) == 0.5

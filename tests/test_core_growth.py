@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from flowcon.core.growth import GrowthTracker, growth_efficiency, normalize, progress_rate
@@ -83,3 +85,21 @@ def test_to_cpus_bounds() -> None:
     assert to_cpus(0.0, 4).cpus == 0.01  # the engine's minimum
     assert to_cpus(0.3, 2).nano_cpus == 600_000_000
     assert not to_cpus(1.0, 4, cpus_max=3).unlimited
+    assert to_cpus(float("nan"), 4).unlimited  # a NaN limit (edited state) is "no limit"
+
+
+def test_huge_finite_values_never_give_a_non_finite_g() -> None:
+    """1e308 then -1e308 are finite, but their difference (and a window sum) overflow."""
+    tr = GrowthTracker(reference_intervals=1)
+    seen = []
+    for t, value in enumerate([1.0, 2.0, 1e308, -1e308, 1e308, 1e308, 3.0, 2.0]):
+        tr.add_sample(float(t), value)
+        if t == 5:
+            tr.add_sample(t + 0.5, value)  # a sum of two 1e308 samples is inf
+        g = tr.close_interval(0.5)
+        seen.append(g)
+        assert g is None or math.isfinite(g)
+        assert math.isfinite(tr.current()) and math.isfinite(tr.reference)
+        assert tr.last_point is None or all(map(math.isfinite, tr.last_point))  # JSON-safe
+    assert seen[1] == pytest.approx(1.0)  # the reference interval
+    assert seen[-1] is not None  # measurements resume once values are sane again

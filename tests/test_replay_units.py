@@ -17,7 +17,8 @@ from flowcon.replay.recorder import (
     read_run,
     write_run,
 )
-from flowcon.replay.runner import last_metric, parse_docker_time
+from flowcon.replay.runner import REPLAY_LABEL, Replay, last_metric, parse_docker_time
+from flowcon.replay.scenario import load_scenario
 
 
 def test_parse_docker_time() -> None:
@@ -122,3 +123,15 @@ def test_write_read_and_plot(tmp_path: Path) -> None:
     assert plot_cpu(back, tmp_path / "cpu.png").stat().st_size > 5000
     none = result("none", {"a": 35.0, "b": 20.0})
     assert plot_jct({"none": none, "flowcon": back}, tmp_path / "j.png").stat().st_size > 5000
+
+
+def test_agent_is_scoped_to_its_own_run(tmp_path: Path) -> None:
+    """Regression: an unscoped replay agent managed every FlowCon container on the engine."""
+    scenario = load_scenario(str(Path(__file__).parent.parent / "scenarios" / "fixed.yaml"))
+    replay = Replay(None, scenario, "flowcon", tmp_path, run_id="abc123")
+    settings = replay.agent_settings()
+    assert settings["match_labels"] == {REPLAY_LABEL: "abc123"}
+    assert settings["alpha"] == scenario.alpha and settings["itval"] == scenario.itval
+    # An explicit scope from the caller wins.
+    replay = Replay(None, scenario, "flowcon", tmp_path, agent_config={"match_labels": {"x": "1"}})
+    assert replay.agent_settings()["match_labels"] == {"x": "1"}

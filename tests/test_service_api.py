@@ -90,6 +90,8 @@ def test_changes_without_the_token_are_refused(daemon, client, token):
         ({"name": "Bad Name"}, "name"),
         ({"gpus": 4}, "gpus"),
         ({"image": None}, "image"),
+        # a plan-only daemon has no executor to pre-run the job
+        ({"profile": "auto"}, "profile"),
     ],
 )
 def test_bad_spec_is_400_with_the_field_and_creates_nothing(daemon, client, patch, field):

@@ -127,3 +127,28 @@ def test_cli_malformed_input_exits_cleanly(tmp_path: Path, files: tuple[Path, Pa
     assert res.exit_code != 0
     assert "row 2" in res.output and "num_iteration" in res.output
     assert "Traceback" not in res.output
+
+
+def test_simulation_path_imports_neither_numpy_nor_matplotlib(
+    tmp_path: Path, files: tuple[Path, Path]
+) -> None:
+    """Process start is most of a small run's time: the simulate path stays stdlib + click,
+    and --no-plots writes the CSV/JSON without loading matplotlib."""
+    import subprocess
+    import sys
+
+    trace, tables = files
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from flowcon.sim.cli import simulate\n"
+        f"r = CliRunner().invoke(simulate, ['--trace', {str(trace)!r}, '--cluster', '1x4',"
+        f" '--throughputs', {str(tables)!r}, '--out', {str(tmp_path / 'o')!r}, '--no-plots'])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print(sorted(m for m in ('numpy', 'matplotlib') if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert (tmp_path / "o" / "jobs.csv").exists() and not (tmp_path / "o" / "cluster.png").exists()

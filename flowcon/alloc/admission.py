@@ -10,6 +10,10 @@ whose deadline is not earlier than the newcomer's (earlier ones cannot be affect
 filled first). Plans of earlier jobs may be stale (made when those jobs had more work left),
 which only over-reserves; before a rejection the ledger re-plans everything from the current
 progress and tries again, so staleness never causes a wrong drop.
+
+Plans and the reserved-GPU profile are step functions over slots (runs of equal value), not
+per-slot arrays: a horizon of thousands of slots has only tens of steps, so progressive
+filling costs O(steps + levels^2) per job in plain Python (no numpy import on the hot path).
 """
 
 from __future__ import annotations
@@ -19,13 +23,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-import numpy.typing as npt
-
 from flowcon.alloc.model import Job, powers_of_two
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 
 _EPS = 1e-9
 
@@ -54,43 +52,138 @@ class AdmissionDecision:
     plans: dict[str, SlotPlan] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Curve:
-    """Per-job lookup tables over the number of free GPUs 0..G: the throughput the job gets
-    and the power-of-two count it actually uses."""
+    """The GPU counts at which the job gets faster (``levels``, ascending), its throughput
+    there, and ``by_used[v]``: index of the largest level <= the GPUs left free when ``v``
+    are reserved (-1: none)."""
 
-    tp: FloatArray
-    gpus: IntArray
     levels: list[int]
+    tps: list[float]
+    by_used: list[int]
+
+
+# (first slot, end slot (exclusive), GPUs > 0, iterations/s at that count)
+_Run = tuple[int, int, int, float]
 
 
 @dataclass
 class _Plan:
-    start: int  # absolute slot index of gpus[0]
-    gpus: IntArray
+    start: int  # absolute slot index of the first reserved slot
+    runs: list[_Run]
     breaks: list[int]  # absolute slot indices where the reservation changes value
-    ahead: FloatArray | None = None  # iterations the plan still provides from slot i on
-
-    def provides(self, k: int) -> float:
-        """Iterations the reservation delivers from absolute slot ``k`` to its end."""
-        if self.ahead is None or len(self.gpus) == 0:
-            return 0.0
-        i = max(0, k - self.start)
-        return float(self.ahead[i]) if i < len(self.ahead) else 0.0
+    partial: tuple[tuple[int, float], ...] = ()  # (slot, seconds) for slots shorter than one
 
     def at(self, k: int) -> int:
-        i = k - self.start
-        return int(self.gpus[i]) if 0 <= i < len(self.gpus) else 0
+        for a, b, g, _ in self.runs:
+            if k < a:
+                return 0
+            if k < b:
+                return g
+        return 0
+
+    def provides(self, k: int, slot: float) -> float:
+        """Iterations the reservation delivers from absolute slot ``k`` to its end."""
+        total = 0.0
+        for a, b, _, tp in self.runs:
+            if b <= k:
+                continue
+            lo = a if a > k else k
+            total += (b - lo) * slot * tp
+            for s, w in self.partial:
+                if lo <= s < b:
+                    total += (w - slot) * tp
+        return total
+
+    @property
+    def peak(self) -> int:
+        return max([g for _, _, g, _ in self.runs], default=0)
+
+    def gpus(self) -> tuple[int, ...]:
+        if not self.runs:
+            return ()
+        out = [0] * (self.runs[-1][1] - self.start)
+        for a, b, g, _ in self.runs:
+            out[a - self.start : b - self.start] = [g] * (b - a)
+        return tuple(out)
 
 
-def _breaks(start: int, gpus: IntArray) -> list[int]:
-    if len(gpus) == 0:
-        return []
-    diff = np.flatnonzero(np.diff(gpus)) + 1
-    out = [start] if gpus[0] != 0 else []
-    out.extend(int(start + d) for d in diff)
-    out.append(start + len(gpus))
-    return out
+def _make_plan(start: int, runs: list[_Run], partial: tuple[tuple[int, float], ...]) -> _Plan:
+    """Drop empty runs, merge equal neighbours, derive the break points."""
+    merged: list[_Run] = []
+    for a, b, g, tp in runs:
+        if g <= 0 or b <= a:
+            continue
+        if merged and merged[-1][1] == a and merged[-1][2] == g:
+            merged[-1] = (merged[-1][0], b, g, tp)
+        else:
+            merged.append((a, b, g, tp))
+    breaks: list[int] = []
+    for a, b, _, _ in merged:
+        if not breaks or breaks[-1] != a:
+            breaks.append(a)
+        breaks.append(b)
+    return _Plan(merged[0][0] if merged else start, merged, breaks, partial)
+
+
+class _Profile:
+    """GPUs reserved per slot as a step function: ``vals[i]`` holds on
+    [keys[i], keys[i+1]), 0 before keys[0]; the last value holds to infinity."""
+
+    __slots__ = ("keys", "vals")
+
+    def __init__(self, keys: list[int] | None = None, vals: list[int] | None = None) -> None:
+        self.keys: list[int] = keys if keys is not None else []
+        self.vals: list[int] = vals if vals is not None else []
+
+    def copy(self) -> _Profile:
+        return _Profile(self.keys[:], self.vals[:])
+
+    def _split(self, k: int) -> int:
+        keys = self.keys
+        i = bisect.bisect_left(keys, k)
+        if i == len(keys) or keys[i] != k:
+            keys.insert(i, k)
+            self.vals.insert(i, self.vals[i - 1] if i else 0)
+        return i
+
+    def add(self, a: int, b: int, g: int) -> None:
+        if a >= b or g == 0:
+            return
+        i = self._split(a)
+        j = self._split(b)
+        vals = self.vals
+        for x in range(i, j):
+            vals[x] += g
+
+    def segments(self, a: int, b: int) -> list[tuple[int, int, int]]:
+        """(start, end, value) steps covering [a, b)."""
+        keys, vals = self.keys, self.vals
+        i = bisect.bisect_right(keys, a) - 1
+        v = vals[i] if i >= 0 else 0
+        i += 1
+        cur = a
+        out: list[tuple[int, int, int]] = []
+        n = len(keys)
+        while i < n and keys[i] < b:
+            if vals[i] != v:
+                out.append((cur, keys[i], v))
+                cur, v = keys[i], vals[i]
+            i += 1
+        out.append((cur, b, v))
+        return out
+
+    def forget_before(self, k: int) -> None:
+        """Drop the steps before slot ``k`` and merge equal neighbours (keeps it short)."""
+        keys, vals = self.keys, self.vals
+        i = bisect.bisect_right(keys, k) - 1
+        nk: list[int] = []
+        nv: list[int] = []
+        for x in range(max(i, 0), len(keys)):
+            if not nv or vals[x] != nv[-1]:
+                nk.append(keys[x])
+                nv.append(vals[x])
+        self.keys, self.vals = nk, nv
 
 
 class SlotLedger:
@@ -113,116 +206,181 @@ class SlotLedger:
         self.origin = float(origin)
         self.overhead = float(overhead)
         self.power_of_two = power_of_two
-        self._used: IntArray = np.zeros(1024, dtype=np.int64)
+        self._used = _Profile()
+        self._floor = -(2**62)  # slots before this are forgotten by _used
         self._plans: dict[str, _Plan] = {}
         self._order: list[tuple[float, float, str]] = []  # (deadline, submit, id)
-        self._curves: dict[str, tuple[object, int, _Curve]] = {}
+        self._curves: dict[tuple[int, int], tuple[object, _Curve]] = {}
         self._deadline: dict[str, float] = {}
 
     # -- grid -----------------------------------------------------------------------------
     def slot_index(self, t: float) -> int:
         return int(math.floor((t - self.origin) / self.slot + _EPS))
 
-    def _ensure(self, n: int) -> None:
-        if n > len(self._used):
-            grown = np.zeros(max(n, 2 * len(self._used)), dtype=np.int64)
-            grown[: len(self._used)] = self._used
-            self._used = grown
+    def _advance(self, now_k: int) -> None:
+        """Forget reservations before ``now_k``; rebuild exactly if time went backwards."""
+        if now_k < self._floor:
+            self._used = _Profile()
+            self._floor = -(2**62)
+            for p in self._plans.values():
+                self._apply(p, +1, self._used)
+        if now_k != self._floor:
+            self._used.forget_before(now_k)
+            self._floor = now_k
 
     # -- curves ---------------------------------------------------------------------------
     def _curve(self, job: Job) -> _Curve:
         cap = job.gpu_cap(self.total_gpus)
-        cached = self._curves.get(job.job_id)
-        if cached is not None and cached[0] is job.curve and cached[1] == cap:
-            return cached[2]
-        g = self.total_gpus
-        tp = np.zeros(g + 1, dtype=np.float64)
-        use = np.zeros(g + 1, dtype=np.int64)
-        best_n, best_t = 0, 0.0
+        key = (id(job.curve), cap)
+        cached = self._curves.get(key)
+        if cached is not None and cached[0] is job.curve:
+            return cached[1]
         levels: list[int] = []
-        prev = 0
-        counts = powers_of_two(cap) if self.power_of_two else list(range(1, cap + 1))
-        for n in [*counts, g + 1]:
-            tp[prev:n] = best_t
-            use[prev:n] = best_n
-            if n > g:
-                break
+        tps: list[float] = []
+        best_t = 0.0
+        counts = powers_of_two(cap) if self.power_of_two else range(1, cap + 1)
+        for n in counts:
             t = job.curve.at(n)
             if t > best_t * (1.0 + 1e-12):
-                best_n, best_t = n, t
+                best_t = t
                 levels.append(n)
-            prev = n
-        tp[prev:] = best_t
-        use[prev:] = best_n
-        c = _Curve(tp, use, levels)
-        self._curves[job.job_id] = (job.curve, cap, c)
+                tps.append(t)
+        # by_used[v]: level index bought with v GPUs reserved (free = total - v); over-full
+        # slots (v > total) buy nothing
+        g = self.total_gpus
+        by_used = [-1] * (2 * g + 2)
+        for i, n in enumerate(levels):
+            top = levels[i + 1] - 1 if i + 1 < len(levels) else g  # free counts n..top
+            by_used[g - top : g - n + 1] = [i] * (top - n + 1)
+        c = _Curve(levels, tps, by_used)
+        # curves are shared by the jobs of one model and batch size: cache per curve
+        if len(self._curves) > 4096:  # refined curves of a long-lived ledger
+            self._curves.clear()
+        self._curves[key] = (job.curve, c)
         return c
 
     # -- progressive filling --------------------------------------------------------------
-    def _fill(self, job: Job, now_k: int, now: float, free: IntArray) -> _Plan | None:
-        """Algorithm 1's ProgressiveFilling for one job against ``free`` (not modified)."""
+    def _fill(self, job: Job, now_k: int, now: float, used: _Profile) -> _Plan | None:
+        """Algorithm 1's ProgressiveFilling for one job against ``used`` (not modified)."""
         assert job.deadline is not None
         remaining = job.remaining
         if remaining <= 0:
-            return _Plan(now_k, np.zeros(0, dtype=np.int64), [])
-        end_exact = (job.deadline - self.origin) / self.slot
+            return _Plan(now_k, [], [])
+        slot = self.slot
+        end_exact = (job.deadline - self.origin) / slot
         end_k = int(math.ceil(end_exact - _EPS))
         if end_k <= now_k:
             return None
-        n = end_k - now_k
-        if len(free) < end_k:
-            raise ValueError("free profile shorter than the deadline horizon")
-        w = np.full(n, self.slot, dtype=np.float64)
-        w[-1] = min(self.slot, (end_exact - (end_k - 1)) * self.slot)
-        w[0] -= max(0.0, now - (self.origin + now_k * self.slot))
-        f = free[now_k:end_k]
         c = self._curve(job)
         if not c.levels:
             return None
+        levels, tps = c.levels, c.tps
+        # seconds usable in the last slot (deadline inside it) and the first (now inside it)
+        w_last = min(slot, (end_exact - (end_k - 1)) * slot)
+        cut = max(0.0, now - (self.origin + now_k * slot))
+        w_first = (w_last if end_k - now_k == 1 else slot) - cut
+        partial = (
+            ((now_k, w_first),) if end_k - now_k == 1 else ((now_k, w_first), (end_k - 1, w_last))
+        )
+        # steps of the free profile over [now_k, end_k) merged by the level they buy
+        by_used = c.by_used
+        keys, vals = used.keys, used.vals
+        i = bisect.bisect_right(keys, now_k) - 1
+        j = bisect.bisect_left(keys, end_k, max(i, 0))
+        if i >= 0:
+            ks = keys[i:j]
+            ks[0] = now_k
+            lis = list(map(by_used.__getitem__, vals[i:j]))
+        else:
+            ks = [now_k, *keys[:j]]
+            lis = [by_used[0], *map(by_used.__getitem__, vals[:j])]
+        starts: list[int] = []
+        levs: list[int] = []
+        prev = -2
+        for k, li in zip(ks, lis, strict=True):
+            if li != prev:
+                starts.append(k)
+                levs.append(li)
+                prev = li
+        starts.append(end_k)
+        # (start, end, level index, seconds per slot), first and last slot split off
+        segs: list[tuple[int, int, int, float]] = []
+        for x, li in enumerate(levs):
+            a, b = starts[x], starts[x + 1]
+            if a == now_k:
+                segs.append((a, a + 1, li, w_first))
+                a += 1
+                if a >= b:
+                    continue
+            if b == end_k:
+                if b - 1 > a:
+                    segs.append((a, b - 1, li, slot))
+                segs.append((b - 1, b, li, w_last))
+            else:
+                segs.append((a, b, li, slot))
+        # seconds of each free level over the horizon: sum(x(t) * w(t)) for any cap j
+        nl = len(levels)
+        secs = [0.0] * nl
+        for a, b, li, w in segs:
+            if li >= 0:
+                secs[li] += w * (b - a)
+
+        def gain(j: int) -> float:
+            return sum(tps[min(i, j)] * s for i, s in enumerate(secs) if s)
+
         need = remaining * (1.0 - _EPS)
-
-        def gain(j: int) -> tuple[FloatArray, IntArray]:
-            x = np.minimum(f, j)
-            return c.tp[x] * w, x
-
-        lo, hi = 0, len(c.levels) - 1
-        it, x = gain(c.levels[hi])
-        if float(it.sum()) < need + 2 * self.overhead * c.tp[c.levels[hi]]:
+        extra = 2 * self.overhead
+        lo, hi = 0, nl - 1
+        if gain(hi) < need + extra * tps[hi]:
             return None
-        best = (it, x)
-        while lo < hi:  # smallest level that satisfies the job (sum is monotone in j)
+        while lo < hi:  # smallest level that satisfies the job (gain is monotone in j)
             mid = (lo + hi) // 2
-            it_m, x_m = gain(c.levels[mid])
-            if float(it_m.sum()) >= need + 2 * self.overhead * c.tp[c.levels[mid]]:
-                hi, best = mid, (it_m, x_m)
+            if gain(mid) >= need + extra * tps[mid]:
+                hi = mid
             else:
                 lo = mid + 1
-        it, x = best
-        lvl_extra = 2 * self.overhead * c.tp[c.levels[hi]]
-        back = np.cumsum(it[::-1])
-        k = int(np.searchsorted(back, need + lvl_extra))
-        k = min(k, n - 1)
-        gpus = np.zeros(n, dtype=np.int64)
-        gpus[n - 1 - k :] = c.gpus[x[n - 1 - k :]]
-        # The earliest reserved slot is usually only partly needed: keep the smallest count
-        # that still covers the residual work instead of the full x(t).
-        b = n - 1 - k
-        residual = need + lvl_extra - (float(back[k - 1]) if k > 0 else 0.0)
-        for lv in c.levels:
-            if lv > gpus[b]:
+        target = need + extra * tps[hi]
+        # walk back from the deadline until the reserved iterations reach the target
+        acc = 0.0
+        first = -1  # index into segs of the earliest reserved slot
+        b_slot = now_k
+        back_prev = 0.0
+        for idx in range(len(segs) - 1, -1, -1):
+            a, b, li, w = segs[idx]
+            per = tps[min(li, hi)] * w if li >= 0 else 0.0
+            n = b - a
+            if per > 0 and acc + per * n >= target:
+                m = min(n, max(1, math.ceil((target - acc) / per)))
+                while m > 1 and acc + (m - 1) * per >= target:
+                    m -= 1
+                while m < n and acc + m * per < target:
+                    m += 1
+                first, b_slot, back_prev = idx, b - m, acc + (m - 1) * per
                 break
-            if c.tp[lv] * w[b] >= residual:
-                gpus[b] = lv
-                break
-        first = int(np.flatnonzero(gpus)[0]) if gpus.any() else n
-        gpus = gpus[first:]
-        start = now_k + first
-        ahead = np.cumsum((c.tp[gpus] * w[first:])[::-1])[::-1]
-        return _Plan(start, gpus, _breaks(start, gpus), ahead)
+            acc += per * n
+        if first < 0:  # rounding: reserve everything (the level check said it suffices)
+            first, b_slot = 0, now_k
+            a, b, li, w = segs[0]
+            back_prev = acc - (tps[min(li, hi)] * w if li >= 0 else 0.0)
+        runs: list[_Run] = []
+        residual = target - back_prev
+        for a, b, li, w in segs[first:]:
+            if li < 0:
+                continue
+            k = min(li, hi)
+            if a <= b_slot:  # the earliest reserved slot: smallest level covering the residual
+                kk = next((lk for lk in range(k + 1) if tps[lk] * w >= residual), k)
+                runs.append((b_slot, b_slot + 1, levels[kk], tps[kk]))
+                a = b_slot + 1
+            if a < b:
+                runs.append((a, b, levels[k], tps[k]))
+        return _make_plan(now_k, runs, partial)
 
-    def _apply(self, plan: _Plan, sign: int, used: IntArray) -> None:
-        if len(plan.gpus):
-            used[plan.start : plan.start + len(plan.gpus)] += sign * plan.gpus
+    def _apply(self, plan: _Plan, sign: int, used: _Profile) -> None:
+        floor = self._floor
+        for a, b, g, _ in plan.runs:
+            if b > floor:
+                used.add(a if a > floor else floor, b, sign * g)
 
     # -- public API -------------------------------------------------------------------------
     def __contains__(self, job_id: object) -> bool:
@@ -241,7 +399,6 @@ class SlotLedger:
         self._apply(plan, -1, self._used)
         d = self._deadline.pop(job_id)
         self._order.remove(self._key(job_id, d))
-        self._curves.pop(job_id, None)
 
     def _key(self, job_id: str, deadline: float) -> tuple[float, float, str]:
         for key in self._order[bisect.bisect_left(self._order, (deadline,)) :]:
@@ -270,29 +427,24 @@ class SlotLedger:
     def _try(self, job: Job, jobs: Mapping[str, Job], now: float) -> tuple[bool, str | None]:
         assert job.deadline is not None
         now_k = self.slot_index(now)
-        self._ensure(self.slot_index(job.deadline) + 2)
+        self._advance(now_k)
         key = (job.deadline, job.submit_time, job.job_id)
         pos = bisect.bisect_left(self._order, key)
         suffix = [k[2] for k in self._order[pos:]]
-        free = self.total_gpus - self._used
+        work = self._used.copy()
         for jid in suffix:  # give back the later jobs' reservations, then re-plan them
-            p = self._plans[jid]
-            free[p.start : p.start + len(p.gpus)] += p.gpus
+            self._apply(self._plans[jid], -1, work)
         new_plans: dict[str, _Plan] = {}
         for jid, j in [(job.job_id, job), *((s, jobs[s]) for s in suffix)]:
-            plan = self._fill(j, now_k, now, free)
+            plan = self._fill(j, now_k, now, work)
             if plan is None:
                 if jid == job.job_id:
                     return False, self._why(job, now)
                 return False, f"would violate the deadline of admitted job {jid}"
-            if len(plan.gpus):
-                free[plan.start : plan.start + len(plan.gpus)] -= plan.gpus
+            self._apply(plan, +1, work)
             new_plans[jid] = plan
-        for jid in suffix:
-            self._apply(self._plans[jid], -1, self._used)
-        for jid, plan in new_plans.items():
-            self._apply(plan, +1, self._used)
-            self._plans[jid] = plan
+        self._used = work
+        self._plans.update(new_plans)
         self._order.insert(pos, key)
         self._deadline[job.job_id] = job.deadline
         return True, None
@@ -316,26 +468,24 @@ class SlotLedger:
         Otherwise jobs that no longer fit (e.g. after a measured slowdown) lose their
         guarantee and are returned; they keep running on spare GPUs."""
         now_k = self.slot_index(now)
-        if self._order:
-            self._ensure(self.slot_index(self._order[-1][0]) + 2)
+        self._advance(now_k)
         lost: list[str] = []
-        free = np.full(len(self._used), self.total_gpus, dtype=np.int64)
+        work = _Profile()
         fresh: dict[str, _Plan] = {}
         for _, _, jid in self._order:
             job = jobs.get(jid)
-            plan = self._fill(job, now_k, now, free) if job is not None else None
+            plan = self._fill(job, now_k, now, work) if job is not None else None
             if plan is None:
                 lost.append(jid)
                 if lossless:
                     return lost
                 continue
-            if len(plan.gpus):
-                free[plan.start : plan.start + len(plan.gpus)] -= plan.gpus
+            self._apply(plan, +1, work)
             fresh[jid] = plan
-        self._used = self.total_gpus - free
+        self._used = work
         self._plans.update(fresh)
         for jid in lost:
-            self._plans[jid] = _Plan(now_k, np.zeros(0, dtype=np.int64), [])
+            self._plans[jid] = _Plan(now_k, [], [])
             self.remove(jid)
         return lost
 
@@ -344,6 +494,7 @@ class SlotLedger:
         behind its plan by rescale overheads). A job that does not fit keeps its old plan;
         those are returned."""
         now_k = self.slot_index(now)
+        self._advance(now_k)
         failed: list[str] = []
         for jid in job_ids:
             old = self._plans.get(jid)
@@ -351,7 +502,7 @@ class SlotLedger:
             if old is None or job is None:
                 continue
             self._apply(old, -1, self._used)
-            plan = self._fill(job, now_k, now, self.total_gpus - self._used)
+            plan = self._fill(job, now_k, now, self._used)
             if plan is None:
                 failed.append(jid)
                 plan = old
@@ -363,13 +514,14 @@ class SlotLedger:
         """Ledger jobs whose reservation no longer covers their remaining work (rescale
         overheads, slower-than-profiled speed): the caller should ``refresh`` them."""
         k = self.slot_index(now)
+        slot = self.slot
         out = []
         for jid, p in self._plans.items():
             j = jobs.get(jid)
-            if j is None or not len(p.gpus):
+            if j is None or not p.runs:
                 continue
-            margin = self.overhead * j.curve.at(int(p.gpus.max()))
-            if j.remaining + margin > p.provides(k) * (1.0 + 1e-9):
+            margin = self.overhead * j.curve.at(p.peak)
+            if j.remaining + margin > p.provides(k, slot) * (1.0 + 1e-9):
                 out.append(jid)
         return out
 
@@ -394,16 +546,18 @@ class SlotLedger:
 
     def plans(self) -> dict[str, SlotPlan]:
         return {
-            jid: SlotPlan(
-                self.origin + p.start * self.slot, self.slot, tuple(int(v) for v in p.gpus)
-            )
+            jid: SlotPlan(self.origin + p.start * self.slot, self.slot, p.gpus())
             for jid, p in self._plans.items()
         }
 
     def used_profile(self, now: float, slots: int) -> list[int]:
         k = self.slot_index(now)
-        self._ensure(k + slots)
-        return [int(v) for v in self._used[k : k + slots]]
+        if k < self._floor:
+            self._advance(k)
+        out: list[int] = []
+        for a, b, v in self._used.segments(k, k + slots):
+            out.extend([v] * (b - a))
+        return out
 
 
 def admit(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from flowcon.alloc.admission import SlotLedger
 from flowcon.alloc.model import Job, floor_power_of_two
@@ -29,13 +29,7 @@ def _next_step(job: Job, cur: int, cap: int) -> int | None:
         first = max(1, job.min_gpus)
         first = 1 << (first - 1).bit_length()  # round min_gpus up to a power of two
         return first if first <= cap else None
-    t = job.curve.at(cur)
-    n = cur * 2
-    while n <= cap:
-        if job.curve.at(n) > t * (1.0 + 1e-12):
-            return n
-        n *= 2
-    return None
+    return job.curve.next_faster(cur, cap)
 
 
 def _tier(job: Job) -> tuple[int, float, float, str]:
@@ -46,11 +40,14 @@ def _tier(job: Job) -> tuple[int, float, float, str]:
 
 
 def marginal_return(job: Job, cur: int, nxt: int, slot: float) -> float:
-    r = job.remaining
-    t1 = job.curve.at(1) or job.curve.at(max(1, cur))
+    return _return(job.curve.at, job.remaining, cur, nxt, slot)
+
+
+def _return(at: Callable[[int], float], r: float, cur: int, nxt: int, slot: float) -> float:
+    t1 = at(1) or at(max(1, cur))
     if t1 <= 0 or nxt <= cur:
         return 0.0
-    gain = min(r, job.curve.at(nxt) * slot) - min(r, job.curve.at(cur) * slot)
+    gain = min(r, at(nxt) * slot) - min(r, at(cur) * slot)
     return gain / (nxt - cur) / (t1 * slot)
 
 
@@ -63,29 +60,43 @@ def distribute_spare(
     if spare < 0:
         raise ValueError(f"minimum shares ({sum(alloc.values())}) exceed {total_gpus} GPUs")
     heap: list[tuple[float, tuple[int, float, float, str], int, int, int]] = []
+    rem: list[float] = []
     for idx, job in enumerate(jobs):
-        if job.remaining <= 0:
+        r = job.remaining
+        rem.append(r)
+        if r <= 0:
             continue
         cap = job.gpu_cap(total_gpus)
-        nxt = _next_step(job, alloc[job.job_id], cap)
+        cur = alloc[job.job_id]
+        nxt = _next_step(job, cur, cap)
         if nxt is not None:
-            pr = marginal_return(job, alloc[job.job_id], nxt, slot)
+            pr = _return(job.curve.at, r, cur, nxt, slot)
             if pr > 0:
                 heap.append((-pr, _tier(job), idx, nxt, cap))
     heapq.heapify(heap)
+    pop, push = heapq.heappop, heapq.heappush
     while spare > 0 and heap:
-        _, tier, idx, nxt, cap = heapq.heappop(heap)
+        _, tier, idx, cur, cap = pop(heap)
         job = jobs[idx]
-        cur = alloc[job.job_id]
-        if nxt - cur > spare:
+        jid = job.job_id
+        step = cur - alloc[jid]
+        if step > spare:
             continue  # cannot afford this job's next step; cheaper steps of others may fit
-        alloc[job.job_id] = nxt
-        spare -= nxt - cur
-        nn = _next_step(job, nxt, cap)
-        if nn is not None:
-            pr = marginal_return(job, nxt, nn, slot)
-            if pr > 0:
-                heapq.heappush(heap, (-pr, tier, idx, nn, cap))
+        alloc[jid] = cur
+        spare -= step
+        curve = job.curve
+        nxt = curve.next_faster(cur, cap)
+        if nxt is not None:
+            # _return(curve.at, r, cur, nxt, slot), inlined: this loop runs once per step
+            at = curve.at
+            t_cur = at(cur)
+            t1 = at(1) or t_cur
+            if t1 > 0:
+                r = rem[idx]
+                gain = min(r, at(nxt) * slot) - min(r, t_cur * slot)
+                pr = gain / (nxt - cur) / (t1 * slot)
+                if pr > 0:
+                    push(heap, (-pr, tier, idx, nxt, cap))
     return alloc
 
 

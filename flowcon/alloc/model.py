@@ -58,10 +58,19 @@ class ThroughputCurve:
             raise ValueError("throughput curve has no positive finite point")
         object.__setattr__(self, "points", MappingProxyType(dict(sorted(clean.items()))))
 
+    @cached_property
+    def _memo(self) -> dict[int, float]:
+        """``at`` results (the curve is immutable); not a dataclass field."""
+        return dict(self.points)
+
     def at(self, gpus: int) -> float:
-        v = self.points.get(gpus)
-        if v is not None:
-            return v
+        memo = self._memo
+        v = memo.get(gpus)
+        if v is None:
+            v = memo[gpus] = self._lookup(gpus)
+        return v
+
+    def _lookup(self, gpus: int) -> float:
         if gpus <= 0:
             return 0.0
         best_g = 0
@@ -71,6 +80,27 @@ class ThroughputCurve:
             else:
                 break
         return self.points[best_g] if best_g else 0.0
+
+    def next_faster(self, cur: int, cap: int) -> int | None:
+        """Next power-of-two count above ``cur`` (>= 1), at most ``cap``, that is faster."""
+        memo = self._steps
+        key = (cur, cap)
+        if key in memo:
+            return memo[key]
+        t = self.at(cur)
+        n = cur * 2
+        out: int | None = None
+        while n <= cap:
+            if self.at(n) > t * (1.0 + 1e-12):
+                out = n
+                break
+            n *= 2
+        memo[key] = out
+        return out
+
+    @cached_property
+    def _steps(self) -> dict[tuple[int, int], int | None]:
+        return {}
 
     def best_at_most(self, gpus: int) -> tuple[int, float]:
         """(GPU count actually worth using, its throughput) when up to ``gpus`` power-of-two

@@ -3,20 +3,23 @@
 GPUs are numbered node-major (global index = node * gpus_per_node + gpu). A job of 2^k GPUs
 gets an aligned block of 2^k consecutive indices: inside one node when 2^k <= GPUs per node,
 whole neighbouring nodes otherwise, so its workers are as close as the topology allows.
-Among free aligned blocks, Best-Fit picks the one whose buddy (the enclosing block of twice
-the size) has the fewest idle GPUs. Jobs whose size did not change stay where they are. If no
-block is free although enough GPUs are idle, everything is re-packed largest-first, which with
-power-of-two sizes always succeeds (no fragmentation); the jobs that had to move are
-migrated. Each rescaled or migrated job is charged ``overhead`` seconds of lost progress.
+
+Jobs whose size did not change stay where they are. The others are placed largest first;
+among free aligned blocks, Best-Fit picks the one whose buddy (the enclosing block of twice
+the size) has the fewest idle GPUs. Only when no aligned block is free although enough GPUs
+are idle (fragmentation) are jobs moved, and only the ones in the way: the block chosen is
+the one whose evacuation moves the fewest jobs that would otherwise stay (then the fewest
+GPUs). Aligned power-of-two blocks nest, so such a block never cuts a bigger job, the
+evicted jobs are all smaller and are placed again the same way; with power-of-two sizes this
+always succeeds when the GPUs suffice. Each rescaled or migrated job is charged ``overhead``
+seconds of lost progress.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-
-import numpy as np
-import numpy.typing as npt
 
 from flowcon.alloc.model import Topology, is_power_of_two
 
@@ -29,7 +32,7 @@ class PlacementPlan:
     rescaled: frozenset[str] = frozenset()  # GPU count changed (incl. started / paused)
     migrated: frozenset[str] = frozenset()  # same count, different GPUs
     overhead: dict[str, float] = field(default_factory=dict)  # seconds charged per job
-    repacked: bool = False
+    repacked: bool = False  # some job had to move to make room (defragmentation)
 
     @property
     def changed(self) -> frozenset[str]:
@@ -40,6 +43,67 @@ class PlacementError(ValueError):
     pass
 
 
+class _Grid:
+    """Who holds each GPU, and idle GPUs per aligned block of every power-of-two size."""
+
+    def __init__(self, owner: list[str | None]) -> None:
+        total = len(owner)
+        self.total = total
+        self.owner = owner
+        # idle[size][b]: idle GPUs in block [b*size, (b+1)*size) (complete blocks only),
+        # built bottom-up once; later changes are applied incrementally by ``set``
+        level = [1 if x is None else 0 for x in owner]
+        self.idle: dict[int, list[int]] = {1: level}
+        s = 2
+        while s <= total:
+            level = [level[i] + level[i + 1] for i in range(0, len(level) - 1, 2)]
+            self.idle[s] = level
+            s *= 2
+
+    def copy(self) -> _Grid:
+        other = _Grid.__new__(_Grid)
+        other.total = self.total
+        other.owner = self.owner[:]
+        other.idle = {s: c[:] for s, c in self.idle.items()}
+        return other
+
+    def set(self, off: int, n: int, job: str | None) -> None:
+        self.owner[off : off + n] = [job] * n
+        delta = n if job is None else -n
+        for s, counts in self.idle.items():
+            if s <= n:
+                value = s if job is None else 0
+                first = off // s
+                counts[first : first + n // s] = [value] * (n // s)
+            else:
+                b = off // s
+                if b < len(counts):
+                    counts[b] += delta
+
+    def best_fit(self, n: int) -> int | None:
+        """Offset of a free aligned n-block in the fullest enclosing blocks: fewest idle
+        GPUs in its buddy, then in the next larger enclosing block, and so on."""
+        counts = self.idle.get(n)
+        if not counts:
+            return None
+        cands = [b for b, c in enumerate(counts) if c == n]
+        if not cands:
+            return None
+        s = 2 * n
+        while len(cands) > 1 and s in self.idle:
+            parent = self.idle[s]
+            shift = (s // n).bit_length() - 1
+            scores = [parent[b >> shift] if (b >> shift) < len(parent) else s for b in cands]
+            low = min(scores)
+            cands = [b for b, sc in zip(cands, scores, strict=True) if sc == low]
+            s *= 2
+        return cands[0] * n
+
+
+# (placements returned, the grid they leave, offset per job)
+_State = tuple[dict[str, Placement], _Grid, dict[str, int]]
+
+
 class BuddyPlacer:
     def __init__(self, topology: Topology, overhead: float = 0.0) -> None:
         if not is_power_of_two(topology.gpus_per_node):
@@ -47,116 +111,127 @@ class BuddyPlacer:
         self.topology = topology
         self.overhead = float(overhead)
         self.total = topology.total_gpus
-
-    def _gid(self, ng: tuple[int, int]) -> int:
-        return ng[0] * self.topology.gpus_per_node + ng[1]
+        self._blocks: dict[tuple[int, int], Placement] = {}  # (offset, size) -> placement
+        self._last: _State | None = None  # our previous answer, its grid and offsets
 
     def _placement(self, offset: int, size: int) -> Placement:
-        g = self.topology.gpus_per_node
-        return tuple(((offset + i) // g, (offset + i) % g) for i in range(size))
+        key = (offset, size)
+        p = self._blocks.get(key)
+        if p is None:
+            g = self.topology.gpus_per_node
+            p = self._blocks[key] = tuple(divmod(i, g) for i in range(offset, offset + size))
+        return p
 
     def _aligned_offset(self, p: Placement) -> int | None:
         """Start index if ``p`` is an aligned buddy block, else None."""
-        ids = sorted(self._gid(x) for x in p)
+        g = self.topology.gpus_per_node
+        ids = sorted(node * g + gpu for node, gpu in p)
         size = len(ids)
         if not ids or not is_power_of_two(size) or ids[0] % size:
             return None
-        if ids != list(range(ids[0], ids[0] + size)) or ids[-1] >= self.total:
+        if ids[-1] - ids[0] != size - 1 or len(set(ids)) != size or ids[-1] >= self.total:
             return None
         return ids[0]
-
-    def _best_fit(self, free: npt.NDArray[np.bool_], size: int) -> int | None:
-        usable = (self.total // size) * size
-        if usable == 0:
-            return None
-        blocks = free[:usable].reshape(-1, size).all(axis=1)
-        cand = np.flatnonzero(blocks)
-        if len(cand) == 0:
-            return None
-        parent = min(2 * size, self.total)
-        counts = free[: (self.total // parent) * parent].reshape(-1, parent).sum(axis=1)
-        starts = cand * size
-        pidx = starts // parent
-        score = np.where(pidx < len(counts), counts[np.minimum(pidx, len(counts) - 1)], size)
-        return int(starts[int(np.argmin(score))])
 
     def place(
         self, allocation: Mapping[str, int], current: Mapping[str, Placement]
     ) -> PlacementPlan:
         sizes = {j: int(n) for j, n in allocation.items() if n > 0}
         for j, n in sizes.items():
-            if not is_power_of_two(n):
+            if n & (n - 1):
                 raise PlacementError(f"job {j}: {n} GPUs is not a power of two")
         if sum(sizes.values()) > self.total:
             raise PlacementError(f"{sum(sizes.values())} GPUs requested, {self.total} exist")
-        free = np.ones(self.total, dtype=np.bool_)
-        offsets: dict[str, int] = {}
-        todo: list[str] = []
-        for j, n in sizes.items():
-            cur = current.get(j)
-            off = self._aligned_offset(cur) if cur and len(cur) == n else None
-            if off is not None and free[off : off + n].all():
-                free[off : off + n] = False
-                offsets[j] = off
-            else:
-                todo.append(j)
-        todo.sort(key=lambda j: (-sizes[j], j))
-        placed = self._fit(free, offsets, todo, sizes)
-        repacked = False
-        if placed is None:
-            # Defragment: largest first, each job staying put when its block is still free.
-            placed = self._fit(
-                np.ones(self.total, dtype=np.bool_),
-                {},
-                sorted(sizes, key=lambda j: (-sizes[j], self._first(current.get(j)), j)),
-                sizes,
-                current,
-            )
-            repacked = True
-        offsets = placed if placed is not None else self._repack(sizes, current)
+        last = self._last
+        todo: list[tuple[int, str]] = []
+        if last is not None and self._continues(last, current):
+            # ``current`` is (a subset of) our previous answer: start from a copy of its grid
+            # and free only the jobs that left or changed size
+            grid, offsets = last[1].copy(), dict(last[2])
+            for j, off in list(offsets.items()):
+                n = len(last[0][j])
+                if sizes.get(j) != n or j not in current:
+                    grid.set(off, n, None)
+                    del offsets[j]
+            todo = [(-n, j) for j, n in sizes.items() if j not in offsets]
+        else:
+            owner: list[str | None] = [None] * self.total
+            offsets = {}
+            for j, n in sizes.items():
+                cur = current.get(j)
+                keep = self._offset_of(cur) if cur and len(cur) == n else None
+                if keep is not None and owner[keep : keep + n].count(None) == n:
+                    owner[keep : keep + n] = [j] * n
+                    offsets[j] = keep
+                else:
+                    todo.append((-n, j))
+            grid = _Grid(owner)
+        heapq.heapify(todo)  # largest first, then by id
+        moved: set[str] = set()  # jobs evicted from the place they kept so far
+        placed: list[str] = []
+        while todo:
+            neg, j = heapq.heappop(todo)
+            n = -neg
+            found = grid.best_fit(n)
+            off = self._evict(grid, n, sizes, offsets, moved, todo) if found is None else found
+            grid.set(off, n, j)
+            offsets[j] = off
+            placed.append(j)
         placements = {j: self._placement(offsets[j], n) for j, n in sizes.items()}
-        rescaled = {
-            j for j in set(sizes) | set(current) if len(current.get(j, ())) != sizes.get(j, 0)
-        }
+        rescaled = {j for j, p in current.items() if len(p) != sizes.get(j, 0)}
+        rescaled.update(j for j in sizes if j not in current)
         migrated = {
-            j for j in sizes if j not in rescaled and set(current.get(j, ())) != set(placements[j])
+            j for j in placed if j not in rescaled and set(current.get(j, ())) != set(placements[j])
         }
         charged = {j: self.overhead for j in rescaled | migrated if j in sizes}
+        self._last = (dict(placements), grid, offsets)
         return PlacementPlan(
-            placements, frozenset(rescaled), frozenset(migrated), charged, repacked
+            placements, frozenset(rescaled), frozenset(migrated), charged, bool(moved)
         )
 
-    def _fit(
+    @staticmethod
+    def _continues(last: _State, current: Mapping[str, Placement]) -> bool:
+        prev = last[0]
+        if len(current) > len(prev):
+            return False
+        return all(prev.get(j) is p for j, p in current.items())
+
+    def _offset_of(self, p: Placement) -> int | None:
+        """Offset of a placement this placer produced (cached), else checked from scratch."""
+        if len(p) and self._blocks.get((self._gid(p[0]), len(p))) == p:
+            return self._gid(p[0])
+        return self._aligned_offset(p)
+
+    def _gid(self, ng: tuple[int, int]) -> int:
+        return ng[0] * self.topology.gpus_per_node + ng[1]
+
+    def _evict(
         self,
-        free: npt.NDArray[np.bool_],
-        offsets: dict[str, int],
-        order: list[str],
+        grid: _Grid,
+        n: int,
         sizes: Mapping[str, int],
-        current: Mapping[str, Placement] | None = None,
-    ) -> dict[str, int] | None:
-        offsets = dict(offsets)
-        for j in order:
-            n = sizes[j]
-            cur = current.get(j) if current is not None else None
-            off = self._aligned_offset(cur) if cur and len(cur) == n else None
-            if off is None or not free[off : off + n].all():
-                off = self._best_fit(free, n)
-            if off is None:
-                return None
-            free[off : off + n] = False
-            offsets[j] = off
-        return offsets
-
-    def _repack(self, sizes: Mapping[str, int], current: Mapping[str, Placement]) -> dict[str, int]:
-        """Largest-first contiguous packing; among equal sizes, keep jobs that already sit at
-        the offset they would get so fewer of them move."""
-        order = sorted(sizes, key=lambda j: (-sizes[j], self._first(current.get(j)), j))
-        offsets: dict[str, int] = {}
-        pos = 0
-        for j in order:
-            offsets[j] = pos
-            pos += sizes[j]
-        return offsets
-
-    def _first(self, p: Placement | None) -> int:
-        return min((self._gid(x) for x in p), default=self.total) if p else self.total
+        offsets: dict[str, int],
+        moved: set[str],
+        todo: list[tuple[int, str]],
+    ) -> int:
+        """Free the aligned n-block that is cheapest to evacuate; its jobs go back to
+        ``todo``. Cost: jobs that would otherwise stay, then GPUs they hold."""
+        owner = grid.owner
+        best: tuple[int, int, int] | None = None
+        for off in range(0, (self.total // n) * n, n):
+            first = owner[off]
+            if first is not None and sizes[first] >= n:
+                continue  # inside a job at least as big: not movable for this one
+            holders = {x for x in owner[off : off + n] if x is not None}
+            stay = [x for x in holders if x not in moved]
+            cost = (len(stay), sum(sizes[x] for x in stay), off)
+            if best is None or cost < best:
+                best = cost
+        if best is None:  # cannot happen while sum(sizes) <= total
+            raise PlacementError(f"no block of {n} GPUs can be freed")
+        off = best[2]
+        for x in {x for x in owner[off : off + n] if x is not None}:
+            grid.set(offsets.pop(x), sizes[x], None)
+            moved.add(x)
+            heapq.heappush(todo, (-sizes[x], x))
+        return off

@@ -6,6 +6,7 @@ caller measures G and applies the limits.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
 
@@ -36,6 +37,10 @@ def classify(current: ListName, g: float, alpha: float) -> ListName:
     return current  # G < alpha and already in CL
 
 
+def _finite(g: float) -> float:
+    return g if math.isfinite(g) and g > 0.0 else 0.0
+
+
 def algorithm1(
     lists: Mapping[str, ListName],
     g: Mapping[str, float],
@@ -52,6 +57,9 @@ def algorithm1(
     they move between lists (None = all). A run triggered by a listener between two
     measurements must not move a container twice on the same G.
     """
+    # A NaN or infinite G (a caller's bug, or overflowing metrics) would turn every share
+    # into NaN: it counts as no growth instead.
+    g = {cid: _finite(g[cid]) for cid in lists}
     new_lists: dict[str, ListName] = {}
     for cid, current in lists.items():
         if fresh is None or cid in fresh:

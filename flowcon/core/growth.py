@@ -49,7 +49,8 @@ def progress_rate(e_prev: float, t_prev: float, e_now: float, t_now: float) -> f
     dt = t_now - t_prev
     if dt <= 0 or not (math.isfinite(e_prev) and math.isfinite(e_now)):
         return None
-    return abs(e_now - e_prev) / dt
+    rate = abs(e_now - e_prev) / dt
+    return rate if math.isfinite(rate) else None  # 1e308 - (-1e308) overflows
 
 
 def growth_efficiency(p: float, r: float, r_floor: float) -> float:
@@ -78,8 +79,8 @@ class GrowthTracker:
         (no samples this interval, no previous point, or no CPU figure)."""
         point = self.window.mean()
         self.window = Window()
-        if point is None:
-            return None
+        if point is None or not math.isfinite(point[1]):
+            return None  # no samples, or samples so huge that their sum overflowed
         prev, self.last_point = self.last_point, point
         if prev is None or cpu_share is None:
             return None
@@ -87,6 +88,8 @@ class GrowthTracker:
         if p is None:
             return None
         raw = growth_efficiency(p, cpu_share, self.r_floor)
+        if not math.isfinite(raw):  # a huge P over a small R: no usable measurement
+            return None
         self.raw_g = raw
         if self.intervals < self.reference_intervals:
             self.reference = max(self.reference, raw)
@@ -99,8 +102,12 @@ class GrowthTracker:
         return 1.0 if self.g is None else self.g
 
 
+MAX_G = 1e9  # a normalized G beyond this (reference ~1e-300) is just "very fast"
+
+
 def normalize(raw_g: float, reference: float) -> float:
     """G relative to the job's own early G; 0 if the job never progressed at all."""
     if reference <= 0.0:
         return 0.0
-    return raw_g / reference
+    g = raw_g / reference
+    return g if math.isfinite(g) else MAX_G

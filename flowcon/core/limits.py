@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from flowcon.core.labels import MIN_CPUS
@@ -28,6 +29,8 @@ def to_cpus(
     ``update``), so "unlimited" is applied as NanoCpus = all host CPUs, which the
     kernel never throttles.
     """
+    if not math.isfinite(limit):  # never from Algorithm 1; from a hand-edited state file
+        limit = 1.0
     cpus = max(0.0, min(limit, 1.0)) * host_cpus
     if cpus_min is not None:
         cpus = max(cpus, cpus_min)

@@ -1,27 +1,38 @@
-"""A thin adapter around the Docker SDK: the few engine calls the agent makes.
+"""A thin adapter around the Docker engine API: the few calls the agent makes.
 
-Every call maps the SDK's errors onto two of ours, so callers handle exactly two
-situations: the container is gone (``ContainerGone``) or the engine does not answer
-(``EngineUnavailable``). The client is stateless HTTP over the socket, so after an
-engine restart the next call simply connects again.
+Every call maps failures onto two situations callers handle: the container is gone
+(``ContainerGone``) or the engine does not answer (``EngineUnavailable``); anything
+else the engine refuses is an ``EngineError``. The per-round calls (list, logs,
+update) go over kept-alive ``http.client`` connections (see transport.py); CPU time
+and memory come from the container's cgroup files when reachable (cgroups.py), the
+engine's stats otherwise. Only the long-lived event stream uses the Docker SDK.
+After an engine restart the next call simply connects again.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
+from urllib.parse import quote
 
 import docker
 import docker.errors
 import requests.exceptions
 
+from flowcon.engine.cgroups import CgroupFiles, CgroupFormatError, CgroupReader
+from flowcon.engine.transport import SdkTransport, Transport, Unreachable, direct_transport
+
 log = logging.getLogger(__name__)
 
 # Pinned instead of negotiated so that building a client never needs the engine up.
 API_VERSION = "1.41"
+_V = f"/v{API_VERSION}"
 
 
 class EngineError(RuntimeError):
@@ -33,7 +44,7 @@ class EngineUnavailable(EngineError):
 
 
 class ContainerGone(EngineError):
-    """The container was removed (docker.errors.NotFound)."""
+    """The container was removed (HTTP 404 on its endpoints)."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +70,15 @@ class CpuSettings:
         """Set with --cpu-quota/--cpu-period: the engine then refuses NanoCpus updates."""
         return self.cpu_quota > 0 or self.cpu_period > 0
 
+    @property
+    def cpus(self) -> float | None:
+        """The limit in CPUs, None when there is none."""
+        if self.nano_cpus:
+            return self.nano_cpus / 1e9
+        if self.cpu_quota > 0:
+            return self.cpu_quota / (self.cpu_period or 100_000)
+        return None
+
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
 
@@ -70,6 +90,8 @@ class ContainerInfo:
     labels: dict[str, str]
     running: bool
     cpu: CpuSettings | None = None  # only from inspect
+    cgroup_parent: str = ""  # only from inspect: where to find its cgroup files
+    pid: int = 0  # only from inspect
 
 
 @dataclass(frozen=True)
@@ -83,50 +105,217 @@ class Stats:
     net_tx: int
 
 
-def _wrap(exc: Exception, what: str) -> EngineError:
-    if isinstance(exc, docker.errors.NotFound):
-        return ContainerGone(f"{what}: container gone")
-    if isinstance(
-        exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout | ConnectionError
-    ):
-        return EngineUnavailable(f"{what}: engine unavailable ({exc.__class__.__name__})")
-    if isinstance(exc, docker.errors.APIError):
-        return EngineError(f"{what}: {exc.explanation or exc}")
-    if isinstance(exc, docker.errors.DockerException):
-        return EngineUnavailable(f"{what}: {exc}")
-    return EngineError(f"{what}: {exc!r}")
+@dataclass(frozen=True)
+class CgroupSample:
+    at: float  # time.monotonic() when read
+    cpu_ns: int
+    mem_bytes: int | None
+
+
+@dataclass(frozen=True)
+class LiveStats:
+    """What ``docker stats`` shows for one container."""
+
+    cpu_percent: float | None  # of one CPU, as docker stats (200% = two CPUs busy)
+    mem_bytes: int
+    mem_limit: int
+    blk_read: int
+    blk_write: int
+    net_rx: int
+    net_tx: int
+
+
+def parse_stats(data: dict[str, Any], at: float) -> Stats:
+    """The engine's stats document (one sample)."""
+    cpu = ((data.get("cpu_stats") or {}).get("cpu_usage") or {}).get("total_usage") or 0
+    mem = (data.get("memory_stats") or {}).get("usage") or 0
+    blk_r, blk_w, rx, tx = _io(data)
+    return Stats(at, int(cpu), int(mem), blk_r, blk_w, rx, tx)
+
+
+def _io(data: dict[str, Any]) -> tuple[int, int, int, int]:
+    blk_r = blk_w = 0
+    for row in (data.get("blkio_stats") or {}).get("io_service_bytes_recursive") or []:
+        op = str(row.get("op", "")).lower()
+        if op == "read":
+            blk_r += int(row.get("value") or 0)
+        elif op == "write":
+            blk_w += int(row.get("value") or 0)
+    rx = tx = 0
+    for net in (data.get("networks") or {}).values():
+        rx += int(net.get("rx_bytes") or 0)
+        tx += int(net.get("tx_bytes") or 0)
+    return blk_r, blk_w, rx, tx
+
+
+def docker_stats_figures(data: dict[str, Any]) -> LiveStats:
+    """CPU % and memory as the docker CLI computes them from a non-one-shot stats
+    document (``cpu_stats`` against ``precpu_stats``; memory without inactive page cache)."""
+    cpu = data.get("cpu_stats") or {}
+    pre = data.get("precpu_stats") or {}
+    usage = (cpu.get("cpu_usage") or {}).get("total_usage") or 0
+    pre_usage = (pre.get("cpu_usage") or {}).get("total_usage") or 0
+    system = cpu.get("system_cpu_usage") or 0
+    pre_system = pre.get("system_cpu_usage") or 0
+    online = cpu.get("online_cpus") or len((cpu.get("cpu_usage") or {}).get("percpu_usage") or [])
+    pct: float | None = None
+    if system > pre_system and pre_system and usage >= pre_usage:
+        pct = (usage - pre_usage) / (system - pre_system) * max(int(online), 1) * 100.0
+        if not math.isfinite(pct):
+            pct = None
+    mem = data.get("memory_stats") or {}
+    used = int(mem.get("usage") or 0)
+    extra = mem.get("stats") or {}
+    for key in ("total_inactive_file", "inactive_file"):
+        if key in extra and int(extra[key] or 0) < used:
+            used -= int(extra[key] or 0)
+            break
+    blk_r, blk_w, rx, tx = _io(data)
+    return LiveStats(pct, used, int(mem.get("limit") or 0), blk_r, blk_w, rx, tx)
+
+
+_MUX_TYPES = (0, 1, 2)  # stdin, stdout, stderr frames of the engine's stream multiplexing
+
+
+def demux_frames(
+    read: Callable[[int], bytes], chunk: int = 65536, max_piece: int = 1 << 20
+) -> Iterator[bytes]:
+    """The payloads of the engine's multiplexed log stream (8-byte header: type, 0, 0, 0,
+    big-endian size), read ``chunk`` bytes at a time. A container with a TTY sends a raw
+    stream (no headers): recognised because with timestamps it starts with a digit, and
+    passed through in chunks. A frame larger than ``max_piece`` is passed on in pieces,
+    never held whole in memory. A truncated last frame is dropped."""
+    buf = b""
+    while len(buf) < 8:
+        data = read(chunk)
+        if not data:
+            break
+        buf += data
+    if not buf:
+        return
+    if len(buf) < 8 or buf[0] not in _MUX_TYPES or buf[1:4] != b"\0\0\0":
+        yield buf
+        while data := read(chunk):
+            yield data
+        return
+    pos = 0
+    while True:
+        while len(buf) - pos < 8:
+            data = read(chunk)
+            if not data:
+                return
+            buf = buf[pos:] + data
+            pos = 0
+        size = int.from_bytes(buf[pos + 4 : pos + 8], "big")
+        pos += 8
+        if size <= max_piece:
+            while len(buf) - pos < size:
+                data = read(max(chunk, size - (len(buf) - pos)))
+                if not data:
+                    return
+                buf = buf[pos:] + data
+                pos = 0
+            yield buf[pos : pos + size]
+            pos += size
+            continue
+        left = size
+        while left:
+            if pos >= len(buf):
+                buf, pos = read(min(chunk, left)), 0
+                if not buf:
+                    return
+            piece = buf[pos : pos + left]
+            pos += len(piece)
+            left -= len(piece)
+            yield piece
+
+
+def _since_param(since_ns: int) -> str:
+    """The engine reads ``seconds.nanoseconds`` exactly (no float rounding)."""
+    return f"{since_ns // 1_000_000_000}.{since_ns % 1_000_000_000:09d}"
+
+
+def _message(body: bytes) -> str:
+    try:
+        data = json.loads(body)
+        if isinstance(data, dict) and data.get("message"):
+            return str(data["message"])
+    except ValueError:
+        pass
+    return body[:200].decode("utf-8", "replace").strip()
 
 
 class DockerEngine:
-    def __init__(self, base_url: str | None = None, timeout: float = 15.0) -> None:
+    def __init__(
+        self,
+        base_url: str | None = None,
+        timeout: float = 15.0,
+        cgroup_root: str | None = "/sys/fs/cgroup",
+        pool_size: int = 48,
+    ) -> None:
         kwargs: dict[str, Any] = docker.utils.kwargs_from_env()
         if base_url:
             kwargs["base_url"] = base_url
         kwargs.setdefault("base_url", "unix:///var/run/docker.sock")
         self.base_url: str = kwargs["base_url"]
-        # Many stats calls run in parallel (each waits for the engine's 1 s stats tick).
-        self._kwargs = {**kwargs, "version": API_VERSION, "timeout": timeout, "max_pool_size": 48}
-        self.api = docker.APIClient(**self._kwargs)
-        self.api.trust_env = False  # no proxy/netrc lookups per request: a third less CPU
+        self._kwargs = {**kwargs, "version": API_VERSION, "timeout": timeout}
+        direct = None if kwargs.get("tls") else direct_transport(self.base_url, timeout, pool_size)
+        self.http: Transport
+        if direct is not None:
+            self.http = direct
+        else:
+            api = docker.APIClient(**self._kwargs, max_pool_size=pool_size)
+            api.trust_env = False  # no proxy/netrc lookups per request
+            self.http = SdkTransport(api)
         self._events_client: docker.APIClient | None = None
+        self.cgroups = CgroupReader(cgroup_root) if cgroup_root else None
+        self._cg_files: dict[str, CgroupFiles | None] = {}
+        self._cg_lock = threading.Lock()
 
-    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    # ----- plumbing ---------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, what: str, body: Any = None) -> Any:
+        raw = None if body is None else json.dumps(body).encode()
         try:
-            return fn(*args, **kwargs)
-        except Exception as exc:  # mapped onto our three error types
-            raise _wrap(exc, what) from exc
+            with self.http.open(method, _V + path, raw) as resp:
+                status, data = resp.status, resp.read()
+        except Unreachable as exc:
+            raise EngineUnavailable(f"{what}: engine unavailable ({exc})") from exc
+        if status >= 400:
+            raise self._error(status, data, what, path)
+        if not data:
+            return None
+        try:
+            return json.loads(data)
+        except ValueError as exc:
+            raise EngineError(f"{what}: engine sent no JSON ({exc})") from exc
+
+    @staticmethod
+    def _error(status: int, body: bytes, what: str, path: str) -> EngineError:
+        msg = _message(body)
+        if (
+            status == 404
+            and path.startswith("/containers/")
+            and not path.startswith("/containers/json")
+        ):
+            return ContainerGone(f"{what}: container gone ({msg})")
+        return EngineError(f"{what}: {status} {msg}")
+
+    # ----- calls ------------------------------------------------------------------------
 
     def ping(self) -> bool:
         try:
-            return bool(self.api.ping())
-        except Exception:
+            with self.http.open("GET", "/_ping") as resp:
+                return resp.status == 200 and resp.read() == b"OK"
+        except Unreachable:
             return False
 
     def ncpu(self) -> int:
-        return int(self._call("info", self.api.info).get("NCPU") or 0)
+        return int((self._request("GET", "/info", "info") or {}).get("NCPU") or 0)
 
     def list_running(self) -> list[ContainerInfo]:
-        rows = self._call("list", self.api.containers, filters={"status": "running"})
+        filters = quote(json.dumps({"status": ["running"]}))
+        rows = self._request("GET", f"/containers/json?filters={filters}", "list") or []
         return [
             ContainerInfo(
                 row["Id"],
@@ -135,76 +324,104 @@ class DockerEngine:
                 True,
             )
             for row in rows
+            if isinstance(row, dict) and row.get("Id")
         ]
 
     def inspect(self, cid: str) -> ContainerInfo:
-        data = self._call(f"inspect {cid[:12]}", self.api.inspect_container, cid)
+        data = self._request("GET", f"/containers/{cid}/json", f"inspect {cid[:12]}")
+        if not isinstance(data, dict) or not data.get("Id"):
+            raise EngineError(f"inspect {cid[:12]}: unexpected answer")
+        state = data.get("State") or {}
+        hc = data.get("HostConfig") or {}
         return ContainerInfo(
             data["Id"],
-            data.get("Name", "/?").lstrip("/"),
+            str(data.get("Name") or "/?").lstrip("/"),
             (data.get("Config") or {}).get("Labels") or {},
-            bool((data.get("State") or {}).get("Running")),
-            CpuSettings.from_host_config(data.get("HostConfig") or {}),
+            bool(state.get("Running")),
+            CpuSettings.from_host_config(hc),
+            str(hc.get("CgroupParent") or ""),
+            int(state.get("Pid") or 0),
         )
 
     def update_cpu(self, cid: str, body: dict[str, int]) -> None:
         """POST /containers/{id}/update with HostConfig CPU fields (NanoCpus, CpuQuota, ...).
-
-        The SDK's update() has no nano_cpus argument, so we post the body ourselves.
-        """
-
-        def post() -> Any:
-            resp = self.api._post_json(self.api._url("/containers/{0}/update", cid), data=body)
-            return self.api._result(resp, True)
-
-        self._call(f"update {cid[:12]}", post)
+        (The SDK's update() has no nano_cpus argument.)"""
+        self._request("POST", f"/containers/{cid}/update", f"update {cid[:12]}", body)
 
     def stats(self, cid: str) -> Stats:
-        data = self._call(f"stats {cid[:12]}", self.api.stats, cid, stream=False, one_shot=True)
-        at = time.monotonic()
-        cpu = ((data.get("cpu_stats") or {}).get("cpu_usage") or {}).get("total_usage") or 0
-        mem = (data.get("memory_stats") or {}).get("usage") or 0
-        blk_r = blk_w = 0
-        for row in (data.get("blkio_stats") or {}).get("io_service_bytes_recursive") or []:
-            op = str(row.get("op", "")).lower()
-            if op == "read":
-                blk_r += int(row.get("value") or 0)
-            elif op == "write":
-                blk_w += int(row.get("value") or 0)
-        rx = tx = 0
-        for net in (data.get("networks") or {}).values():
-            rx += int(net.get("rx_bytes") or 0)
-            tx += int(net.get("tx_bytes") or 0)
-        return Stats(at, int(cpu), int(mem), blk_r, blk_w, rx, tx)
+        """One sample from the engine (answers on its next one-second tick)."""
+        path = f"/containers/{cid}/stats?stream=false&one-shot=true"
+        data = self._request("GET", path, f"stats {cid[:12]}") or {}
+        return parse_stats(data, time.monotonic())
+
+    def live_stats(self, cid: str) -> LiveStats:
+        """``docker stats`` figures (two engine samples, ~1-2 s): for ``flowcon status``."""
+        data = self._request("GET", f"/containers/{cid}/stats?stream=false", f"stats {cid[:12]}")
+        return docker_stats_figures(data or {})
+
+    def cgroup_usage(self, cid: str, cgroup_parent: str = "", pid: int = 0) -> CgroupSample | None:
+        """CPU time and memory from the cgroup files; None when they are not reachable
+        (the caller then asks the engine). Where the files are is found once."""
+        if self.cgroups is None:
+            return None
+        with self._cg_lock:
+            known = cid in self._cg_files
+            files = self._cg_files.get(cid)
+        if not known:
+            files = self.cgroups.locate(cid, cgroup_parent, pid)
+            with self._cg_lock:
+                self._cg_files[cid] = files
+            if files is None:
+                log.info("no cgroup files for %s: CPU from the engine's stats", cid[:12])
+        if files is None:
+            return None
+        try:
+            cpu, mem = self.cgroups.read(files)
+        except (OSError, CgroupFormatError) as exc:
+            # Stopped or restarted (a new cgroup): look again next time.
+            log.debug("cgroup of %s unreadable: %s", cid[:12], exc)
+            self.forget(cid)
+            return None
+        return CgroupSample(time.monotonic(), cpu, mem)
+
+    def forget(self, cid: str) -> None:
+        """Drop what we know of a container that left."""
+        with self._cg_lock:
+            self._cg_files.pop(cid, None)
 
     def log_frames(self, cid: str, since_ns: int | None, tail: int | None) -> Iterator[bytes]:
         """New output frames (stdout and stderr), each prefixed with its RFC 3339 timestamp.
 
-        ``since_ns``: only lines from that time on (the engine's resolution is finer than
-        a float's, so callers drop lines at or before their last timestamp themselves).
+        ``since_ns``: only lines from that time on, inclusive (callers drop lines at or
+        before their last timestamp themselves). Otherwise the last ``tail`` lines.
         """
-        kwargs: dict[str, Any] = {"stream": True, "follow": False, "timestamps": True}
+        what = f"logs {cid[:12]}"
+        query = "stdout=1&stderr=1&timestamps=1"
         if since_ns:
-            # One millisecond early: float rounding must not skip a line.
-            kwargs["since"] = max(since_ns / 1e9 - 0.001, 1e-6)
+            query += f"&since={_since_param(since_ns)}"
         elif tail is not None:
-            kwargs["tail"] = tail
-        stream = self._call(f"logs {cid[:12]}", self.api.logs, cid, **kwargs)
+            query += f"&tail={int(tail)}"
         try:
-            yield from stream
-        except Exception as exc:
-            raise _wrap(exc, f"logs {cid[:12]}") from exc
+            with self.http.open("GET", f"{_V}/containers/{cid}/logs?{query}") as resp:
+                if resp.status >= 400:
+                    raise self._error(resp.status, resp.read(65536), what, f"/containers/{cid}")
+                yield from demux_frames(resp.read)
+        except Unreachable as exc:
+            raise EngineUnavailable(f"{what}: engine unavailable ({exc})") from exc
 
     def events(self) -> Any:
         """A closable stream of decoded container events (a fresh connection each time)."""
         if self._events_client is not None:
             self._events_client.close()  # the previous, broken connection
-        client = docker.APIClient(**{**self._kwargs, "timeout": None})
-        client.trust_env = False
-        self._events_client = client
-        return self._call("events", client.events, decode=True, filters={"type": "container"})
+        try:
+            client = docker.APIClient(**{**self._kwargs, "timeout": None})
+            client.trust_env = False
+            self._events_client = client
+            return client.events(decode=True, filters={"type": "container"})
+        except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
+            raise EngineUnavailable(f"events: engine unavailable ({exc})") from exc
 
     def close(self) -> None:
-        self.api.close()
+        self.http.close()
         if self._events_client is not None:
             self._events_client.close()

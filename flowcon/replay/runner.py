@@ -35,7 +35,8 @@ from flowcon.replay.scenario import Job, Scenario
 log = logging.getLogger(__name__)
 
 REPLAY_LABEL = "flowcon.replay"
-JOB_LABEL = "flowcon.job"
+# Not "flowcon.job": that label marks allocator jobs, whose speed the agent reports.
+JOB_LABEL = "flowcon.replay.job"
 ENABLE_LABEL = "flowcon.enable"
 METRIC_LABEL = "flowcon.metric"
 
@@ -238,8 +239,7 @@ class Replay:
         try:
             self._check_images()
             if self.policy == "flowcon":
-                config = self.scenario.agent_config()
-                config.update(self.agent_config or {})
+                config = self.agent_settings()
                 agent = AgentProcess(config, self.out_dir, self.agent_command)
                 agent.start(self.agent_warmup)
             self.t0 = time.time()
@@ -253,6 +253,17 @@ class Replay:
             with _sigint_deferred():
                 self._finish(result, agent)
         return result
+
+    def agent_settings(self) -> dict[str, Any]:
+        """The agent's config for this run, scoped to this run's containers.
+
+        Without ``match_labels`` the agent would also manage every other FlowCon-enabled
+        container on the engine and share the host among them.
+        """
+        config = self.scenario.agent_config()
+        config.update(self.agent_config or {})
+        config.setdefault("match_labels", {REPLAY_LABEL: self.run_id})
+        return config
 
     def _check_images(self) -> None:
         import docker.errors

@@ -100,16 +100,40 @@ def read_spec_file(path: Path) -> dict[str, Any]:
 @_url_opt
 @_token_opt
 @click.option("--json", "as_json", is_flag=True, help="Print the daemon's JSON answer.")
+@click.option(
+    "--wait/--no-wait",
+    default=True,
+    help="With profile: auto, wait for the pre-run and the decision (default) or return "
+    "at once with 'profiling'.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=1800.0,
+    show_default=True,
+    help="Give up waiting for a profiling decision after this many seconds.",
+)
 def submit(
-    spec: Path, config_path: str | None, url: str | None, token: str | None, as_json: bool
+    spec: Path,
+    config_path: str | None,
+    url: str | None,
+    token: str | None,
+    as_json: bool,
+    wait: bool,
+    timeout: float,
 ) -> None:
-    """Submit a job spec; prints "admitted" with its GPUs or "dropped" with the reason."""
+    """Submit a job spec; prints "admitted" with its GPUs or "dropped" with the reason.
+
+    A spec with ``profile: auto`` is pre-run first (1, 2, 4, ... GPUs); the command shows
+    each measured point and then the decision, unless --no-wait."""
     import json
 
     data = read_spec_file(spec)
     client = _client(config_path, url, token)
     try:
         out = client.submit(data)
+        if out.get("decision") == "profiling" and wait:
+            out = wait_for_decision(client, str(out.get("name", data.get("name"))), out, timeout)
     except Exception as exc:
         _fail(exc)
         return
@@ -117,10 +141,61 @@ def submit(
         click.echo(json.dumps(out, indent=2))
         return
     name = out.get("name", data.get("name"))
-    if out.get("admitted"):
+    if out.get("decision") == "profiling":
+        click.echo(f"profiling {name}: {out.get('reason', '')} (see: flowcon jobs)")
+    elif out.get("decision") == "cancelled":
+        click.echo(f"cancelled {name} while it was profiling")
+    elif out.get("admitted"):
         click.echo(f"admitted {name}: {out.get('gpus', 0)} GPUs now ({out.get('reason', '')})")
     else:
         click.echo(f"dropped {name}: {out.get('reason', '')}")
+
+
+def wait_for_decision(
+    client: Any, name: str, first: dict[str, Any], timeout: float, every: float = 1.0
+) -> dict[str, Any]:
+    """Poll the job while its pre-run runs; print each profiled point on stderr; return an
+    answer shaped like a direct submit's once the daemon decided."""
+    import time
+
+    counts = first.get("counts") or []
+    click.echo(
+        f"profiling {name} at {', '.join(map(str, counts))} GPUs "
+        f"(up to {first.get('profile_seconds', '?')} s each)...",
+        err=True,
+    )
+    seen: set[int] = set()
+    end = time.monotonic() + timeout
+    while True:
+        job = client.job(name)
+        for e in job.get("events", []):
+            if e.get("kind") == "profile_point" and e["id"] not in seen:
+                seen.add(e["id"])
+                rate = e.get("iterations_per_s")
+                got = "no steady rate" if rate is None else f"{rate:.3g} it/s"
+                took = f"{e.get('seconds', 0):.0f} s"
+                click.echo(f"  {e.get('gpus')} GPU(s): {got} (after {took})", err=True)
+        if job.get("state") != "profiling":
+            adm = (job.get("admissions") or [{}])[-1]
+            decision = "admitted" if adm.get("admitted") else "dropped"
+            if job.get("state") == "cancelled":
+                decision = "cancelled"
+            return {
+                "name": name,
+                "decision": decision,
+                "admitted": bool(adm.get("admitted")),
+                "reason": adm.get("reason") or job.get("reason", ""),
+                "gpus": job.get("gpus", 0),
+                "min_share": adm.get("min_share"),
+                "profile": job.get("profile"),
+                "state": job.get("state"),
+            }
+        if time.monotonic() > end:
+            raise click.ClickException(
+                f"{name} is still profiling after {timeout:.0f} s (the daemon keeps going; "
+                "see flowcon jobs)"
+            )
+        time.sleep(every)
 
 
 def _when(ts: Any, now: float) -> str:
@@ -164,7 +239,7 @@ def jobs(
         _fail(exc)
         return
     if not show_all:
-        rows = [r for r in rows if r.get("state") in ("admitted", "running")]
+        rows = [r for r in rows if r.get("state") in ("profiling", "admitted", "running")]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

@@ -41,6 +41,10 @@ class AllocatorConfig:
     ewma_alpha: float = 0.3
     # measurements are trusted only after this many samples at one GPU count
     min_measurements: int = 2
+    # pre-run of a ``profile: auto`` job: at most this long per GPU count, done once the
+    # job printed this many metric lines after its first (start-up) one
+    profile_seconds: float = 60.0
+    profile_min_lines: int = 6
     executor: str = "engine"
     raw: dict[str, Any] = field(default_factory=dict)
     source: Path | None = None
@@ -112,6 +116,8 @@ def load_config(path: str | Path | None) -> AllocatorConfig:
         "slot_seconds",
         "ewma_alpha",
         "min_measurements",
+        "profile_seconds",
+        "profile_min_lines",
         "executor",
     }
     unknown = sorted(set(sec) - known)
@@ -138,6 +144,11 @@ def load_config(path: str | Path | None) -> AllocatorConfig:
             raise ConfigError(f"{p}: allocator.ewma_alpha must be in (0, 1]")
     if "min_measurements" in sec:
         cfg.min_measurements = int(_positive(sec["min_measurements"], "min_measurements"))
+    if "profile_seconds" in sec:
+        cfg.profile_seconds = _positive(sec["profile_seconds"], "profile_seconds")
+    if "profile_min_lines" in sec:
+        lines = int(_positive(sec["profile_min_lines"], "profile_min_lines"))
+        cfg.profile_min_lines = max(2, lines)
     if sec.get("executor"):
         cfg.executor = str(sec["executor"])
     return cfg

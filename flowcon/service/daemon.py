@@ -19,9 +19,9 @@ from typing import Any
 
 from flowcon.service.api import ApiError, ApiServer
 from flowcon.service.config import AllocatorConfig, ensure_token
-from flowcon.service.jobspec import JobSpecError, parse_jobspec
+from flowcon.service.jobspec import JobSpec, JobSpecError, parse_jobspec
 from flowcon.service.metrics import AllocatorMetrics
-from flowcon.service.planner import Plan, PlanError, Planner
+from flowcon.service.planner import Plan, PlanError, Planner, spec_from_dict
 from flowcon.service.store import SCHEMA_VERSION, Store
 from flowcon.service.target import ExecutorTarget, build_placer, build_target
 
@@ -61,11 +61,9 @@ class Allocator:
             complete_on_progress=target is None,
             clock=clock,
         )
-        for e in self.store.events(kind="restarted_on_new_gpus")[-20:]:
-            # the restart cost measured before a daemon restart still holds
-            self.planner.observe_overhead(
-                float(e.data.get("stop_seconds", 0)) + float(e.data.get("start_seconds", 0))
-            )
+        # the restart cost measured before a daemon restart still holds
+        for cost in restart_costs(self.store)[-20:]:
+            self.planner.observe_overhead(cost)
         self.metrics = AllocatorMetrics(self.store, total_gpus)
         # one planning round at a time; HTTP calls only touch the store (its own lock)
         # and wake the loop, so a slow container stop never blocks a submit
@@ -77,6 +75,7 @@ class Allocator:
         self.server: ApiServer | None = None
         self.rounds = 0
         self.last_round_error: str | None = None
+        self._profilers: dict[str, threading.Thread] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -92,6 +91,14 @@ class Allocator:
             if self.target is not None:
                 self.target.reconcile_on_start(self.store, self.planner)
             self._round()
+        for rec in self.store.list_jobs(("profiling",)):
+            # interrupted pre-run (its containers were removed above): run it again
+            if self.target is None:
+                self.planner.profiling_failed(rec.name, "the daemon has no executor now")
+                continue
+            spec = spec_from_dict(rec.spec)
+            self.store.append_event("profiling_restarted", rec.name)
+            self._start_profiling(spec, spec.gpu_counts_to_profile(self.total_gpus))
         self.server = ApiServer(
             self,
             self.token,
@@ -123,6 +130,8 @@ class Allocator:
             self.server.stop()
         if self._loop is not None:
             self._loop.join(timeout=30)
+        for th in list(self._profilers.values()):
+            th.join(timeout=30)  # a pre-run stops at its next poll and removes its containers
         if self.target is not None:
             if stop_jobs:
                 for rec in self.store.active_jobs():
@@ -173,9 +182,12 @@ class Allocator:
             ended.append(name)
         for rec in self.store.active_jobs():
             if rec.gpus > 0:
-                seen = self.target.progress(rec.name)
+                since = self.target.resume_pending(rec.name)
+                first, seen = self.target.progress_since(rec.name, since)
                 if seen is not None:
                     self.planner.observe_progress(rec.name, *seen)
+                if since is not None:
+                    self.target.note_resumed(self.store, self.planner, rec.name, first, now)
         return ended
 
     def _round(self, polled: bool = False, force: bool = True) -> Plan:
@@ -214,7 +226,8 @@ class Allocator:
         if rec is None:
             raise ApiError(404, f"no job {name!r}")
         out = rec.to_json()
-        out["curve"] = {str(g): v for g, v in self.planner.curve(rec).points.items()}
+        curve = self.planner.curve(rec).points if rec.profile else {}  # none while profiling
+        out["curve"] = {str(g): v for g, v in curve.items()}
         out["admissions"] = self.store.admissions(name)
         out["events"] = [e.to_json() for e in self.store.events(job=name)]
         out["containers"] = sorted(self.planner.containers.get(name, set()))
@@ -226,6 +239,8 @@ class Allocator:
             parsed = parse_jobspec(spec, now=now)
         except JobSpecError as exc:
             raise ApiError(400, exc.message, field=exc.field) from None
+        if parsed.profile_auto:
+            return self._submit_auto(parsed, now)
         try:
             result = self.planner.submit(parsed, now)
         except PlanError as exc:
@@ -234,6 +249,118 @@ class Allocator:
         if result.admitted:
             self.wake()  # start its containers now, not at the next slot
         return (201 if result.admitted else 200), result.to_json()
+
+    # -- profile: auto -----------------------------------------------------------------
+
+    def _submit_auto(self, spec: JobSpec, now: float) -> tuple[int, dict[str, Any]]:
+        """202 "profiling": the pre-run runs on its own thread (it takes seconds to
+        minutes); the decision follows in the job's record, events and admissions."""
+        if self.target is None:
+            raise ApiError(
+                400, "'auto' needs the executor to pre-run the job; give a profile", field="profile"
+            )
+        counts = spec.gpu_counts_to_profile(self.total_gpus)
+        if not counts:
+            msg = f"min_gpus {spec.min_gpus} exceeds the {self.total_gpus} GPUs"
+            raise ApiError(400, msg, field="min_gpus")
+        try:
+            self.planner.begin_profiling(spec, counts, now)
+        except PlanError as exc:
+            raise ApiError(exc.status, str(exc)) from None
+        self._start_profiling(spec, counts)
+        reason = f"profiling at {', '.join(map(str, counts))} GPUs, then admission"
+        body = {
+            "name": spec.name,
+            "decision": "profiling",
+            "admitted": None,
+            "reason": reason,
+            "gpus": 0,
+            "counts": counts,
+            "profile_seconds": self.cfg.profile_seconds,
+        }
+        return 202, body
+
+    def _start_profiling(self, spec: JobSpec, counts: list[int]) -> None:
+        th = threading.Thread(
+            target=self._profile_and_admit,
+            args=(spec, counts),
+            name=f"allocator-profile-{spec.name}",
+            daemon=True,
+        )
+        self._profilers[spec.name] = th
+        th.start()
+
+    def _profiling_cancelled(self, name: str) -> bool:
+        if self._stop.is_set():
+            return True
+        rec = self.store.get_job(name)
+        return rec is None or not rec.pending
+
+    def _profile_placement(self, n: int) -> dict[str, list[str]] | None:
+        """``n`` GPUs for the pre-run: free ones (held by no job) when enough are free,
+        otherwise GPUs shared with running jobs (the pre-run then underestimates; the
+        closed loop corrects the curve once the job runs)."""
+        from flowcon.service.executor import pack_placement
+        from flowcon.service.target import placement_by_node
+
+        assert self.target is not None
+        inv = self.target.inventory
+        busy: set[str] = set()
+        for rec in self.store.active_jobs():
+            if rec.placement:
+                busy.update(self.target.uuids(placement_by_node(inv, rec.placement)))
+        placement = pack_placement(inv, n, busy)
+        if placement is None:
+            placement = pack_placement(inv, n)
+            if placement is not None:
+                log.info("pre-run at %d GPUs shares GPUs with running jobs", n)
+        return placement
+
+    def _profile_and_admit(self, spec: JobSpec, counts: list[int]) -> None:
+        assert self.target is not None
+        name = spec.name
+        t0 = time.monotonic()
+
+        def on_point(gpus: int, rate: float | None) -> None:
+            elapsed = time.monotonic() - t0
+            self.store.append_event(
+                "profile_point", name, gpus=gpus, iterations_per_s=rate, seconds=elapsed
+            )
+
+        try:
+            profile = self.target.executor.profile(
+                spec,
+                placement_for=self._profile_placement,
+                counts=counts,
+                max_seconds=self.cfg.profile_seconds,
+                min_points=self.cfg.profile_min_lines,
+                on_point=on_point,
+                cancelled=lambda: self._profiling_cancelled(name),
+            )
+        except Exception as exc:
+            if self._stop.is_set():
+                return  # the next start profiles it again
+            if self.planner.profiling_failed(name, str(exc), self.clock()):
+                self.metrics.admission(False)
+                log.warning("job %s: %s", name, exc)
+            return
+        finally:
+            self._profilers.pop(name, None)
+        if self._profiling_cancelled(name):
+            return
+        seconds = time.monotonic() - t0
+        points = {str(g): v for g, v in profile.points}
+        self.store.append_event("profiled", name, points=points, seconds=seconds)
+        log.info("job %s profiled in %.1f s: %s", name, seconds, points)
+        try:
+            result = self.planner.submit(spec.with_profile(profile), self.clock())
+        except PlanError as exc:
+            self.planner.profiling_failed(name, str(exc), self.clock())
+            return
+        self.metrics.admission(result.admitted)
+        log.info("job %s %s: %s", name, "admitted" if result.admitted else "dropped", result.reason)
+        if result.admitted:
+            self.wake()
 
     def cancel(self, name: str) -> dict[str, Any]:
         try:
@@ -269,6 +396,22 @@ class Allocator:
         if replan:
             self.wake()
         return {"node": node, "received": len(items), **counts, "replan": replan}
+
+
+def restart_costs(store: Store) -> list[float]:
+    """Measured (re)start costs, oldest first: the downtime to the first metric line
+    ("resumed"), or the stop+start seconds where no metric line told more."""
+    out = []
+    for e in store.events(kind="resumed"):
+        cost = e.data.get("downtime_seconds")
+        if cost is None:
+            cost = e.data.get("charged_seconds")
+        if cost is not None:
+            out.append(float(cost))
+    if not out:  # a database from before "resumed" events
+        for e in store.events(kind="restarted_on_new_gpus"):
+            out.append(float(e.data.get("stop_seconds", 0)) + float(e.data.get("start_seconds", 0)))
+    return out
 
 
 def run_daemon(cfg: AllocatorConfig) -> None:

@@ -152,11 +152,9 @@ def worker_env(
     return env
 
 
-def step_rate(lines: Iterable[str], skip_first: int = 1) -> tuple[float | None, int]:
-    """Iterations/s from metric lines ({"step":..,"ts":..}); None if too few. Returns (rate, n).
-
-    The first ``skip_first`` lines are dropped: they include start-up, not steady speed.
-    """
+def metric_points(lines: Iterable[str], skip_first: int = 1) -> list[tuple[float, float]]:
+    """(ts, step) of the metric lines ({"step":..,"ts":..}), event lines and NaN left out,
+    without the first ``skip_first`` (start-up, not steady speed)."""
     points: list[tuple[float, float]] = []
     for line in lines:
         line = line.strip()
@@ -171,7 +169,18 @@ def step_rate(lines: Iterable[str], skip_first: int = 1) -> tuple[float | None, 
             continue
         if step == step and ts == ts:  # not NaN
             points.append((ts, step))
-    points = points[skip_first:]
+    return points[skip_first:]
+
+
+def step_rate(lines: Iterable[str], skip_first: int = 1) -> tuple[float | None, int]:
+    """Iterations/s from metric lines ({"step":..,"ts":..}); None if too few. Returns (rate, n).
+
+    The first ``skip_first`` lines are dropped: they include start-up, not steady speed.
+    """
+    return _rate(metric_points(lines, skip_first))
+
+
+def _rate(points: Sequence[tuple[float, float]]) -> tuple[float | None, int]:
     if len(points) < 2:
         return None, len(points)
     (t0, s0), (t1, s1) = points[0], points[-1]
@@ -476,6 +485,8 @@ class Executor:
         min_points: int = 4,
         poll_s: float = 0.5,
         min_gain: float = 0.05,
+        on_point: Callable[[int, float | None], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
     ) -> ThroughputProfile:
         """Pre-run (section 5): run the job briefly at 1, 2, 4, ... GPUs and read its speed.
 
@@ -483,12 +494,16 @@ class Executor:
         until it printed ``min_points`` metric lines after the first or ``max_seconds``
         passed. Profiling stops early when more GPUs stop adding throughput (section 6.6):
         a count that is not ``min_gain`` (relative) faster than the best so far is the last.
+        ``on_point(gpus, rate)`` is told each result (rate None: nothing measured);
+        ``cancelled()`` true stops the pre-run at the next poll (raises ``ExecutorError``).
         """
         total = self.inventory.total_gpus if self.inventory is not None else 1
         counts = list(counts) if counts is not None else spec.gpu_counts_to_profile(total)
         points: dict[int, float] = {}
         best = 0.0
         for n in counts:
+            if cancelled is not None and cancelled():
+                raise ExecutorError(f"profiling {spec.name}: cancelled")
             placement = placement_for(n)
             if placement is None:
                 continue
@@ -498,11 +513,15 @@ class Executor:
             pspec = replace(spec, name=name, env={**dict(spec.env), "FLOWCON_PROFILE": "1"})
             try:
                 self.launch(pspec, placement, role="profile")
-                rate = self._measure(name, max_seconds, min_points, poll_s)
+                rate = self._measure(name, max_seconds, min_points, poll_s, cancelled)
             finally:
                 ws = self.backend.list_workers(self._selector(name, "profile"))
                 self._stop_all(ws, grace_s=2.0)
                 self.backend.cleanup(name, self.volume_name(name))
+            if cancelled is not None and cancelled():
+                raise ExecutorError(f"profiling {spec.name}: cancelled")
+            if on_point is not None:
+                on_point(n, rate)
             if rate is None:
                 log.warning("profile %s at %d GPUs: no steady step rate measured", spec.name, n)
                 continue
@@ -517,19 +536,38 @@ class Executor:
 
     # -- internals
 
+    def remove_profiles(self) -> int:
+        """Remove pre-run containers (and their throw-away volumes) an interrupted
+        allocator left behind; returns how many containers went."""
+        ws = self.backend.list_workers(self._selector(None, "profile"))
+        self._stop_all(ws, grace_s=2.0)
+        for job in {w.job for w in ws}:
+            self.backend.cleanup(job, self.volume_name(job))
+        return len(ws)
+
     def _measure(
-        self, job: str, max_seconds: float, min_points: int, poll_s: float
+        self,
+        job: str,
+        max_seconds: float,
+        min_points: int,
+        poll_s: float,
+        cancelled: Callable[[], bool] | None = None,
+        min_steps: int = 20,
     ) -> float | None:
         deadline = time.monotonic() + max_seconds
         rate: float | None = None
         while time.monotonic() < deadline:
             time.sleep(poll_s)
+            if cancelled is not None and cancelled():
+                return None
             ws = self.backend.list_workers(self._selector(job, "profile"))
             ws.sort(key=lambda w: w.node_rank)
             if not ws:
                 return rate
-            rate, n = step_rate(self.backend.logs(ws[0]))
-            if n >= min_points:
+            points = metric_points(self.backend.logs(ws[0]))
+            rate, n = _rate(points)
+            # enough lines, and enough steps that one step of rounding is <= 5 %
+            if n >= min_points and points[-1][1] - points[0][1] >= min_steps:
                 return rate
             if any(w.state in ("exited", "dead") for w in ws):
                 return rate

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from flowcon.alloc.admission import AdmissionDecision, SlotLedger, admit
-from flowcon.alloc.allocation import allocate, distribute_spare
+from flowcon.alloc.admission import AdmissionDecision, SlotLedger
+from flowcon.alloc.allocation import distribute_spare
 from flowcon.alloc.model import Job, ThroughputCurve
 from flowcon.service.jobspec import JobSpec, ThroughputProfile
 from flowcon.service.store import ACTIVE_STATES, JobRecord, Store
@@ -157,6 +157,12 @@ class Planner:
         self.overhead = 0.0
         # job -> container ids the executor runs for it now (None = unknown, accept all)
         self.containers: dict[str, set[str]] = {}
+        # container id -> the job's GPU count (world size) that container runs with: a
+        # measurement belongs to the count it was taken at, even if a re-plan already
+        # changed the job's allocation and the rescale has not happened yet
+        self.container_gpus: dict[str, int] = {}
+        self._speed_ts: dict[str, float] = {}  # container id -> ts of its last counted rate
+        self._ledger: SlotLedger | None = None  # built on first use (see _ledger_for)
 
     # -- the job as the core sees it --------------------------------------------------
 
@@ -192,14 +198,60 @@ class Planner:
 
     # -- submit / cancel / complete ----------------------------------------------------
 
+    def begin_profiling(self, spec: JobSpec, counts: list[int], now: float | None = None) -> None:
+        """A ``profile: auto`` job waits in state "profiling" while its pre-run measures its
+        curve; ``submit`` then decides on it (section 5: profile first, then admit)."""
+        now = self.clock() if now is None else now
+        with self.store.transaction():
+            old = self.store.get_job(spec.name)
+            if old is not None and (old.active or old.pending):
+                raise PlanError(409, f"job {spec.name!r} exists and is {old.state}")
+            rec = JobRecord(
+                name=spec.name,
+                spec=spec_to_dict(spec),
+                state="profiling",
+                submit_time=spec.submit_time,
+                deadline=spec.deadline,
+                soft_deadline=False,
+                iterations=float(spec.iterations),
+                done_iterations=0.0,
+                progress_ts=None,
+                profile={},
+                reason=f"profiling at {', '.join(map(str, counts))} GPUs",
+            )
+            self.store.put_job(rec)
+            self.store.append_event(
+                "profiling_started", spec.name, ts=now, counts=counts, deadline=spec.deadline
+            )
+
+    def profiling_failed(self, name: str, reason: str, now: float | None = None) -> bool:
+        """The pre-run measured nothing usable: the job is dropped (no curve, no guarantee)."""
+        now = self.clock() if now is None else now
+        with self.store.transaction():
+            rec = self.store.get_job(name)
+            if rec is None or not rec.pending:
+                return False
+            why = f"profiling failed: {reason}"
+            self.store.record_admission(name, False, why, None, False, now)
+            self.store.append_event("profiling_failed", name, ts=now, reason=reason)
+            rec.state = "dropped"
+            rec.reason = why
+            rec.finish_time = now
+            self.store.put_job(rec)
+            self.store.append_event("dropped", name, ts=now, reason=why)
+        return True
+
     def submit(self, spec: JobSpec, now: float | None = None) -> SubmitResult:
-        """Admission control for one new job; admitted jobs are re-planned at once."""
+        """Admission control for one new job; admitted jobs are re-planned at once. A job
+        whose pre-run just finished replaces its "profiling" record."""
         now = self.clock() if now is None else now
         if spec.profile is None:
-            raise PlanError(400, "profile: no throughput profile (profile: auto is not supported)")
+            raise PlanError(400, "profile: no throughput profile yet (run the pre-run first)")
         with self.store.transaction():
             old = self.store.get_job(spec.name)
             if old is not None and old.active:
+                raise PlanError(409, f"job {spec.name!r} exists and is {old.state}")
+            if old is not None and old.pending and spec.submit_time != old.submit_time:
                 raise PlanError(409, f"job {spec.name!r} exists and is {old.state}")
             self.advance(now)
             active = self.store.active_jobs()
@@ -255,7 +307,7 @@ class Planner:
             rec = self.store.get_job(name)
             if rec is None:
                 raise PlanError(404, f"no job {name!r}")
-            if not rec.active:
+            if not rec.active and not rec.pending:
                 raise PlanError(409, f"job {name!r} is already {rec.state}")
             self.advance(now)
             rec = self.store.get_job(name)
@@ -389,38 +441,57 @@ class Planner:
         return plan
 
     def observe_overhead(self, seconds: float) -> None:
-        """A measured checkpoint-restart (stop + start) of some job."""
+        """A measured (re)start cost of some job: the downtime from the stop request to
+        its first metric line in the new containers (or stop + start when it prints none)."""
         if math.isfinite(seconds) and seconds >= 0:
             a = self.alpha
             self.overhead = seconds if self.overhead == 0 else a * seconds + (1 - a) * self.overhead
+            if self._ledger is not None:
+                self._ledger.overhead = self.overhead  # charged in plans made from now on
 
-    def _ledger(self, jobs: list[Job], now: float) -> SlotLedger:
-        """Minimum satisfactory shares of the hard-deadline ``jobs`` (Algorithm 1)."""
-        ledger = SlotLedger(self.total_gpus, self.slot, origin=now, overhead=self.overhead)
-        by_id = {j.job_id: j for j in jobs}
-        for j in sorted(
-            (j for j in jobs if j.needs_guarantee and j.remaining > 0),
-            key=lambda j: (j.deadline, j.submit_time, j.job_id),
-        ):
-            ledger.try_admit(j, by_id, now)
+    def _ledger_for(self, jobs: Mapping[str, Job], now: float) -> SlotLedger:
+        """The persistent minimum-satisfactory-share ledger (Algorithm 1), as the simulator's
+        ElasticFlow policy keeps it: a job's reservation is made at admission and kept (and
+        refreshed when the job falls behind it), not re-derived from scratch at every
+        re-plan. Re-deriving fills every plan from its deadline backwards again, which
+        keeps postponing the work of the jobs with near deadlines until they need many GPUs
+        at the end; one restart then makes them miss. A restarted daemon rebuilds the
+        ledger from the jobs' progress, in deadline order."""
+        if self._ledger is None:
+            self._ledger = SlotLedger(
+                self.total_gpus, self.slot, origin=now, overhead=self.overhead
+            )
+            for j in sorted(
+                (j for j in jobs.values() if j.needs_guarantee and j.remaining > 0),
+                key=lambda j: (j.deadline, j.submit_time, j.job_id),
+            ):
+                self._ledger.try_admit(j, jobs, now)
+        ledger = self._ledger
+        for jid in [jid for jid in ledger.jobs() if jid not in jobs]:
+            ledger.remove(jid)  # finished, cancelled or failed
         return ledger
 
     def _admit(self, job: Job, admitted: list[Job], now: float) -> AdmissionDecision:
-        """Core admission; with a measured restart overhead, the same Algorithm 1 on a
-        ledger that charges it (core ``admit`` has no overhead parameter)."""
-        if self.overhead <= 0:
-            return admit(job, admitted, now, self.total_gpus, self.slot)
-        ledger = self._ledger(admitted, now)
-        by_id = {j.job_id: j for j in admitted}
-        by_id[job.job_id] = job
-        d = ledger.try_admit(job, by_id, now)
+        """Core Algorithm 1 on the ledger (it charges the measured restart overhead)."""
+        jobs = {j.job_id: j for j in admitted}
+        ledger = self._ledger_for(jobs, now)
+        d = ledger.try_admit(job, {**jobs, job.job_id: job}, now)
         return AdmissionDecision(d.admitted, d.reason, ledger.shares(now), ledger.plans())
 
+    def _shares(self, jobs: Mapping[str, Job], now: float) -> dict[str, int]:
+        """Minimum shares now; jobs that fell behind their reservation (restart overheads,
+        slower than profiled) are re-planned first, as the simulator's policy does."""
+        ledger = self._ledger_for(jobs, now)
+        behind = ledger.behind(jobs, now)
+        if behind and ledger.refresh(behind, jobs, now):
+            # no room next to the others' (possibly stale) reservations: re-plan everyone
+            # from current progress, kept only if all still fit
+            ledger.replan(jobs, now, lossless=True)
+        return {jid: ledger.share(jid, now) for jid in jobs}
+
     def _allocate(self, jobs: list[Job], now: float) -> dict[str, int]:
-        """Core Algorithm 2 on top of the (overhead-aware) minimum shares."""
-        if self.overhead <= 0:
-            return dict(allocate(jobs, now, self.total_gpus, self.slot))
-        shares = self._ledger(jobs, now).shares(now)
+        """Core Algorithm 2 on top of the minimum shares."""
+        shares = self._shares({j.job_id: j for j in jobs}, now)
         return distribute_spare(jobs, shares, self.total_gpus, self.slot)
 
     def _current_still_guarantees(
@@ -428,8 +499,7 @@ class Planner:
     ) -> bool:
         if not active or sum(r.gpus for r in active) > self.total_gpus:
             return not active
-        ledger = self._ledger(jobs, now)
-        shares = ledger.shares(now)
+        shares = self._shares({j.job_id: j for j in jobs}, now)
         return all(r.gpus >= shares.get(r.name, 0) for r in active)
 
     def _place(
@@ -464,14 +534,16 @@ class Planner:
             return "skipped: no container_id"
         ts = _finite_positive(m.get("ts")) or now
         step = _finite_positive(m.get("step"))
-        speed = _finite_positive(m.get("iterations_per_s"))
+        # the agent says iterations_per_second; iterations_per_s is this API's older name
+        raw_speed = m.get("iterations_per_second", m.get("iterations_per_s"))
+        speed = _finite_positive(raw_speed)
         value = m.get("value")
         value_f = _finite_positive(value) if value is not None else None
         job = m.get("job")
         job = str(job) if job else None
         with self.store.transaction():
             rec = self.store.get_job(job) if job else None
-            gpus = rec.gpus if rec is not None else None
+            gpus = (self._gpus_of(cid) or rec.gpus) if rec is not None else None
             self.store.add_measurement(
                 ts=ts,
                 node=str(node),
@@ -496,8 +568,11 @@ class Planner:
             outcome = "stored"
             if self._observe(rec, step, ts):
                 outcome = "applied"
+            if speed is not None and speed > 0 and ts <= self._speed_ts.get(cid, -1.0):
+                speed = None  # the agent repeats its last rate when no new step came
             if speed is not None and speed > 0:
-                g = rec.gpus
+                self._speed_ts[cid] = ts
+                g = self._gpus_of(cid) or rec.gpus
                 n = int(rec.measured_n.get(g, 0))
                 old = rec.measured.get(g)
                 new = (
@@ -525,7 +600,18 @@ class Planner:
                     )
                     outcome = "refined"
             self.store.put_job(rec)
+            if outcome == "refined" and self._ledger is not None and rec.name in self._ledger:
+                # its reservation was planned with the old curve: re-plan it now, before
+                # the next admission relies on it
+                jobs = {r.name: self.core_job(r) for r in self.store.active_jobs()}
+                self._ledger_for(jobs, now).refresh([rec.name], jobs, now)
         return outcome
+
+    def _gpus_of(self, cid: str) -> int | None:
+        for known, gpus in self.container_gpus.items():
+            if known.startswith(cid) or cid.startswith(known):
+                return gpus
+        return None
 
     def _observe(self, rec: JobRecord, step: float | None, ts: float) -> bool:
         """A step the job reported replaces the estimate; the estimate then runs on from

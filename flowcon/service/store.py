@@ -21,10 +21,12 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 
-# States a job moves through. "admitted" = guaranteed but holding no GPUs right now.
+# States a job moves through. "profiling" = its pre-run (``profile: auto``) runs, no
+# admission decision yet; "admitted" = guaranteed but holding no GPUs right now.
+PENDING_STATES = ("profiling",)
 ACTIVE_STATES = ("admitted", "running")
 TERMINAL_STATES = ("completed", "dropped", "cancelled", "failed")
-ALL_STATES = ACTIVE_STATES + TERMINAL_STATES
+ALL_STATES = PENDING_STATES + ACTIVE_STATES + TERMINAL_STATES
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -127,6 +129,11 @@ class JobRecord:
     @property
     def active(self) -> bool:
         return self.state in ACTIVE_STATES
+
+    @property
+    def pending(self) -> bool:
+        """Submitted, decision not taken yet (its pre-run is running)."""
+        return self.state in PENDING_STATES
 
     @property
     def progress(self) -> float:

@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import math
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,6 +58,24 @@ def placement_by_node(inventory: Any, placement: list[Any]) -> dict[str, list[st
     return out
 
 
+# how long a (re)started job may take to print its first metric line before its restart
+# cost is taken as the stop+start seconds alone
+RESUME_WAIT_S = 300.0
+
+
+def _metric_point(line: str) -> tuple[float, float] | None:
+    """(step, ts) of a flowcon metric line, None for anything else."""
+    line = line.strip()
+    if not line.startswith("{"):
+        return None
+    try:
+        obj = json.loads(line)
+        step, ts = float(obj["step"]), float(obj["ts"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return (step, ts) if math.isfinite(step) and math.isfinite(ts) else None
+
+
 class ExecutorTarget:
     """The daemon's side of ``flowcon.service.executor.Executor``.
 
@@ -71,6 +90,9 @@ class ExecutorTarget:
         self.kind = str(getattr(executor.backend, "kind", "engine"))
         self._unknown_logged: set[str] = set()
         self._failed_actions: dict[str, str] = {}
+        # job -> (wall time its stop/launch began, "start"|"rescale", stop+start seconds)
+        # until its first metric line in the new containers shows the real downtime
+        self._resuming: dict[str, tuple[float, str, float | None]] = {}
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -79,6 +101,18 @@ class ExecutorTarget:
             node: self.inventory.node(node).uuids([int(g) for g in gpus])
             for node, gpus in placement.items()
         }
+
+    def uuids(self, placement: Mapping[str, list[str]]) -> list[str]:
+        """Every GPU UUID of an executor placement."""
+        return [u for ids in self._uuids(placement).values() for u in ids]
+
+    def _note_containers(self, planner: Any, name: str, state: Any) -> None:
+        """Which containers run the job now, and at which world size (for the closed loop:
+        a measurement counts for the GPU count of the container that took it)."""
+        workers = list(state.workers) if state is not None else []
+        planner.containers[name] = {w.id for w in workers}
+        for w in workers:
+            planner.container_gpus[w.id] = state.gpus
 
     def _same(self, state: Any, placement: Mapping[str, list[str]]) -> bool:
         if state is None or state.status not in ("running", "starting"):
@@ -90,12 +124,19 @@ class ExecutorTarget:
     def reconcile_on_start(self, store: Store, planner: Any) -> None:
         """Adopt the job containers that survived an allocator restart (never start a
         second copy: the executor names containers by job and node)."""
+        try:
+            leftovers = self.executor.remove_profiles()
+        except Exception as exc:
+            leftovers = 0
+            log.warning("cannot remove leftover pre-run containers: %s", exc)
+        if leftovers:
+            log.info("removed %d pre-run container(s) of an interrupted profiling", leftovers)
         found = self.executor.jobs()
         for rec in store.active_jobs():
             state = found.get(rec.name)
             if state is None:
                 continue
-            planner.containers[rec.name] = {w.id for w in state.workers}
+            self._note_containers(planner, rec.name, state)
             store.append_event(
                 "adopted",
                 rec.name,
@@ -138,23 +179,58 @@ class ExecutorTarget:
 
     def progress(self, name: str) -> tuple[float, float] | None:
         """(step, ts) of the last metric line of the job's rank-0 container."""
+        return self.progress_since(name, None)[1]
+
+    def progress_since(
+        self, name: str, since: float | None
+    ) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+        """(first metric line at or after ``since``, last metric line) of the job's rank-0
+        container, each as (step, ts); one read of its log."""
         try:
             lines = self.executor.logs(name)
         except Exception as exc:
             log.debug("logs of %s unavailable: %s", name, exc)
-            return None
-        for line in reversed(lines[-200:]):
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            try:
-                obj = json.loads(line)
-                step, ts = float(obj["step"]), float(obj["ts"])
-            except (ValueError, KeyError, TypeError):
-                continue
-            if math.isfinite(step) and math.isfinite(ts):
-                return step, ts
-        return None
+            return None, None
+        points = [p for p in map(_metric_point, lines) if p is not None]
+        first = next((p for p in points if p[1] >= since), None) if since is not None else None
+        return first, (points[-1] if points else None)
+
+    def resume_pending(self, name: str) -> float | None:
+        """When the job's last (re)start began, while its first metric line is awaited."""
+        pending = self._resuming.get(name)
+        return pending[0] if pending is not None else None
+
+    def note_resumed(
+        self,
+        store: Store,
+        planner: Any,
+        name: str,
+        first: tuple[float, float] | None,
+        now: float,
+    ) -> None:
+        """The real cost of a (re)start: from the stop (or launch) request to the job's
+        first metric line in its new containers. It includes what stop+start seconds do
+        not: interpreter and framework start-up, data loading, checkpoint reading (seconds
+        to minutes for real models). That is what admission charges per restart."""
+        pending = self._resuming.get(name)
+        if pending is None:
+            return
+        began, kind, fallback = pending
+        if first is not None and first[1] >= began:
+            downtime = first[1] - began
+            planner.observe_overhead(downtime)
+            store.append_event(
+                "resumed", name, after=kind, downtime_seconds=downtime, step=first[0]
+            )
+            del self._resuming[name]
+        elif now - began > RESUME_WAIT_S:
+            # a job without metric lines: the stop+start time is all that is known
+            if fallback is not None:
+                planner.observe_overhead(fallback)
+            store.append_event(
+                "resumed", name, after=kind, downtime_seconds=None, charged_seconds=fallback
+            )
+            del self._resuming[name]
 
     def apply(self, store: Store, planner: Any) -> None:
         """Start, rescale (checkpoint-restart), pause or remove containers to match the
@@ -173,15 +249,22 @@ class ExecutorTarget:
                         store.append_event("suspended", rec.name)
                     planner.containers[rec.name] = set()
                     continue
+                if state is not None and state.status in ("completed", "failed"):
+                    # exited since the last poll: the next poll reports the completion or
+                    # restarts it from its checkpoint; rescaling it now would run a
+                    # finished job again
+                    continue
                 placement = placement_by_node(self.inventory, rec.placement)
                 if not self._same(state, placement):
                     spec = spec_from_dict(rec.spec)
+                    began = time.time()
                     if state is None:
                         self.executor.launch(spec, placement)
+                        self._resuming[rec.name] = (began, "start", None)
                         store.append_event("started", rec.name, placement=placement)
                     else:
                         res = self.executor.rescale(spec, placement)
-                        planner.observe_overhead(res.total_seconds)
+                        self._resuming[rec.name] = (began, "rescale", res.total_seconds)
                         store.append_event(
                             "restarted_on_new_gpus",
                             rec.name,
@@ -191,12 +274,9 @@ class ExecutorTarget:
                             start_seconds=res.start_seconds,
                             placement=placement,
                         )
-                    now_state = self.executor.job(rec.name)
-                    planner.containers[rec.name] = (
-                        {w.id for w in now_state.workers} if now_state is not None else set()
-                    )
+                    self._note_containers(planner, rec.name, self.executor.job(rec.name))
                 elif state is not None:
-                    planner.containers[rec.name] = {w.id for w in state.workers}
+                    self._note_containers(planner, rec.name, state)
                 self._failed_actions.pop(rec.name, None)
             except Exception as exc:
                 msg = str(exc)
@@ -205,13 +285,16 @@ class ExecutorTarget:
                     store.append_event("executor_error", rec.name, error=msg)
                 log.warning("job %s: executor action failed: %s", rec.name, exc)
         active = {r.name for r in store.active_jobs()}
+        for name in [n for n in self._resuming if n not in active]:
+            del self._resuming[name]  # ended before it printed a metric line
         for name in found:
             if name in active:
                 continue
             rec = store.get_job(name)
             if rec is not None:  # cancelled/completed/failed: its containers go
                 self._remove(name)
-                planner.containers.pop(name, None)
+                for cid in planner.containers.pop(name, set()):
+                    planner.container_gpus.pop(cid, None)
 
     def _remove(self, name: str) -> None:
         try:

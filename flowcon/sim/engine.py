@@ -9,7 +9,6 @@ slots cost nothing.
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -93,8 +92,6 @@ class Simulator:
         decisions = 0
         t = _boundary(arrivals[0].submit_time, slot) if arrivals else 0.0
         last_t = t
-        # (finish time, job id) of running jobs under the current allocation
-        finishes: list[tuple[float, str]] = []
         while True:
             # 1. advance progress from last_t to t
             dt = t - last_t
@@ -173,24 +170,27 @@ class Simulator:
                 if results[jid].start is None:
                     results[jid].start = t
             state.allocation = alloc
-            # 4. metrics at t
+            # 4. metrics at t, and the earliest completion under this allocation
             ce = 0.0
+            first_fin = math.inf
+            jobs_now = state.jobs
             for jid, n in alloc.items():
-                c = state.jobs[jid].curve
-                ce += c.at(n) / c.at(1) if c.at(1) > 0 else 0.0
-            timeline.append((t, sum(alloc.values()), ce / total, len(state.jobs)))
+                job = jobs_now[jid]
+                at = job.curve.at
+                rate, t1 = at(n), at(1)
+                if t1 > 0:
+                    ce += rate / t1
+                if rate > 0:
+                    fin = max(t, busy_until.get(jid, t)) + job.remaining / rate
+                    if fin < first_fin:
+                        first_fin = fin
+            timeline.append((t, sum(alloc.values()), ce / total, len(jobs_now)))
             # 5. next decision
             nxt = math.inf
             if ai < len(arrivals):
                 nxt = _boundary(arrivals[ai].submit_time, slot)
-            finishes = []
-            for jid, n in alloc.items():
-                rate = state.jobs[jid].curve.at(n)
-                if rate > 0:
-                    fin = max(t, busy_until.get(jid, t)) + state.jobs[jid].remaining / rate
-                    heapq.heappush(finishes, (fin, jid))
-            if finishes:
-                nxt = min(nxt, _boundary(finishes[0][0], slot))
+            if first_fin < math.inf:
+                nxt = min(nxt, _boundary(first_fin, slot))
             wake = self.policy.next_wakeup(t, state)
             if wake is not None:
                 nxt = min(nxt, _boundary(wake, slot))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +48,13 @@ def summarize(res: SimResult) -> dict[str, Any]:
         "deadlines_met": met,
         "deadline_satisfactory_ratio": round(met / len(slo), 4) if slo else None,
         "best_effort_jobs": len(be),
-        "best_effort_avg_jct_s": round(statistics.fmean(be_jct), 1) if be_jct else None,
+        "best_effort_avg_jct_s": round(sum(be_jct) / len(be_jct), 1) if be_jct else None,
         "makespan_s": round(end - first, 1) if finishes else 0.0,
         "avg_cluster_efficiency": round(ce_area / span, 4) if span else 0.0,
         "avg_gpu_utilization": round(util_area / span, 4) if span else 0.0,
         "decisions": res.decisions,
         "decision_latency_ms": {
-            "mean": round(statistics.fmean(lat_ms), 3) if lat_ms else 0.0,
+            "mean": round(sum(lat_ms) / len(lat_ms), 3) if lat_ms else 0.0,
             "p50": round(_pct(lat_ms, 0.5), 3),
             "p99": round(_pct(lat_ms, 0.99), 3),
             "max": round(max(lat_ms, default=0.0), 3),
