@@ -546,6 +546,7 @@ class Controller:
             "step": p.step,
             "iterations_per_second": finite(p.steps_per_s),
             "ts": p.value_ts or p.step_ts,
+            "step_ts": p.step_ts,
         }
 
     def views(self) -> list[dict[str, Any]]:

@@ -15,11 +15,42 @@ from typing import Any
 
 log = logging.getLogger("flowcon.agent.reporter")
 
-FIELDS = ("container_id", "name", "job", "step", "iterations_per_second", "metric", "value", "ts")
+FIELDS = (
+    "container_id",
+    "name",
+    "job",
+    "step",
+    "iterations_per_second",
+    "metric",
+    "value",
+    "ts",
+    "step_ts",
+)
 
 
 def payload(node: str, views: list[dict[str, Any]]) -> dict[str, Any]:
     return {"node": node, "measurements": [{k: v.get(k) for k in FIELDS} for v in views]}
+
+
+def only_fresh_rates(views: list[dict[str, Any]], last: dict[str, float]) -> list[dict[str, Any]]:
+    """Blank the rate of a container whose newest step is the one already reported.
+
+    The monitor keeps its last rate between step lines (for ``flowcon status``); sent
+    again, a stale rate would count as a new measurement of the job's speed. ``last``
+    (container id -> step_ts of the last rate sent) is updated in place.
+    """
+    out = []
+    for view in views:
+        cid, step_ts = view.get("container_id"), view.get("step_ts")
+        if step_ts is None or cid is None or last.get(cid) == step_ts:
+            view = {**view, "iterations_per_second": None}
+        elif view.get("iterations_per_second") is not None:
+            last[cid] = step_ts
+        out.append(view)
+    present = {v.get("container_id") for v in views}
+    for gone in set(last) - present:
+        del last[gone]
+    return out
 
 
 class AllocatorReporter:
@@ -30,8 +61,10 @@ class AllocatorReporter:
         self.timeout = timeout
         self.failures = 0
         self.sent = 0
+        self._rate_step_ts: dict[str, float] = {}
 
     def send(self, views: list[dict[str, Any]]) -> bool:
+        views = only_fresh_rates(views, self._rate_step_ts)
         body = json.dumps(payload(self.node, views), allow_nan=False).encode()
         req = urllib.request.Request(self.endpoint, data=body, method="POST")
         req.add_header("Content-Type", "application/json")

@@ -24,6 +24,8 @@ from typing import Any
 import pytest
 from conftest import REPO, SESSION_ID, SESSION_LABEL, TEST_LABEL, TESTBOX_IMAGE
 
+ELASTIC_IMAGE = "flowcon/elastic-example:latest"
+
 NODE2_SOCK = os.environ.get("FLOWCON_NODE2_SOCK", "unix:///run/flowcon-node2.sock")
 
 STEP_JOB = r"""
@@ -130,10 +132,12 @@ def swarm() -> Iterator[Swarm]:
     if os.geteuid() != 0:
         pytest.skip("the 2-node swarm needs root (a second dockerd)")
     up = subprocess.run(
-        ["bash", str(REPO / "scripts" / "swarm-up.sh"), TESTBOX_IMAGE],
+        # elastic-example too (scripts/test.sh builds it), so the cross-node DDP test runs
+        # rather than skips; swarm-up.sh passes over an image the main engine lacks.
+        ["bash", str(REPO / "scripts" / "swarm-up.sh"), TESTBOX_IMAGE, ELASTIC_IMAGE],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=480,  # a first copy of elastic-example into node 2 moves ~1 GB
     )
     if up.returncode != 0:
         pytest.skip(f"scripts/swarm-up.sh failed: {(up.stderr or up.stdout).strip()[-600:]}")

@@ -135,6 +135,7 @@ def test_allocator_report_contract() -> None:
             "metric": "loss",
             "value": 0.3,
             "ts": 1.0,
+            "step_ts": 1.0,
             "g": 0.5,
         }
         assert rep.send([view])
@@ -142,6 +143,12 @@ def test_allocator_report_contract() -> None:
         assert path == "/api/v1/measurements" and auth == "Bearer s3cret"
         assert body["node"] == "node-1"
         assert body["measurements"] == [{k: v for k, v in view.items() if k != "g"}]
+        # No new step line since: the same rate must not be reported as a new measurement.
+        assert rep.send([view])
+        assert got[1][2]["measurements"][0]["iterations_per_second"] is None
+        assert got[1][2]["measurements"][0]["step"] == 40
+        assert rep.send([{**view, "step": 50, "step_ts": 5.0, "iterations_per_second": 2.0}])
+        assert got[2][2]["measurements"][0]["iterations_per_second"] == 2.0
     finally:
         server.shutdown()
     dead = AllocatorReporter("http://127.0.0.1:9", None, "n", timeout=0.5)

@@ -49,6 +49,23 @@ LABEL_GPUS = "flowcon.gpus"
 LABEL_WORLD = "flowcon.world-size"
 LABEL_ROLE = "flowcon.role"  # "job", or "profile" for the pre-run
 CHECKPOINT_MOUNT = "/flowcon/checkpoint"
+# Labels that describe one worker, not the job: kept off the job's checkpoint volume.
+PER_WORKER_LABELS = (LABEL_NODE, LABEL_GPUS, LABEL_RANK, LABEL_WORLD)
+
+
+def volume_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """A job's checkpoint volume carries its worker's labels less the per-worker ones."""
+    return {k: v for k, v in labels.items() if k not in PER_WORKER_LABELS}
+
+
+def engine_errors() -> tuple[type[BaseException], ...]:
+    """Engine failures a backend logs and survives (imported late: docker is optional here)."""
+    import docker.errors
+    import requests
+
+    return (docker.errors.APIError, requests.exceptions.RequestException)
+
+
 DEFAULT_MASTER_PORT = 29500
 EXIT_PREEMPTED = 143  # flowcon.elastic's exit after a SIGTERM checkpoint
 

@@ -29,13 +29,12 @@ from flowcon.service.executor import (
     Worker,
     WorkerRequest,
     WorkerSlot,
+    engine_errors,
     master_port_for,
+    volume_labels,
 )
 
 log = logging.getLogger(__name__)
-
-# labels describing one worker, not the job: kept off the job's checkpoint volume
-_PER_WORKER_LABELS = (LABEL_NODE, LABEL_GPUS, LABEL_RANK, "flowcon.world-size")
 
 _STATE = {
     "running": "running",
@@ -90,17 +89,11 @@ class EngineBackend:
         self.client = client
         self.network = network
 
-    def _errors(self) -> tuple[type[BaseException], ...]:
-        import docker.errors
-        import requests
-
-        return (docker.errors.APIError, requests.exceptions.RequestException)
-
     def list_workers(self, selector: Mapping[str, str]) -> list[Worker]:
         filters = {"label": [f"{k}={v}" for k, v in selector.items()]}
         try:
             found = self.client.containers.list(all=True, filters=filters, ignore_removed=True)
-        except self._errors() as exc:
+        except engine_errors() as exc:
             raise ExecutorError(f"listing job containers: {exc}") from exc
         return [worker_from_container(c) for c in found]
 
@@ -179,8 +172,7 @@ class EngineBackend:
         try:
             self.client.volumes.get(name)
         except docker.errors.NotFound:
-            keep = {k: v for k, v in labels.items() if k not in _PER_WORKER_LABELS}
-            self.client.volumes.create(name, labels=keep)
+            self.client.volumes.create(name, labels=volume_labels(labels))
 
     def _get(self, worker: Worker) -> Any | None:
         import docker.errors
@@ -237,7 +229,7 @@ class EngineBackend:
             return []
         try:
             raw = c.logs(stdout=True, stderr=False)
-        except self._errors() as exc:
+        except engine_errors() as exc:
             log.warning("logs of %s: %s", worker.name, exc)
             return []
         return bytes(raw).decode(errors="replace").splitlines()

@@ -33,13 +33,12 @@ from flowcon.service.executor import (
     Worker,
     WorkerRequest,
     WorkerSlot,
+    engine_errors,
     master_port_for,
+    volume_labels,
 )
 
 log = logging.getLogger(__name__)
-
-# labels describing one worker, not the job: kept off the job's checkpoint volume
-_PER_WORKER_LABELS = (LABEL_NODE, LABEL_GPUS, LABEL_RANK, "flowcon.world-size")
 
 NODE_LABEL = "flowcon.node"
 _STARTING = {"new", "pending", "assigned", "accepted", "preparing", "ready", "starting"}
@@ -107,30 +106,24 @@ class SwarmBackend:
         self.node_clients = dict(node_clients or {})
         self.stop_poll_s = stop_poll_s
 
-    def _errors(self) -> tuple[type[BaseException], ...]:
-        import docker.errors
-        import requests
-
-        return (docker.errors.APIError, requests.exceptions.RequestException)
-
     def _tasks(self, svc: Any) -> list[dict[str, Any]]:
         try:
             return list(svc.tasks())
-        except self._errors():
+        except engine_errors():
             return []
 
     def list_workers(self, selector: Mapping[str, str]) -> list[Worker]:
         filters = {"label": [f"{k}={v}" for k, v in selector.items()]}
         try:
             services = self.client.services.list(filters=filters)
-        except self._errors() as exc:
+        except engine_errors() as exc:
             raise ExecutorError(f"listing job services: {exc}") from exc
         return [worker_from_service(s, self._tasks(s)) for s in services]
 
     def node_addr(self, name: str) -> str:
         try:
             nodes = self.client.nodes.list(filters={"node.label": f"{NODE_LABEL}={name}"})
-        except self._errors() as exc:
+        except engine_errors() as exc:
             raise ExecutorError(f"looking up swarm node {name}: {exc}") from exc
         if not nodes:
             raise ExecutorError(f"no swarm node labelled {NODE_LABEL}={name}")
@@ -154,8 +147,12 @@ class SwarmBackend:
         if req.checkpoint_host_dir:
             mount = Mount(CHECKPOINT_MOUNT, req.checkpoint_host_dir, type="bind")
         else:
-            keep = {k: v for k, v in req.labels.items() if k not in _PER_WORKER_LABELS}
-            mount = Mount(CHECKPOINT_MOUNT, req.checkpoint_volume, type="volume", labels=keep)
+            mount = Mount(
+                CHECKPOINT_MOUNT,
+                req.checkpoint_volume,
+                type="volume",
+                labels=volume_labels(req.labels),
+            )
         env = dict(req.env)
         if req.real_gpus:
             # Swarm has no device requests; the NVIDIA runtime (default-runtime=nvidia on the
@@ -203,7 +200,7 @@ class SwarmBackend:
             return
         try:
             svc.scale(0)
-        except self._errors() as exc:
+        except engine_errors() as exc:
             raise ExecutorError(f"stopping {worker.name}: {exc}") from exc
         deadline = time.monotonic() + grace_s + 15.0
         while time.monotonic() < deadline:
@@ -224,7 +221,7 @@ class SwarmBackend:
                 svc.scale(1)
             else:
                 svc.force_update()
-        except self._errors() as exc:
+        except engine_errors() as exc:
             raise ExecutorError(f"restarting {worker.name}: {exc}") from exc
 
     def remove(self, worker: Worker) -> None:
@@ -247,7 +244,7 @@ class SwarmBackend:
         try:
             chunks = svc.logs(stdout=True, stderr=False, follow=False)
             raw = b"".join(chunks)
-        except self._errors() as exc:
+        except engine_errors() as exc:
             log.warning("logs of %s: %s", worker.name, exc)
             return []
         return raw.decode(errors="replace").splitlines()
@@ -269,6 +266,6 @@ class SwarmBackend:
                     if attempt == 19:
                         log.warning("removing checkpoint volume %s: %s", volume, exc)
                     time.sleep(0.25)
-                except self._errors() as exc:
+                except engine_errors() as exc:
                     log.warning("removing checkpoint volume %s: %s", volume, exc)
                     break
