@@ -36,6 +36,8 @@ if [ "$(get bridge_created)" = 1 ] && ip link show flowcon-n2br >/dev/null 2>&1;
 fi
 if [ "$(get initialised_swarm)" = 1 ]; then
     docker swarm leave --force >/dev/null 2>&1 && log "main engine left the swarm (swarm-up had created it)"
+    # `swarm init` made this network; leaving the swarm does not remove it.
+    docker network rm docker_gwbridge >/dev/null 2>&1 && log "removed docker_gwbridge"
 fi
 rm -f "$STATE"
 if [ "${1:-}" = --purge ]; then
