@@ -26,20 +26,28 @@ pytestmark = pytest.mark.docker
 
 PROFILE = {1: 2.0, 2: 3.6, 4: 6.4, 8: 10.0}
 
-CONFIG = """\
+
+def engine_config(**allocator: object) -> str:
+    """The tests' daemon config: 2 declared nodes x 4 GPUs, the engine executor, a 2 s
+    slot; ``allocator`` adds keys to the allocator section."""
+    extra = "".join(f"  {key}: {value}\n" for key, value in allocator.items())
+    return f"""\
 allocator:
   listen: 127.0.0.1:0
   state_dir: state
   slot_seconds: 2
-gpus:
+{extra}gpus:
   declared:
     nodes:
-      - {name: node1, gpus: 4}
-      - {name: node2, gpus: 4}
+      - {{name: node1, gpus: 4}}
+      - {{name: node2, gpus: 4}}
 executor:
   backend: engine
   grace_s: 5
 """
+
+
+CONFIG = engine_config()
 
 
 def wait_for(pred, timeout=60.0, every=0.5):  # type: ignore[no-untyped-def]

@@ -13,7 +13,7 @@ import time
 import pytest
 import yaml
 from click.testing import CliRunner
-from test_allocator_engine import containers, daemon_env, wait_for
+from test_allocator_engine import containers, daemon_env, engine_config, wait_for
 
 from flowcon.cli import main
 from flowcon.service.client import AllocatorClient
@@ -23,22 +23,7 @@ pytestmark = pytest.mark.docker
 
 TRUE_SPEED = {1: 20.0, 2: 36.0, 4: 64.0, 8: 100.0}
 
-CONFIG = """\
-allocator:
-  listen: 127.0.0.1:0
-  state_dir: state
-  slot_seconds: 2
-  profile_seconds: 20
-  profile_min_lines: 6
-gpus:
-  declared:
-    nodes:
-      - {name: node1, gpus: 4}
-      - {name: node2, gpus: 4}
-executor:
-  backend: engine
-  grace_s: 5
-"""
+CONFIG = engine_config(profile_seconds=20, profile_min_lines=6)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import time
 import pytest
 import yaml
 from conftest import REPO, TEST_LABEL
-from test_allocator_engine import daemon_env, wait_for
+from test_allocator_engine import daemon_env, engine_config, wait_for
 
 from flowcon.alloc.admission import admit
 from flowcon.alloc.model import Job, ThroughputCurve
@@ -37,21 +37,7 @@ ACTUAL = {g: v / 2 for g, v in PROFILE.items()}
 A_ITERATIONS, A_DEADLINE, A_MAX_GPUS = 4800, 180, 4
 B_ITERATIONS, B_DEADLINE = 4200, 45
 
-CONFIG = """\
-allocator:
-  listen: 127.0.0.1:0
-  state_dir: state
-  slot_seconds: 2
-  min_measurements: 2
-gpus:
-  declared:
-    nodes:
-      - {name: node1, gpus: 4}
-      - {name: node2, gpus: 4}
-executor:
-  backend: engine
-  grace_s: 5
-"""
+CONFIG = engine_config(min_measurements=2)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -52,6 +52,21 @@ def static_gpus(job: Job, total_gpus: int) -> int:
     n = max(1, job.requested_gpus)
     n = 1 << (n - 1).bit_length()
     return min(n, floor_power_of_two(total_gpus))
+
+
+def fill_static(
+    order: Iterable[Job], total_gpus: int, free: int, out: dict[str, int]
+) -> dict[str, int]:
+    """Non-elastic baselines: each job in ``order`` gets its static size if it still fits
+    in ``free`` GPUs, else 0 (it waits); a later, smaller job may still fit (backfill)."""
+    for job in order:
+        n = static_gpus(job, total_gpus)
+        if n <= free:
+            out[job.job_id] = n
+            free -= n
+        else:
+            out[job.job_id] = 0
+    return out
 
 
 class _LedgerMixin:
@@ -167,16 +182,11 @@ class GandivaPolicy:
             if n > 0:
                 out[jid] = n
                 free -= n
-        for job in sorted(state.jobs.values(), key=lambda j: (j.submit_time, j.job_id)):
-            if job.job_id in out:
-                continue
-            n = static_gpus(job, state.total_gpus)
-            if n <= free:
-                out[job.job_id] = n
-                free -= n
-            else:
-                out[job.job_id] = 0
-        return out
+        waiting = sorted(
+            (j for j in state.jobs.values() if j.job_id not in out),
+            key=lambda j: (j.submit_time, j.job_id),
+        )
+        return fill_static(waiting, state.total_gpus, free, out)
 
     def on_finish(self, job_id: str, now: float, state: ClusterState) -> None:
         return None
@@ -202,20 +212,11 @@ class TiresiasPolicy:
         return AdmissionDecision(True, None)
 
     def schedule(self, now: float, state: ClusterState) -> dict[str, int]:
-        free = state.total_gpus
-        out: dict[str, int] = {}
         order = sorted(
             state.jobs.values(),
             key=lambda j: (self._queue(state.attained.get(j.job_id, 0.0)), j.submit_time),
         )
-        for job in order:
-            n = static_gpus(job, state.total_gpus)
-            if n <= free:
-                out[job.job_id] = n
-                free -= n
-            else:
-                out[job.job_id] = 0
-        return out
+        return fill_static(order, state.total_gpus, state.total_gpus, {})
 
     def on_finish(self, job_id: str, now: float, state: ClusterState) -> None:
         return None

@@ -115,6 +115,23 @@ def spec_from_dict(data: Mapping[str, Any]) -> JobSpec:
     )
 
 
+def new_record(spec: JobSpec, state: str, profile: dict[str, Any], reason: str = "") -> JobRecord:
+    """A job's first record: nothing done yet, hard deadline or best effort from its spec."""
+    return JobRecord(
+        name=spec.name,
+        spec=spec_to_dict(spec),
+        state=state,
+        submit_time=spec.submit_time,
+        deadline=spec.deadline,
+        soft_deadline=False,
+        iterations=float(spec.iterations),
+        done_iterations=0.0,
+        progress_ts=None,
+        profile=profile,
+        reason=reason,
+    )
+
+
 def _finite_positive(value: Any) -> float | None:
     if value is None or isinstance(value, bool):
         return None
@@ -206,18 +223,8 @@ class Planner:
             old = self.store.get_job(spec.name)
             if old is not None and (old.active or old.pending):
                 raise PlanError(409, f"job {spec.name!r} exists and is {old.state}")
-            rec = JobRecord(
-                name=spec.name,
-                spec=spec_to_dict(spec),
-                state="profiling",
-                submit_time=spec.submit_time,
-                deadline=spec.deadline,
-                soft_deadline=False,
-                iterations=float(spec.iterations),
-                done_iterations=0.0,
-                progress_ts=None,
-                profile={},
-                reason=f"profiling at {', '.join(map(str, counts))} GPUs",
+            rec = new_record(
+                spec, "profiling", {}, reason=f"profiling at {', '.join(map(str, counts))} GPUs"
             )
             self.store.put_job(rec)
             self.store.append_event(
@@ -255,18 +262,7 @@ class Planner:
                 raise PlanError(409, f"job {spec.name!r} exists and is {old.state}")
             self.advance(now)
             active = self.store.active_jobs()
-            rec = JobRecord(
-                name=spec.name,
-                spec=spec_to_dict(spec),
-                state="admitted",
-                submit_time=spec.submit_time,
-                deadline=spec.deadline,
-                soft_deadline=False,
-                iterations=float(spec.iterations),
-                done_iterations=0.0,
-                progress_ts=None,
-                profile=spec.profile.as_dict(),
-            )
+            rec = new_record(spec, "admitted", spec.profile.as_dict())
             decision = self._admit(self.core_job(rec), [self.core_job(r) for r in active], now)
             measured = tuple(r.name for r in active if self.trusted_measurements(r))
             reason = decision.reason or (

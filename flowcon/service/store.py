@@ -278,6 +278,12 @@ class Store:
         with self._lock:
             return list(self._conn.execute(sql, params).fetchall())
 
+    def _rows_of(self, table: str, job: str | None) -> list[sqlite3.Row]:
+        """Every row of one of our log tables, oldest first; only ``job``'s when given."""
+        if job:
+            return self._qall(f"SELECT * FROM {table} WHERE job=? ORDER BY id", (job,))
+        return self._qall(f"SELECT * FROM {table} ORDER BY id")
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()
@@ -374,12 +380,7 @@ class Store:
         )
 
     def admissions(self, job: str | None = None) -> list[dict[str, Any]]:
-        sql = "SELECT * FROM admissions"
-        rows = (
-            self._qall(sql + " WHERE job=? ORDER BY id", (job,))
-            if job
-            else self._qall(sql + " ORDER BY id")
-        )
+        rows = self._rows_of("admissions", job)
         return [
             {
                 "id": r["id"],
@@ -400,12 +401,7 @@ class Store:
         )
 
     def allocations(self, job: str | None = None) -> list[dict[str, Any]]:
-        sql = "SELECT * FROM allocations"
-        rows = (
-            self._qall(sql + " WHERE job=? ORDER BY id", (job,))
-            if job
-            else self._qall(sql + " ORDER BY id")
-        )
+        rows = self._rows_of("allocations", job)
         return [
             {
                 "id": r["id"],
@@ -463,12 +459,7 @@ class Store:
         )
 
     def measurements(self, job: str | None = None) -> list[dict[str, Any]]:
-        sql = "SELECT * FROM measurements"
-        rows = (
-            self._qall(sql + " WHERE job=? ORDER BY id", (job,))
-            if job
-            else self._qall(sql + " ORDER BY id")
-        )
+        rows = self._rows_of("measurements", job)
         return [dict(r) for r in rows]
 
     def count(self, table: str) -> int:

@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from flowcon.report import report
 
@@ -84,6 +85,14 @@ def setup_torch(seed: int) -> None:
     with contextlib.suppress(RuntimeError):  # already set by an earlier parallel call
         torch.set_num_interop_threads(1)
     torch.manual_seed(env_int("FLOWCON_SEED", seed))
+
+
+def optimize(opt: Any, loss: Any) -> float:
+    """One optimizer step on ``loss``; returns the value the step reports as its loss."""
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return float(loss.item())
 
 
 def train_loop(model: str, step: Callable[[int], float], default_iterations: int) -> int:

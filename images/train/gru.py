@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 
 import torch
-from common import env_int, setup_torch, train_loop
+from common import env_int, optimize, setup_torch, train_loop
 from torch import nn
 from torch.nn import functional as F
 
@@ -47,10 +47,7 @@ def main() -> int:
     def step(i: int) -> float:
         x, y = adding_batch(batch, length, gen)
         loss = F.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return float(loss.item())
+        return optimize(opt, loss)
 
     return train_loop("gru", step, default_iterations=2500)
 

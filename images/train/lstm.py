@@ -7,7 +7,7 @@ import math
 import sys
 
 import torch
-from common import env_int, setup_torch, train_loop
+from common import env_int, optimize, setup_torch, train_loop
 from torch import nn
 from torch.nn import functional as F
 
@@ -43,10 +43,7 @@ def main() -> int:
     def step(i: int) -> float:
         seq = batch_of_waves(batch, length, gen)
         loss = F.mse_loss(model(seq[:, :-1]), seq[:, 1:])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return float(loss.item())
+        return optimize(opt, loss)
 
     return train_loop("lstm", step, default_iterations=1000)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 import torch
-from common import env_int, setup_torch, train_loop
+from common import env_int, optimize, setup_torch, train_loop
 from digits import make_digits
 from torch import nn
 from torch.nn import functional as F
@@ -42,10 +42,7 @@ def main() -> int:
     def step(i: int) -> float:
         idx = torch.randint(0, x_all.shape[0], (batch,))
         loss = F.cross_entropy(model(x_all[idx]), y_all[idx])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return float(loss.item())
+        return optimize(opt, loss)
 
     return train_loop("mnist", step, default_iterations=600)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 import torch
-from common import env_int, setup_torch, train_loop
+from common import env_int, optimize, setup_torch, train_loop
 from digits import make_digits
 from torch import nn
 from torch.nn import functional as F
@@ -43,10 +43,7 @@ def main() -> int:
         bce = F.binary_cross_entropy(recon, x, reduction="sum")
         kld = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
         loss = (bce + kld) / batch
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return float(loss.item())
+        return optimize(opt, loss)
 
     return train_loop("vae", step, default_iterations=2000)
 
