@@ -21,9 +21,12 @@ from flowcon.replay.scenario import parse_scenario
 pytestmark = pytest.mark.docker
 
 TESTBOX = "flowcon/testbox:latest"
-# Busy steps (shell arithmetic) so the jobs really compete for the CPU. Loss 1000/i
+# Busy steps (shell arithmetic) so the jobs really compete for the CPU, plus a 50 ms
+# pause so a job lasts at least iterations x 50 ms however fast the CPU is: the jobs,
+# started 1.5 s apart, must overlap for the agent to have anything to divide (on a quiet
+# machine 80 busy-only steps took 1.3 s, and the agent never acted). Loss 1000/i
 # converges at once; 1000 - 5 i keeps growing at the same rate.
-STEP = "j=0; while [ $j -lt 15000 ]; do j=$((j+1)); done"
+STEP = "j=0; while [ $j -lt 15000 ]; do j=$((j+1)); done; sleep 0.05"
 CONVERGING = (
     f"i=0; while [ $i -lt $FLOWCON_ITERATIONS ]; do i=$((i+1)); {STEP}; "
     'printf \'{"step":%d,"loss":%d}\\n\' $i $((1000/i)); done'
