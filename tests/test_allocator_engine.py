@@ -51,14 +51,10 @@ CONFIG = engine_config()
 
 
 def wait_for(pred, timeout=60.0, every=0.5):  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > end:
-            pytest.fail(f"condition not met within {timeout}s")
-        time.sleep(every)
+    """swarm_fixtures.wait_for with this module's longer defaults (daemons re-plan in slots)."""
+    from swarm_fixtures import wait_for as poll
+
+    return poll(pred, timeout, every)
 
 
 def daemon_env(tmp_path, docker_client, labeled, test_run_id, config=CONFIG, image=TESTBOX_IMAGE):  # type: ignore[no-untyped-def]

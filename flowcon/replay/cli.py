@@ -183,25 +183,27 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _parse_sets(values: tuple[str, ...]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _pairs(values: tuple[str, ...], option: str) -> list[tuple[str, str]]:
+    """``KEY=VALUE`` options as (key, value); a malformed one is a usage error."""
+    out = []
     for item in values:
-        key, sep, raw = item.partition("=")
+        key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--agent-set")
-        out[key.strip()] = yaml.safe_load(raw)
+            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint=option)
+        out.append((key.strip(), value))
     return out
+
+
+def _parse_sets(values: tuple[str, ...]) -> dict[str, Any]:
+    return {key: yaml.safe_load(raw) for key, raw in _pairs(values, "--agent-set")}
 
 
 def _parse_labels(values: tuple[str, ...]) -> dict[str, str]:
     out: dict[str, str] = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(f"{item!r}: expected KEY=VALUE", param_hint="--label")
-        if key.strip().startswith(("flowcon.replay", "flowcon.enable", "flowcon.job")):
+    for key, value in _pairs(values, "--label"):
+        if key.startswith(("flowcon.replay", "flowcon.enable", "flowcon.job")):
             raise click.BadParameter(f"{key!r} is set by the replay itself", param_hint="--label")
-        out[key.strip()] = value
+        out[key] = value
     return out
 
 
