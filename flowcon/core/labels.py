@@ -7,13 +7,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-ENABLE = "flowcon.enable"
-METRIC = "flowcon.metric"
-GOAL = "flowcon.metric.goal"
-REGEX = "flowcon.metric.regex"
-CPUS_MIN = "flowcon.cpus.min"
-CPUS_MAX = "flowcon.cpus.max"
-JOB = "flowcon.job"
+from flowcon.contract import LABEL_CPUS_MAX as CPUS_MAX
+from flowcon.contract import LABEL_CPUS_MIN as CPUS_MIN
+from flowcon.contract import LABEL_ENABLE as ENABLE
+from flowcon.contract import LABEL_JOB as JOB
+from flowcon.contract import LABEL_METRIC as METRIC
+from flowcon.contract import LABEL_METRIC_GOAL as GOAL
+from flowcon.contract import LABEL_METRIC_REGEX as REGEX
 
 # Docker refuses --cpus below 0.01.
 MIN_CPUS = 0.01

@@ -1,12 +1,20 @@
-"""Parse the metric lines a training job prints (flowcon.report) and bound their length."""
+"""Parse the metric lines a training job prints (flowcon.report) and bound their length.
+
+This is the only parser of metric lines: the agent (growth efficiency), the allocator
+(progress and steps per second of its jobs) and the replay (the last step and loss of a
+job) all read lines through ``parse_line`` or ``step_points``.
+"""
 
 from __future__ import annotations
 
 import json
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
+
+from flowcon.contract import LINE_EVENT, LINE_STEP, LINE_TS
 
 
 class LineKind(Enum):
@@ -24,6 +32,8 @@ class ParsedLine:
     value: float | None = None
     step: int | None = None
     detail: str = ""
+    ts: float | None = None  # the line's own "ts" (JSON lines), when finite
+    event: bool = False  # a notice line ({"event": ...}), not a measurement
 
 
 def _number(raw: object) -> float | None:
@@ -42,8 +52,17 @@ def _step(raw: object) -> int | None:
     return int(value)
 
 
-def parse_line(line: str, metric: str, regex: re.Pattern[str] | None = None) -> ParsedLine:
-    """Classify one output line and extract the metric (and the step when present)."""
+def _ts(raw: object) -> float | None:
+    value = _number(raw)
+    return value if value is not None and math.isfinite(value) else None
+
+
+def parse_line(
+    line: str, metric: str | None = None, regex: re.Pattern[str] | None = None
+) -> ParsedLine:
+    """Classify one output line and extract the metric (and the step and ts when present).
+
+    ``metric=None`` reads only the step and ts of a JSON line (kind NO_METRIC)."""
     if regex is not None:
         match = regex.search(line)
         if match is None:
@@ -64,18 +83,31 @@ def parse_line(line: str, metric: str, regex: re.Pattern[str] | None = None) -> 
         return ParsedLine(LineKind.MALFORMED, detail=text[:80])
     if not isinstance(obj, dict):
         return ParsedLine(LineKind.MALFORMED, detail=text[:80])
-    step = _step(obj.get("step"))
-    if metric not in obj:
-        return ParsedLine(LineKind.NO_METRIC, step=step)
+    step = _step(obj.get(LINE_STEP))
+    ts = _ts(obj.get(LINE_TS))
+    event = bool(obj.get(LINE_EVENT))
+    if metric is None or metric not in obj:
+        return ParsedLine(LineKind.NO_METRIC, step=step, ts=ts, event=event)
     raw = obj[metric]
     if raw is None:  # flowcon.report writes NaN/inf as null
-        return ParsedLine(LineKind.NON_FINITE, step=step, detail="null")
+        return ParsedLine(LineKind.NON_FINITE, step=step, detail="null", ts=ts, event=event)
     value = _number(raw)
     if value is None:
-        return ParsedLine(LineKind.BAD_VALUE, step=step, detail=repr(raw)[:80])
+        return ParsedLine(LineKind.BAD_VALUE, step=step, detail=repr(raw)[:80], ts=ts, event=event)
     if not math.isfinite(value):
-        return ParsedLine(LineKind.NON_FINITE, step=step, detail=repr(raw)[:80])
-    return ParsedLine(LineKind.SAMPLE, value, step)
+        return ParsedLine(LineKind.NON_FINITE, step=step, detail=repr(raw)[:80], ts=ts, event=event)
+    return ParsedLine(LineKind.SAMPLE, value, step, ts=ts, event=event)
+
+
+def step_points(lines: Iterable[str]) -> list[tuple[int, float]]:
+    """(step, ts) of every JSON metric line with a finite step and ts, in order; notice
+    lines ({"event": ...}) and everything else left out."""
+    out: list[tuple[int, float]] = []
+    for line in lines:
+        p = parse_line(line)
+        if p.step is not None and p.ts is not None and not p.event:
+            out.append((p.step, p.ts))
+    return out
 
 
 class LineAssembler:

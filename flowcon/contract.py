@@ -1,0 +1,110 @@
+"""The contract shared by the training side, the agent and the allocator.
+
+Stdlib only and free of I/O, so every side (a training image, the agent, the allocator
+service, the simulator) can import it without pulling anything else in. Everything that
+crosses a process boundary is named here once:
+
+- container labels (``flowcon.*``, Traefik style): what opts a container in and what the
+  allocator stamps on the containers it runs;
+- environment variables a job container receives (torchrun's names plus ``FLOWCON_*``);
+- exit codes a job reports to the executor;
+- the metric line a job prints and the measurement message the agent sends the allocator.
+"""
+
+from __future__ import annotations
+
+from typing import Final, TypedDict
+
+# ------------------------------------------------------------------ labels (agent side)
+# A container opts in to CPU control with ``flowcon.enable=true``; its progress metric is
+# named by ``flowcon.metric`` (a key of its metric lines, or the ``value`` group of
+# ``flowcon.metric.regex`` for scripts that print their own format).
+LABEL_ENABLE: Final = "flowcon.enable"
+LABEL_METRIC: Final = "flowcon.metric"
+LABEL_METRIC_GOAL: Final = "flowcon.metric.goal"
+LABEL_METRIC_REGEX: Final = "flowcon.metric.regex"
+LABEL_CPUS_MIN: Final = "flowcon.cpus.min"
+LABEL_CPUS_MAX: Final = "flowcon.cpus.max"
+# The allocator's job a container belongs to: the agent measures its throughput even when
+# its CPU limit is not managed, and reports it for that job.
+LABEL_JOB: Final = "flowcon.job"
+
+# ------------------------------------------------------------------ labels (allocator side)
+LABEL_MANAGED_BY: Final = "flowcon.managed-by"
+MANAGED_BY_ALLOCATOR: Final = "flowcon-allocator"
+LABEL_RANK: Final = "flowcon.rank"  # node rank of the container (rank 0 hosts the master)
+LABEL_NODE: Final = "flowcon.node"
+LABEL_GPUS: Final = "flowcon.gpus"
+LABEL_WORLD_SIZE: Final = "flowcon.world-size"
+LABEL_ROLE: Final = "flowcon.role"  # ROLE_JOB, or ROLE_PROFILE for the pre-run
+ROLE_JOB: Final = "job"
+ROLE_PROFILE: Final = "profile"
+
+# ------------------------------------------------------------------ labels (replay)
+LABEL_REPLAY: Final = "flowcon.replay"  # the run id that scopes a replay's agent
+LABEL_REPLAY_JOB: Final = "flowcon.replay.job"
+
+# ------------------------------------------------------------------ environment
+# torchrun's variables, with the values torchrun gives them.
+ENV_WORLD_SIZE: Final = "WORLD_SIZE"
+ENV_RANK: Final = "RANK"
+ENV_LOCAL_RANK: Final = "LOCAL_RANK"
+ENV_LOCAL_WORLD_SIZE: Final = "LOCAL_WORLD_SIZE"
+ENV_GROUP_RANK: Final = "GROUP_RANK"
+ENV_NODE_RANK: Final = "NODE_RANK"
+ENV_MASTER_ADDR: Final = "MASTER_ADDR"
+ENV_MASTER_PORT: Final = "MASTER_PORT"
+# FlowCon's own.
+ENV_JOB: Final = "FLOWCON_JOB"
+ENV_NODE: Final = "FLOWCON_NODE"
+ENV_GPUS: Final = "FLOWCON_GPUS"  # this container's GPU ids, comma-separated
+ENV_PLACEMENT: Final = "FLOWCON_PLACEMENT"  # node:gpu,gpu;node:gpu of the whole job
+ENV_NUM_NODES: Final = "FLOWCON_NUM_NODES"
+ENV_GLOBAL_BATCH_SIZE: Final = "FLOWCON_GLOBAL_BATCH_SIZE"
+ENV_LOCAL_BATCH_SIZE: Final = "FLOWCON_LOCAL_BATCH_SIZE"
+ENV_ITERATIONS: Final = "FLOWCON_ITERATIONS"
+ENV_CHECKPOINT_DIR: Final = "FLOWCON_CHECKPOINT_DIR"
+ENV_CHECKPOINT_EVERY: Final = "FLOWCON_CHECKPOINT_EVERY"
+ENV_THREADS: Final = "FLOWCON_THREADS"  # the training images' torch thread pool override
+
+# Where the executor mounts a job's checkpoint volume in each of its containers.
+CHECKPOINT_MOUNT: Final = "/flowcon/checkpoint"
+
+# ------------------------------------------------------------------ exit codes
+EXIT_OK: Final = 0
+# 128 + SIGTERM, as a shell reports it: stopped by the executor after writing a checkpoint;
+# the executor restarts it (rescale), it is not a failure.
+EXIT_PREEMPTED: Final = 143
+
+# ------------------------------------------------------------------ metric lines
+# One JSON object per line on stdout (``flowcon.report``): ``step`` and ``ts`` plus any
+# metric values; a line with an ``event`` key is a notice, not a measurement.
+LINE_STEP: Final = "step"
+LINE_TS: Final = "ts"
+LINE_EVENT: Final = "event"
+
+
+class Measurement(TypedDict):
+    """One container's measurement, as the agent POSTs it to the allocator
+    (``/api/v1/measurements``). ``iterations_per_second`` is None when no new step came
+    since the last report (a repeated rate must not count as a new measurement)."""
+
+    container_id: str
+    name: str
+    job: str | None
+    step: int | None
+    iterations_per_second: float | None
+    metric: str | None
+    value: float | None
+    ts: float
+    step_ts: float | None
+
+
+class MeasurementReport(TypedDict):
+    """The body of one POST to ``/api/v1/measurements``."""
+
+    node: str
+    measurements: list[Measurement]
+
+
+MEASUREMENT_FIELDS: Final = tuple(Measurement.__annotations__)
