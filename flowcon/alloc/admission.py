@@ -544,6 +544,11 @@ class SlotLedger:
                 best = p.breaks[i]
         return None if best is None else self.origin + best * self.slot
 
+    def plan_of(self, job_id: str) -> SlotPlan | None:
+        """One job's reservation per slot (None: not in the ledger)."""
+        p = self._plans.get(job_id)
+        return None if p is None else SlotPlan(self.origin + p.start * self.slot, self.slot, p.gpus())
+
     def plans(self) -> dict[str, SlotPlan]:
         return {
             jid: SlotPlan(self.origin + p.start * self.slot, self.slot, p.gpus())

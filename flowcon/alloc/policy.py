@@ -10,7 +10,18 @@ A driver (simulator or service) owns the jobs and the clock and calls:
 - ``next_wakeup(now, state)`` -> the next time the policy wants ``schedule`` called even if no
   job arrives or finishes (None = only on events).
 
-``state.jobs`` holds the admitted, unfinished jobs with up-to-date ``done_iterations``.
+What a long-running driver (the live allocator) needs beyond the paper is part of the
+interface too, so the simulator runs exactly the same code:
+
+- ``restore(now, state)`` after a restart of the driver: rebuild internal state (ElasticFlow's
+  minimum-share ledger) from the jobs' progress;
+- ``on_curve_change(job_id, now, state)`` when a job's throughput curve was refined by
+  measurements (its reservation was planned with the old curve);
+- ``set_overhead(seconds)``: the measured checkpoint-restart cost charged from now on.
+
+``state.jobs`` holds the admitted, unfinished jobs with up-to-date ``done_iterations``;
+``state.tick`` is True when ``schedule`` is called only because time passed (a slot tick or
+the policy's own wakeup), not because a job arrived, finished or changed.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ class ClusterState:
     jobs: dict[str, Job] = field(default_factory=dict)
     allocation: dict[str, int] = field(default_factory=dict)  # current GPUs per job
     attained: dict[str, float] = field(default_factory=dict)  # GPU-seconds served so far
+    tick: bool = False  # this decision is a slot tick / wakeup, no event happened
 
 
 class Policy(Protocol):
@@ -45,6 +57,28 @@ class Policy(Protocol):
     def on_finish(self, job_id: str, now: float, state: ClusterState) -> None: ...
 
     def next_wakeup(self, now: float, state: ClusterState) -> float | None: ...
+
+    def restore(self, now: float, state: ClusterState) -> None: ...
+
+    def on_curve_change(self, job_id: str, now: float, state: ClusterState) -> None: ...
+
+    def set_overhead(self, seconds: float) -> None: ...
+
+
+class _Stateless:
+    """Trivial driver hooks for policies that keep no state between decisions."""
+
+    def on_finish(self, job_id: str, now: float, state: ClusterState) -> None:
+        return None
+
+    def restore(self, now: float, state: ClusterState) -> None:
+        return None
+
+    def on_curve_change(self, job_id: str, now: float, state: ClusterState) -> None:
+        return None
+
+    def set_overhead(self, seconds: float) -> None:
+        return None
 
 
 def static_gpus(job: Job, total_gpus: int) -> int:
@@ -70,7 +104,9 @@ def fill_static(
 
 
 class _LedgerMixin:
-    """Admission with a SlotLedger shared by ElasticFlow and EDF+admission."""
+    """Admission with a SlotLedger (Algorithm 1, section 4.1 of the ElasticFlow paper)
+    shared by ElasticFlow and EDF+admission. The slot grid starts at time 0 (slot k =
+    [k*slot, (k+1)*slot)) for the simulator and the live allocator alike."""
 
     overhead: float
     _ledger: SlotLedger | None
@@ -81,10 +117,17 @@ class _LedgerMixin:
         return self._ledger
 
     def _admit(self, job: Job, now: float, state: ClusterState) -> AdmissionDecision:
+        """Algorithm 1 against the kept reservations; an admitted deadline job's decision
+        carries its share now (a_i(0)) and its per-slot plan."""
         ledger = self._get_ledger(state)
         jobs: dict[str, Job] = dict(state.jobs)
         jobs[job.job_id] = job
-        return ledger.try_admit(job, jobs, now)
+        d = ledger.try_admit(job, jobs, now)
+        plan = ledger.plan_of(job.job_id) if d.admitted else None
+        if plan is None:
+            return d
+        share = {job.job_id: ledger.share(job.job_id, now)}
+        return AdmissionDecision(d.admitted, d.reason, share, {job.job_id: plan})
 
     def on_finish(self, job_id: str, now: float, state: ClusterState) -> None:
         if self._ledger is not None:
@@ -95,31 +138,87 @@ class _LedgerMixin:
         Returns the jobs that lost their guarantee."""
         return self._get_ledger(state).replan(state.jobs, now)
 
+    def restore(self, now: float, state: ClusterState) -> None:
+        """Rebuild the ledger after a restart of the driver: the admitted deadline jobs are
+        admitted again from their current progress, in deadline order (the order Algorithm 1
+        fills them in), so each gets its reservation back."""
+        self._ledger = None
+        ledger = self._get_ledger(state)
+        for j in sorted(
+            (j for j in state.jobs.values() if j.needs_guarantee and j.remaining > 0),
+            key=lambda j: (j.deadline, j.submit_time, j.job_id),
+        ):
+            ledger.try_admit(j, state.jobs, now)
+
+    def on_curve_change(self, job_id: str, now: float, state: ClusterState) -> None:
+        """The job's reservation was planned with its old curve: re-plan it now, before the
+        next admission relies on it (closed loop, beyond the paper)."""
+        if self._ledger is not None and job_id in self._ledger:
+            self._ledger.refresh([job_id], state.jobs, now)
+
+    def set_overhead(self, seconds: float) -> None:
+        """Checkpoint-restart seconds charged once per job in plans made from now on."""
+        self.overhead = seconds
+        if self._ledger is not None:
+            self._ledger.overhead = seconds
+
 
 class ElasticFlowPolicy(_LedgerMixin):
-    """Admission by minimum satisfactory share + greedy marginal-return allocation."""
+    """Admission by minimum satisfactory share (Algorithm 1) + greedy marginal-return
+    allocation of the spare GPUs (Algorithm 2), ElasticFlow section 4.
+
+    Beyond the paper (both options are what the live allocator runs):
+
+    - ``lossless_replan``: when jobs that fell behind their reservation (restart overheads,
+      slower than profiled) cannot be re-planned next to the others' possibly stale
+      reservations, re-plan every job from its current progress, kept only if all still fit
+      (``SlotLedger.replan(lossless=True)``);
+    - ``sticky``: on a slot tick (``state.tick``) keep the current allocation while it still
+      gives every job at least its minimum satisfactory share. Re-planning from scratch
+      every slot rescales jobs for marginal gains, and each rescale is a checkpoint-restart
+      that costs real time; events (arrival, completion, a refined curve) always re-plan.
+    """
 
     name = "elasticflow"
 
-    def __init__(self, overhead: float = 0.0) -> None:
+    def __init__(
+        self, overhead: float = 0.0, *, lossless_replan: bool = True, sticky: bool = False
+    ) -> None:
         self.overhead = overhead
+        self.lossless_replan = lossless_replan
+        self.sticky = sticky
         self._ledger = None
 
     def on_submit(self, job: Job, now: float, state: ClusterState) -> AdmissionDecision:
         return self._admit(job, now, state)
 
-    def schedule(self, now: float, state: ClusterState) -> dict[str, int]:
+    def min_shares(self, now: float, state: ClusterState) -> dict[str, int]:
+        """a_i(0) of every job in ``state.jobs``; jobs behind their reservation are
+        re-planned first (see ``lossless_replan``)."""
         ledger = self._get_ledger(state)
         for jid in [j for j in ledger.jobs() if j not in state.jobs]:
             ledger.remove(jid)
         behind = ledger.behind(state.jobs, now)
-        if behind:
-            ledger.refresh(behind, state.jobs, now)
-        base = {jid: ledger.share(jid, now) for jid in state.jobs}
+        if behind and ledger.refresh(behind, state.jobs, now) and self.lossless_replan:
+            ledger.replan(state.jobs, now, lossless=True)
+        return {jid: ledger.share(jid, now) for jid in state.jobs}
+
+    def schedule(self, now: float, state: ClusterState) -> dict[str, int]:
+        base = self.min_shares(now, state)
+        if self.sticky and state.tick and _still_guarantees(state, base):
+            return {jid: state.allocation.get(jid, 0) for jid in state.jobs}
         return distribute_spare(list(state.jobs.values()), base, state.total_gpus, state.slot)
 
     def next_wakeup(self, now: float, state: ClusterState) -> float | None:
         return self._get_ledger(state).next_change(now)
+
+
+def _still_guarantees(state: ClusterState, shares: Mapping[str, int]) -> bool:
+    """The current allocation fits and gives every job at least its minimum share."""
+    current = {jid: n for jid, n in state.allocation.items() if jid in state.jobs}
+    if sum(current.values()) > state.total_gpus:
+        return False
+    return all(current.get(jid, 0) >= n for jid, n in shares.items())
 
 
 def _edf_order(jobs: Sequence[Job]) -> list[Job]:
@@ -164,7 +263,7 @@ class EDFPolicy(_LedgerMixin):
         return None
 
 
-class GandivaPolicy:
+class GandivaPolicy(_Stateless):
     """Non-elastic, deadline-unaware: each job runs on the GPUs it asked for, started in
     arrival order (a later job that fits may start while an earlier one waits), never
     preempted."""
@@ -188,14 +287,11 @@ class GandivaPolicy:
         )
         return fill_static(waiting, state.total_gpus, free, out)
 
-    def on_finish(self, job_id: str, now: float, state: ClusterState) -> None:
-        return None
-
     def next_wakeup(self, now: float, state: ClusterState) -> float | None:
         return None
 
 
-class TiresiasPolicy:
+class TiresiasPolicy(_Stateless):
     """Two-dimensional discretised least-attained-service (Tiresias 2D-LAS): jobs sit in
     queues by attained GPU-seconds (thresholds ``queue_limits``), FIFO inside a queue,
     preemptive, each job on its requested GPU count."""
@@ -217,9 +313,6 @@ class TiresiasPolicy:
             key=lambda j: (self._queue(state.attained.get(j.job_id, 0.0)), j.submit_time),
         )
         return fill_static(order, state.total_gpus, state.total_gpus, {})
-
-    def on_finish(self, job_id: str, now: float, state: ClusterState) -> None:
-        return None
 
     def next_wakeup(self, now: float, state: ClusterState) -> float | None:
         """When the next running job crosses into a lower-priority queue."""
@@ -244,9 +337,14 @@ POLICIES: Mapping[str, str] = {
 }
 
 
-def make_policy(name: str, overhead: float = 0.0) -> Policy:
+def make_policy(
+    name: str, overhead: float = 0.0, *, sticky: bool = False, lossless_replan: bool = True
+) -> Policy:
+    """The policy ``name`` (a key of ``POLICIES``), as ``flowcon simulate --policy`` and the
+    allocator's ``policy:`` setting choose it. ``sticky``/``lossless_replan`` tune
+    ElasticFlow only (see ``ElasticFlowPolicy``)."""
     if name == "elasticflow":
-        return ElasticFlowPolicy(overhead=overhead)
+        return ElasticFlowPolicy(overhead=overhead, sticky=sticky, lossless_replan=lossless_replan)
     if name == "edf":
         return EDFPolicy(admission=False, overhead=overhead)
     if name == "edf-admission":

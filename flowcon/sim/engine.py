@@ -95,8 +95,8 @@ class Simulator:
         while True:
             # 1. advance progress from last_t to t
             dt = t - last_t
+            done_now: list[tuple[float, str]] = []
             if dt > 0:
-                done_now: list[tuple[float, str]] = []
                 for jid, n in state.allocation.items():
                     if n <= 0:
                         continue
@@ -128,6 +128,9 @@ class Simulator:
             last_t = t
             # 2. arrivals up to t
             lat = 0.0
+            state.tick = not done_now and not (
+                ai < len(arrivals) and arrivals[ai].submit_time <= t + 1e-9
+            )
             while ai < len(arrivals) and arrivals[ai].submit_time <= t + 1e-9:
                 job = arrivals[ai]
                 ai += 1
