@@ -211,7 +211,7 @@ def test_measurement_from_an_old_container_is_ignored(tmp_path):
     st = Store(tmp_path / "a.db")
     pl = Planner(st, 8, 10.0, min_measurements=1)
     pl.submit(_spec("a", 2400, 100, 0.0), now=0.0)
-    pl.containers["a"] = {"newcontainer123"}
+    pl.intake.set_containers("a", {"newcontainer123": 1})
     m = {"container_id": "oldcontainer", "job": "a", "iterations_per_s": 1.0, "ts": 1.0}
     assert pl.ingest("n", m, now=1.0) == "stored"
     m["container_id"] = "newcontainer"  # short id prefix of the current container
@@ -312,8 +312,7 @@ def test_agent_rows_count_at_their_containers_gpu_count_once(tmp_path):
     pl.submit(_spec("a", 2400, 100, 0.0, max_gpus=4), now=0.0)
     rec = st.get_job("a")
     assert rec is not None and rec.gpus == 4
-    pl.containers["a"] = {"old4", "new2"}
-    pl.container_gpus.update({"old4": 4, "new2": 2})
+    pl.intake.set_containers("a", {"old4": 4, "new2": 2})
     row = {"container_id": "old4", "job": "a", "iterations_per_second": 16.0, "ts": 1.0}
     assert pl.ingest("n", row, now=1.0) == "refined"
     assert pl.ingest("n", dict(row), now=2.0) == "stored"  # same ts: a repeated rate

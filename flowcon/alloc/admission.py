@@ -547,7 +547,9 @@ class SlotLedger:
     def plan_of(self, job_id: str) -> SlotPlan | None:
         """One job's reservation per slot (None: not in the ledger)."""
         p = self._plans.get(job_id)
-        return None if p is None else SlotPlan(self.origin + p.start * self.slot, self.slot, p.gpus())
+        return (
+            None if p is None else SlotPlan(self.origin + p.start * self.slot, self.slot, p.gpus())
+        )
 
     def plans(self) -> dict[str, SlotPlan]:
         return {

@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from flowcon.alloc.policy import POLICIES
+
 DEFAULT_PORT = 8470
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 DEFAULT_STATE_DIR = "~/.local/state/flowcon/allocator"
@@ -46,6 +48,8 @@ class AllocatorConfig:
     profile_seconds: float = 60.0
     profile_min_lines: int = 6
     executor: str = "engine"
+    # the scheduling policy, any of ``flowcon simulate --policy`` (flowcon.alloc.policy)
+    policy: str = "elasticflow"
     raw: dict[str, Any] = field(default_factory=dict)
     source: Path | None = None
 
@@ -119,6 +123,7 @@ def load_config(path: str | Path | None) -> AllocatorConfig:
         "profile_seconds",
         "profile_min_lines",
         "executor",
+        "policy",
     }
     unknown = sorted(set(sec) - known)
     if unknown:
@@ -151,7 +156,19 @@ def load_config(path: str | Path | None) -> AllocatorConfig:
         cfg.profile_min_lines = max(2, lines)
     if sec.get("executor"):
         cfg.executor = str(sec["executor"])
+    if "policy" in sec:
+        cfg.policy = _policy(sec["policy"], p)
     return cfg
+
+
+def _policy(value: Any, path: Path) -> str:
+    """``allocator.policy``: one of the simulator's policies."""
+    name = str(value)
+    if name not in POLICIES:
+        raise ConfigError(
+            f"{path}: allocator.policy must be one of {', '.join(POLICIES)}, got {value!r}"
+        )
+    return name
 
 
 def ensure_token(cfg: AllocatorConfig) -> str:

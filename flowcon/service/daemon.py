@@ -15,13 +15,15 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
+from flowcon.contract import Measurement
 from flowcon.service.api import ApiError, ApiServer
 from flowcon.service.config import AllocatorConfig, ensure_token
 from flowcon.service.jobspec import JobSpec, JobSpecError, parse_jobspec
 from flowcon.service.metrics import AllocatorMetrics
-from flowcon.service.planner import Plan, PlanError, Planner, spec_from_dict
+from flowcon.service.planner import Plan, PlanError, Planner
+from flowcon.service.records import spec_from_dict
 from flowcon.service.store import SCHEMA_VERSION, Store
 from flowcon.service.target import ExecutorTarget, build_placer, build_target
 
@@ -60,6 +62,7 @@ class Allocator:
             min_measurements=cfg.min_measurements,
             complete_on_progress=target is None,
             clock=clock,
+            policy=cfg.policy,
         )
         # the restart cost measured before a daemon restart still holds
         for cost in restart_costs(self.store)[-20:]:
@@ -230,7 +233,7 @@ class Allocator:
         out["curve"] = {str(g): v for g, v in curve.items()}
         out["admissions"] = self.store.admissions(name)
         out["events"] = [e.to_json() for e in self.store.events(job=name)]
-        out["containers"] = sorted(self.planner.containers.get(name, set()))
+        out["containers"] = self.planner.intake.containers_of(name)
         return out
 
     def submit(self, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -385,7 +388,8 @@ class Allocator:
                 outcome = "skipped: not an object"
             else:
                 try:
-                    outcome = self.planner.ingest(node, m, now)
+                    # untrusted JSON: ingest checks every field itself
+                    outcome = self.planner.ingest(node, cast(Measurement, m), now)
                 except Exception as exc:  # one bad row must not lose the others
                     log.warning("measurement from %s skipped: %s", node, exc)
                     outcome = "skipped: error"

@@ -1,14 +1,21 @@
 """The allocator's decisions over the stored state, without touching any container.
 
-The planner turns stored jobs into the core's ``Job`` objects, asks the core for
-admission (minimum satisfactory share, Algorithm 1), allocation (Algorithm 2) and
-placement (buddy allocation), and writes every decision back to the store. The daemon
-then asks the executor to make the containers match.
+The planner turns the stored records into the core's ``ClusterState`` (jobs with their
+measured curves, current GPUs, attained GPU-seconds) and drives the same ``Policy`` object
+the simulator drives (``flowcon.alloc.policy``: ``on_submit``, ``schedule``, ``on_finish``,
+``next_wakeup``; for ElasticFlow admission by minimum satisfactory share, Algorithm 1, and
+marginal-return allocation, Algorithm 2), then places the GPU counts (buddy allocation,
+section 4.3) and writes every decision back to the store. The daemon then asks the executor
+to make the containers match.
 
-Closed loop (beyond the paper): each job keeps an EWMA of the iterations/s the agents
-measured at each GPU count. Once a GPU count has ``min_measurements`` samples, that value
-replaces the profile at that point (``ThroughputCurve.with_measurement``), so admission of
-later jobs and the deadline guarantees of admitted ones use the speed the job really has.
+Time: decisions are taken at the request time ``now``; the slot grid is absolute (slot k =
+[k*slot, (k+1)*slot)), the simulator's grid. A submit is answered at once, evaluated from
+``now``: inside a slot the ledger counts only the slot's remainder. The simulator batches
+arrivals at the next slot boundary; a live submit that arrives on a boundary is decided
+exactly as the simulator decides it (tests/test_planner_matches_simulator.py).
+
+Measurements (the closed loop) are ``flowcon.service.intake``; records (spec <-> JSON)
+are ``flowcon.service.records``.
 """
 
 from __future__ import annotations
@@ -20,16 +27,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from flowcon.alloc.admission import AdmissionDecision, SlotLedger
-from flowcon.alloc.allocation import distribute_spare
 from flowcon.alloc.model import Job, ThroughputCurve
-from flowcon.service.jobspec import JobSpec, ThroughputProfile
-from flowcon.service.store import ACTIVE_STATES, JobRecord, Store
+from flowcon.alloc.policy import ClusterState, Policy, make_policy
+from flowcon.contract import Measurement
+from flowcon.service.intake import MeasurementIntake
+from flowcon.service.jobspec import JobSpec
+from flowcon.service.records import jsonable, new_record
+from flowcon.service.store import JobRecord, Store
 
 log = logging.getLogger(__name__)
-
-# A refined speed that moved less than this (relative) is not worth a re-plan or an event.
-REPLAN_CHANGE = 0.05
 
 
 class PlanError(Exception):
@@ -74,77 +80,16 @@ class Plan:
     changes: list[Change] = field(default_factory=list)
 
 
-# ------------------------------------------------------------------ spec <-> record
-
-
-def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
-    """The parsed spec as JSON (deadline already absolute), for the store and the executor."""
-    return {
-        "name": spec.name,
-        "image": spec.image,
-        "command": list(spec.command),
-        "global_batch_size": spec.global_batch_size,
-        "iterations": spec.iterations,
-        "submit_time": spec.submit_time,
-        "deadline": spec.deadline,
-        "best_effort": spec.best_effort,
-        "min_gpus": spec.min_gpus,
-        "max_gpus": spec.max_gpus,
-        "profile": {str(g): v for g, v in spec.profile.points} if spec.profile else None,
-        "env": dict(spec.env),
-    }
-
-
-def spec_from_dict(data: Mapping[str, Any]) -> JobSpec:
-    profile = data.get("profile")
-    return JobSpec(
-        name=data["name"],
-        image=data["image"],
-        command=tuple(data["command"]),
-        global_batch_size=int(data["global_batch_size"]),
-        iterations=int(data["iterations"]),
-        submit_time=float(data["submit_time"]),
-        deadline=data.get("deadline"),
-        best_effort=bool(data.get("best_effort", False)),
-        min_gpus=int(data.get("min_gpus", 1)),
-        max_gpus=data.get("max_gpus"),
-        profile=ThroughputProfile.from_mapping({int(k): v for k, v in profile.items()})
-        if profile
-        else None,
-        env=dict(data.get("env") or {}),
-    )
-
-
-def new_record(spec: JobSpec, state: str, profile: dict[str, Any], reason: str = "") -> JobRecord:
-    """A job's first record: nothing done yet, hard deadline or best effort from its spec."""
-    return JobRecord(
-        name=spec.name,
-        spec=spec_to_dict(spec),
-        state=state,
-        submit_time=spec.submit_time,
-        deadline=spec.deadline,
-        soft_deadline=False,
-        iterations=float(spec.iterations),
-        done_iterations=0.0,
-        progress_ts=None,
-        profile=profile,
-        reason=reason,
-    )
-
-
-def _finite_positive(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) and out >= 0 else None
+def _boundary(t: float, slot: float) -> float:
+    """First slot boundary >= t on the absolute grid (the simulator's rule)."""
+    return math.ceil(t / slot - 1e-9) * slot
 
 
 class Planner:
-    """Admission, allocation, placement and the closed loop over one ``Store``.
+    """Admission, allocation and placement over one ``Store``, by one ``Policy``.
 
+    ``policy``: a name from ``flowcon.alloc.policy.POLICIES`` (made with ``make_policy``,
+    ElasticFlow with sticky slot ticks) or a ready ``Policy``.
     ``complete_on_progress``: mark a job completed when its estimated progress reaches its
     iterations (the simulator/dry-run path; with real containers the executor reports
     completion instead).
@@ -160,41 +105,33 @@ class Planner:
         min_measurements: int = 2,
         complete_on_progress: bool = False,
         clock: Callable[[], float] = time.time,
+        policy: str | Policy = "elasticflow",
     ) -> None:
         self.store = store
         self.total_gpus = total_gpus
         self.slot = slot_seconds
         self.placer = placer
         self.alpha = ewma_alpha
-        self.min_measurements = min_measurements
         self.complete_on_progress = complete_on_progress
         self.clock = clock
+        self.intake = MeasurementIntake(store, ewma_alpha, min_measurements, clock)
+        self.policy: Policy = (
+            make_policy(policy, sticky=True) if isinstance(policy, str) else policy
+        )
         # seconds a checkpoint-restart costs, as measured by the executor (EWMA); charged
-        # once per job in admission and minimum shares (SlotLedger's overhead)
+        # once per job in admission and minimum shares (the policy's overhead)
         self.overhead = 0.0
-        # job -> container ids the executor runs for it now (None = unknown, accept all)
-        self.containers: dict[str, set[str]] = {}
-        # container id -> the job's GPU count (world size) that container runs with: a
-        # measurement belongs to the count it was taken at, even if a re-plan already
-        # changed the job's allocation and the rescale has not happened yet
-        self.container_gpus: dict[str, int] = {}
-        self._speed_ts: dict[str, float] = {}  # container id -> ts of its last counted rate
-        self._ledger: SlotLedger | None = None  # built on first use (see _ledger_for)
+        self._restored = False  # the policy has seen the stored jobs (after a restart)
+        # GPU-seconds served per job since this process started (Tiresias' priority)
+        self._attained: dict[str, float] = {}
 
     # -- the job as the core sees it --------------------------------------------------
 
     def trusted_measurements(self, rec: JobRecord) -> dict[int, float]:
-        return {
-            g: v
-            for g, v in rec.measured.items()
-            if rec.measured_n.get(g, 0) >= self.min_measurements and v > 0
-        }
+        return self.intake.trusted_measurements(rec)
 
     def curve(self, rec: JobRecord) -> ThroughputCurve:
-        curve = ThroughputCurve(rec.profile)
-        for gpus, speed in sorted(self.trusted_measurements(rec).items()):
-            curve = curve.with_measurement(gpus, speed)
-        return curve
+        return self.intake.curve(rec)
 
     def core_job(self, rec: JobRecord) -> Job:
         spec = rec.spec
@@ -212,6 +149,23 @@ class Planner:
             model=str(spec.get("model") or ""),
             batch_size=int(spec.get("global_batch_size") or 0),
         )
+
+    def cluster_state(self, active: Iterable[JobRecord], now: float) -> ClusterState:
+        """The policy's view of the stored active jobs. The first one after a (re)start
+        lets the policy rebuild what it keeps between decisions (``Policy.restore``)."""
+        recs = list(active)
+        state = ClusterState(
+            total_gpus=self.total_gpus,
+            slot=self.slot,
+            jobs={r.name: self.core_job(r) for r in recs},
+            allocation={r.name: r.gpus for r in recs if r.gpus > 0},
+            attained={r.name: self._attained.get(r.name, 0.0) for r in recs},
+        )
+        if not self._restored:
+            self._restored = True
+            self.policy.set_overhead(self.overhead)
+            self.policy.restore(now, state)
+        return state
 
     # -- submit / cancel / complete ----------------------------------------------------
 
@@ -263,7 +217,8 @@ class Planner:
             self.advance(now)
             active = self.store.active_jobs()
             rec = new_record(spec, "admitted", spec.profile.as_dict())
-            decision = self._admit(self.core_job(rec), [self.core_job(r) for r in active], now)
+            state = self.cluster_state(active, now)
+            decision = self.policy.on_submit(self.core_job(rec), now, state)
             measured = tuple(r.name for r in active if self.trusted_measurements(r))
             reason = decision.reason or (
                 "deadline guaranteed, minimum satisfactory share "
@@ -272,7 +227,7 @@ class Planner:
                 if spec.deadline is not None
                 else "best effort: runs on spare GPUs"
             )
-            min_share = _jsonable(getattr(decision, "min_share", None))
+            min_share = jsonable(decision.min_share or None)
             self.store.record_admission(
                 spec.name, decision.admitted, reason, min_share, bool(measured), now
             )
@@ -341,6 +296,8 @@ class Planner:
         rec.placement = []
         rec.predicted_finish = None
         self.store.put_job(rec)
+        self._attained.pop(rec.name, None)
+        self.policy.on_finish(rec.name, now, ClusterState(self.total_gpus, self.slot))
         if old:
             self.store.record_allocation(rec.name, 0, [], now)
         self.store.append_event(
@@ -371,6 +328,8 @@ class Planner:
                     rec.done_iterations = min(
                         rec.iterations, rec.done_iterations + speed * (now - last)
                     )
+                    served = rec.gpus * (min(finished_at, now) - last)
+                    self._attained[rec.name] = self._attained.get(rec.name, 0.0) + served
                 rec.progress_ts = now
                 self.store.put_job(rec)
                 if self.complete_on_progress and rec.done_iterations >= rec.iterations - 1e-6:
@@ -381,60 +340,79 @@ class Planner:
     # -- planning ----------------------------------------------------------------------
 
     def plan(self, now: float | None = None, force: bool = True) -> Plan:
-        """Allocation for the next slot (Algorithm 2) and its placement; records changes.
+        """The policy's allocation for the next slot and its placement; records changes.
 
-        ``force=False`` is the periodic slot tick: the current allocation is kept unless
-        some job now holds less than its minimum satisfactory share (it fell behind, or its
-        share steps up now). Re-planning from scratch every slot would rescale jobs for
-        marginal gains, and each rescale is a checkpoint-restart that costs real time;
+        ``force=False`` is the periodic slot tick (``ClusterState.tick``): a sticky policy
+        then keeps the current allocation while it still guarantees every minimum share;
         events (submit, completion, cancel, a refined curve) always re-plan.
         """
         now = self.clock() if now is None else now
         with self.store.transaction():
             self.advance(now)
             active = self.store.active_jobs()
-            jobs = [self.core_job(r) for r in active]
-            if not force and self._current_still_guarantees(jobs, active, now):
-                allocation = {r.name: r.gpus for r in active if r.gpus > 0}
+            state = self.cluster_state(active, now)
+            state.tick = not force
+            allocation = self.policy.schedule(now, state) if active else {}
+            allocation = {j: int(n) for j, n in allocation.items() if n > 0 and j in state.jobs}
+            if allocation == state.allocation:
                 placement = {r.name: r.placement for r in active if r.gpus > 0}
             else:
-                allocation = self._allocate(jobs, now) if jobs else {}
                 placement = self._place(allocation, active)
             plan = Plan(now, allocation, placement)
             for rec in active:
-                new = int(allocation.get(rec.name, 0))
-                where = placement.get(rec.name, [])
-                if new != rec.gpus or where != rec.placement:
-                    plan.changes.append(Change(rec.name, rec.gpus, new, where))
-                    self.store.record_allocation(rec.name, new, where, now)
-                    self.store.append_event(
-                        "rescaled",
-                        rec.name,
-                        ts=now,
-                        old_gpus=rec.gpus,
-                        new_gpus=new,
-                        placement=where,
-                    )
-                rec.gpus = new
-                rec.placement = where
-                rec.state = "running" if new > 0 else "admitted"
-                rec.predicted_finish = self._predict(rec, now)
-                if (
-                    rec.deadline is not None
-                    and rec.predicted_finish is not None
-                    and rec.predicted_finish > rec.deadline
-                    and not rec.reason.startswith("at risk")
-                ):
-                    rec.reason = "at risk: predicted finish after the deadline"
-                    self.store.append_event(
-                        "deadline_at_risk",
-                        rec.name,
-                        ts=now,
-                        predicted_finish=rec.predicted_finish,
-                        deadline=rec.deadline,
-                    )
-                self.store.put_job(rec)
+                self._record(rec, plan, now)
         return plan
+
+    def next_decision(self, now: float) -> float | None:
+        """When the planner wants to decide next without an outside event, on the slot
+        grid: the policy's wakeup or the first predicted completion (the simulator's
+        decision times). None: nothing is running and the policy waits for events."""
+        best = math.inf
+        active = self.store.active_jobs()
+        for rec in active:
+            if rec.gpus > 0 and rec.predicted_finish is not None:
+                best = min(best, rec.predicted_finish)
+        wake = self.policy.next_wakeup(now, self.cluster_state(active, now))
+        if wake is not None:
+            best = min(best, wake)
+        if math.isinf(best):
+            return None
+        nxt = _boundary(best, self.slot)
+        if nxt <= now:
+            nxt = _boundary(now, self.slot)
+            if nxt <= now:
+                nxt += self.slot
+        return nxt
+
+    def _record(self, rec: JobRecord, plan: Plan, now: float) -> None:
+        """Store one job's new GPUs/placement, its predicted finish and at-risk state."""
+        new = int(plan.allocation.get(rec.name, 0))
+        where = plan.placement.get(rec.name, [])
+        if new != rec.gpus or where != rec.placement:
+            plan.changes.append(Change(rec.name, rec.gpus, new, where))
+            self.store.record_allocation(rec.name, new, where, now)
+            self.store.append_event(
+                "rescaled", rec.name, ts=now, old_gpus=rec.gpus, new_gpus=new, placement=where
+            )
+        rec.gpus = new
+        rec.placement = where
+        rec.state = "running" if new > 0 else "admitted"
+        rec.predicted_finish = self._predict(rec, now)
+        if (
+            rec.deadline is not None
+            and rec.predicted_finish is not None
+            and rec.predicted_finish > rec.deadline
+            and not rec.reason.startswith("at risk")
+        ):
+            rec.reason = "at risk: predicted finish after the deadline"
+            self.store.append_event(
+                "deadline_at_risk",
+                rec.name,
+                ts=now,
+                predicted_finish=rec.predicted_finish,
+                deadline=rec.deadline,
+            )
+        self.store.put_job(rec)
 
     def observe_overhead(self, seconds: float) -> None:
         """A measured (re)start cost of some job: the downtime from the stop request to
@@ -442,61 +420,7 @@ class Planner:
         if math.isfinite(seconds) and seconds >= 0:
             a = self.alpha
             self.overhead = seconds if self.overhead == 0 else a * seconds + (1 - a) * self.overhead
-            if self._ledger is not None:
-                self._ledger.overhead = self.overhead  # charged in plans made from now on
-
-    def _ledger_for(self, jobs: Mapping[str, Job], now: float) -> SlotLedger:
-        """The persistent minimum-satisfactory-share ledger (Algorithm 1), as the simulator's
-        ElasticFlow policy keeps it: a job's reservation is made at admission and kept (and
-        refreshed when the job falls behind it), not re-derived from scratch at every
-        re-plan. Re-deriving fills every plan from its deadline backwards again, which
-        keeps postponing the work of the jobs with near deadlines until they need many GPUs
-        at the end; one restart then makes them miss. A restarted daemon rebuilds the
-        ledger from the jobs' progress, in deadline order."""
-        if self._ledger is None:
-            self._ledger = SlotLedger(
-                self.total_gpus, self.slot, origin=now, overhead=self.overhead
-            )
-            for j in sorted(
-                (j for j in jobs.values() if j.needs_guarantee and j.remaining > 0),
-                key=lambda j: (j.deadline, j.submit_time, j.job_id),
-            ):
-                self._ledger.try_admit(j, jobs, now)
-        ledger = self._ledger
-        for jid in [jid for jid in ledger.jobs() if jid not in jobs]:
-            ledger.remove(jid)  # finished, cancelled or failed
-        return ledger
-
-    def _admit(self, job: Job, admitted: list[Job], now: float) -> AdmissionDecision:
-        """Core Algorithm 1 on the ledger (it charges the measured restart overhead)."""
-        jobs = {j.job_id: j for j in admitted}
-        ledger = self._ledger_for(jobs, now)
-        d = ledger.try_admit(job, {**jobs, job.job_id: job}, now)
-        return AdmissionDecision(d.admitted, d.reason, ledger.shares(now), ledger.plans())
-
-    def _shares(self, jobs: Mapping[str, Job], now: float) -> dict[str, int]:
-        """Minimum shares now; jobs that fell behind their reservation (restart overheads,
-        slower than profiled) are re-planned first, as the simulator's policy does."""
-        ledger = self._ledger_for(jobs, now)
-        behind = ledger.behind(jobs, now)
-        if behind and ledger.refresh(behind, jobs, now):
-            # no room next to the others' (possibly stale) reservations: re-plan everyone
-            # from current progress, kept only if all still fit
-            ledger.replan(jobs, now, lossless=True)
-        return {jid: ledger.share(jid, now) for jid in jobs}
-
-    def _allocate(self, jobs: list[Job], now: float) -> dict[str, int]:
-        """Core Algorithm 2 on top of the minimum shares."""
-        shares = self._shares({j.job_id: j for j in jobs}, now)
-        return distribute_spare(jobs, shares, self.total_gpus, self.slot)
-
-    def _current_still_guarantees(
-        self, jobs: list[Job], active: list[JobRecord], now: float
-    ) -> bool:
-        if not active or sum(r.gpus for r in active) > self.total_gpus:
-            return not active
-        shares = self._shares({j.job_id: j for j in jobs}, now)
-        return all(r.gpus >= shares.get(r.name, 0) for r in active)
+            self.policy.set_overhead(self.overhead)  # charged in plans made from now on
 
     def _place(
         self, allocation: Mapping[str, int], active: Iterable[JobRecord]
@@ -521,112 +445,21 @@ class Planner:
 
     # -- closed loop -------------------------------------------------------------------
 
-    def ingest(self, node: str, m: Mapping[str, Any], now: float | None = None) -> str:
-        """Store one agent measurement and fold it into its job; returns what happened:
-        "refined" (curve changed enough to re-plan), "applied", "stored" or "skipped: ..."."""
+    def ingest(self, node: str, m: Measurement, now: float | None = None) -> str:
+        """One agent measurement (``MeasurementIntake.ingest``); a refined curve re-plans
+        the job's reservation at once (``Policy.on_curve_change``)."""
         now = self.clock() if now is None else now
-        cid = str(m.get("container_id") or "")
-        if not cid:
-            return "skipped: no container_id"
-        ts = _finite_positive(m.get("ts")) or now
-        step = _finite_positive(m.get("step"))
-        # the agent says iterations_per_second; iterations_per_s is this API's older name
-        raw_speed = m.get("iterations_per_second", m.get("iterations_per_s"))
-        speed = _finite_positive(raw_speed)
-        value = m.get("value")
-        value_f = _finite_positive(value) if value is not None else None
+        outcome = self.intake.ingest(node, m, now)
         job = m.get("job")
-        job = str(job) if job else None
-        with self.store.transaction():
-            rec = self.store.get_job(job) if job else None
-            gpus = (self._gpus_of(cid) or rec.gpus) if rec is not None else None
-            self.store.add_measurement(
-                ts=ts,
-                node=str(node),
-                job=job,
-                container_id=cid,
-                name=str(m.get("name") or ""),
-                step=step,
-                its_per_s=speed,
-                metric=_str_or_none(m.get("metric")),
-                value=value_f,
-                gpus=gpus,
-            )
-            if rec is None or rec.state not in ACTIVE_STATES or rec.gpus <= 0:
-                return "stored"
-            known = self.containers.get(rec.name)
-            if (
-                known is not None
-                and cid not in known
-                and not any(k.startswith(cid) or cid.startswith(k) for k in known)
-            ):
-                return "stored"  # an old container of this job (before a rescale)
-            outcome = "stored"
-            if self._observe(rec, step, ts):
-                outcome = "applied"
-            if speed is not None and speed > 0 and ts <= self._speed_ts.get(cid, -1.0):
-                speed = None  # the agent repeats its last rate when no new step came
-            if speed is not None and speed > 0:
-                self._speed_ts[cid] = ts
-                g = self._gpus_of(cid) or rec.gpus
-                n = int(rec.measured_n.get(g, 0))
-                old = rec.measured.get(g)
-                new = (
-                    speed if old is None or n == 0 else self.alpha * speed + (1 - self.alpha) * old
-                )
-                before = self.curve(rec).at(g)
-                rec.measured[g] = new
-                rec.measured_n[g] = n + 1
-                after = self.curve(rec).at(g)
-                outcome = "applied"
-                if n + 1 >= self.min_measurements and (
-                    n + 1 == self.min_measurements or abs(after - before) > REPLAN_CHANGE * before
-                ):
-                    self.store.append_event(
-                        "curve_refined",
-                        rec.name,
-                        ts=now,
-                        gpus=g,
-                        profile=rec.profile.get(g),
-                        measured=new,
-                        samples=n + 1,
-                        before=before,
-                        after=after,
-                        node=node,
-                    )
-                    outcome = "refined"
-            self.store.put_job(rec)
-            if outcome == "refined" and self._ledger is not None and rec.name in self._ledger:
-                # its reservation was planned with the old curve: re-plan it now, before
-                # the next admission relies on it
-                jobs = {r.name: self.core_job(r) for r in self.store.active_jobs()}
-                self._ledger_for(jobs, now).refresh([rec.name], jobs, now)
+        if outcome == "refined" and job:
+            with self.store.transaction():
+                state = self.cluster_state(self.store.active_jobs(), now)
+                self.policy.on_curve_change(str(job), now, state)
         return outcome
-
-    def _gpus_of(self, cid: str) -> int | None:
-        for known, gpus in self.container_gpus.items():
-            if known.startswith(cid) or cid.startswith(known):
-                return gpus
-        return None
-
-    def _observe(self, rec: JobRecord, step: float | None, ts: float) -> bool:
-        """A step the job reported replaces the estimate; the estimate then runs on from
-        ``ts``. Older reports than the last one are ignored."""
-        if step is None or (rec.observed_ts is not None and ts <= rec.observed_ts):
-            return False
-        rec.done_iterations = min(rec.iterations, step)
-        rec.progress_ts = ts
-        rec.observed_ts = ts
-        return True
 
     def observe_progress(self, name: str, step: float, ts: float) -> bool:
         """Progress read from the job's own metric lines (the executor's logs)."""
-        with self.store.transaction():
-            rec = self.store.get_job(name)
-            if rec is None or not rec.active or not self._observe(rec, step, ts):
-                return False
-            self.store.put_job(rec)
-            return True
+        return self.intake.observe_progress(name, step, ts)
 
 
 def placement_lists(result: Any) -> dict[str, list[Any]]:
@@ -639,7 +472,7 @@ def placement_lists(result: Any) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
     if isinstance(raw, Mapping):
         for job, where in raw.items():
-            out[str(job)] = _jsonable(list(where) if not isinstance(where, list) else where)
+            out[str(job)] = jsonable(list(where) if not isinstance(where, list) else where)
     return out
 
 
@@ -652,19 +485,3 @@ def peak_share_of(decision: Any, name: str) -> int:
     plans = getattr(decision, "plans", None) or {}
     plan = plans.get(name) if isinstance(plans, Mapping) else None
     return max(getattr(plan, "gpus", ()) or (0,))
-
-
-def _str_or_none(value: Any) -> str | None:
-    return None if value is None else str(value)
-
-
-def _jsonable(value: Any) -> Any:
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "__dataclass_fields__"):
-        return _jsonable(asdict(value))
-    return str(value)

@@ -4,16 +4,16 @@ runs the job containers. Kept apart from the daemon so the daemon reads as polic
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import math
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from flowcon.alloc.model import Topology
 from flowcon.alloc.placement import BuddyPlacer
-from flowcon.service.planner import spec_from_dict
+from flowcon.core.metric_lines import step_points
+from flowcon.service.planner import Planner
+from flowcon.service.records import spec_from_dict
 from flowcon.service.store import Store
 
 log = logging.getLogger(__name__)
@@ -63,19 +63,6 @@ def placement_by_node(inventory: Any, placement: list[Any]) -> dict[str, list[st
 RESUME_WAIT_S = 300.0
 
 
-def _metric_point(line: str) -> tuple[float, float] | None:
-    """(step, ts) of a flowcon metric line, None for anything else."""
-    line = line.strip()
-    if not line.startswith("{"):
-        return None
-    try:
-        obj = json.loads(line)
-        step, ts = float(obj["step"]), float(obj["ts"])
-    except (ValueError, KeyError, TypeError):
-        return None
-    return (step, ts) if math.isfinite(step) and math.isfinite(ts) else None
-
-
 class ExecutorTarget:
     """The daemon's side of ``flowcon.service.executor.Executor``.
 
@@ -106,13 +93,11 @@ class ExecutorTarget:
         """Every GPU UUID of an executor placement."""
         return [u for ids in self._uuids(placement).values() for u in ids]
 
-    def _note_containers(self, planner: Any, name: str, state: Any) -> None:
+    def _note_containers(self, planner: Planner, name: str, state: Any) -> None:
         """Which containers run the job now, and at which world size (for the closed loop:
         a measurement counts for the GPU count of the container that took it)."""
         workers = list(state.workers) if state is not None else []
-        planner.containers[name] = {w.id for w in workers}
-        for w in workers:
-            planner.container_gpus[w.id] = state.gpus
+        planner.intake.set_containers(name, {str(w.id): int(state.gpus) for w in workers})
 
     def _same(self, state: Any, placement: Mapping[str, list[str]]) -> bool:
         if state is None or state.status not in ("running", "starting"):
@@ -121,7 +106,7 @@ class ExecutorTarget:
 
     # -- daemon hooks ----------------------------------------------------------------
 
-    def reconcile_on_start(self, store: Store, planner: Any) -> None:
+    def reconcile_on_start(self, store: Store, planner: Planner) -> None:
         """Adopt the job containers that survived an allocator restart (never start a
         second copy: the executor names containers by job and node)."""
         try:
@@ -148,9 +133,9 @@ class ExecutorTarget:
         active = {r.name for r in store.active_jobs()}
         for name in found:
             if name not in active:
-                rec = store.get_job(name)
-                if rec is not None:  # finished while we were down: clean up
-                    log.info("removing containers of %s job %s", rec.state, name)
+                ended = store.get_job(name)
+                if ended is not None:  # finished while we were down: clean up
+                    log.info("removing containers of %s job %s", ended.state, name)
                     self._remove(name)
 
     def poll(self, store: Store) -> list[tuple[str, str, str]]:
@@ -191,7 +176,7 @@ class ExecutorTarget:
         except Exception as exc:
             log.debug("logs of %s unavailable: %s", name, exc)
             return None, None
-        points = [p for p in map(_metric_point, lines) if p is not None]
+        points = [(float(step), ts) for step, ts in step_points(lines)]
         first = next((p for p in points if p[1] >= since), None) if since is not None else None
         return first, (points[-1] if points else None)
 
@@ -203,7 +188,7 @@ class ExecutorTarget:
     def note_resumed(
         self,
         store: Store,
-        planner: Any,
+        planner: Planner,
         name: str,
         first: tuple[float, float] | None,
         now: float,
@@ -232,7 +217,7 @@ class ExecutorTarget:
             )
             del self._resuming[name]
 
-    def apply(self, store: Store, planner: Any) -> None:
+    def apply(self, store: Store, planner: Planner) -> None:
         """Start, rescale (checkpoint-restart), pause or remove containers to match the
         stored plan."""
         try:
@@ -247,7 +232,7 @@ class ExecutorTarget:
                     if state is not None:
                         self.executor.suspend(rec.name)
                         store.append_event("suspended", rec.name)
-                    planner.containers[rec.name] = set()
+                    planner.intake.set_containers(rec.name, {})
                     continue
                 if state is not None and state.status in ("completed", "failed"):
                     # exited since the last poll: the next poll reports the completion or
@@ -290,11 +275,9 @@ class ExecutorTarget:
         for name in found:
             if name in active:
                 continue
-            rec = store.get_job(name)
-            if rec is not None:  # cancelled/completed/failed: its containers go
+            if store.get_job(name) is not None:  # cancelled/completed/failed: containers go
                 self._remove(name)
-                for cid in planner.containers.pop(name, set()):
-                    planner.container_gpus.pop(cid, None)
+                planner.intake.forget_job(name)
 
     def _remove(self, name: str) -> None:
         try:
