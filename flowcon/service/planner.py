@@ -342,16 +342,17 @@ class Planner:
     def plan(self, now: float | None = None, force: bool = True) -> Plan:
         """The policy's allocation for the next slot and its placement; records changes.
 
-        ``force=False`` is the periodic slot tick (``ClusterState.tick``): a sticky policy
-        then keeps the current allocation while it still guarantees every minimum share;
-        events (submit, completion, cancel, a refined curve) always re-plan.
+        ``force=False`` is the periodic slot tick (``ClusterState.tick``, unless a job
+        completed on its estimated progress just now): a sticky policy then keeps the
+        current allocation while it still guarantees every minimum share; events (submit,
+        completion, cancel, a refined curve) always re-plan.
         """
         now = self.clock() if now is None else now
         with self.store.transaction():
-            self.advance(now)
+            ended = self.advance(now)
             active = self.store.active_jobs()
             state = self.cluster_state(active, now)
-            state.tick = not force
+            state.tick = not force and not ended  # a completion is an event
             allocation = self.policy.schedule(now, state) if active else {}
             allocation = {j: int(n) for j, n in allocation.items() if n > 0 and j in state.jobs}
             if allocation == state.allocation:
