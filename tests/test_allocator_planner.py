@@ -322,3 +322,16 @@ def test_agent_rows_count_at_their_containers_gpu_count_once(tmp_path):
     assert rec is not None
     assert rec.measured == {4: 16.0, 2: 9.0} and rec.measured_n == {4: 1, 2: 1}
     assert [m["gpus"] for m in st.measurements("a")] == [4, 4, 2]
+
+
+def test_planner_runs_the_configured_policy(tmp_path):
+    """Any ``flowcon simulate --policy`` works live: EDF has no admission control."""
+    st = Store(tmp_path / "a.db")
+    pl = Planner(st, 8, 10.0, policy="edf")
+    assert pl.policy.name == "edf"
+    assert pl.submit(_spec("a", 2400, 100, 0.0), now=0.0).admitted
+    # hopeless deadline: ElasticFlow drops it, EDF takes it
+    assert pl.submit(_spec("b", 10**7, 20, 0.0), now=0.0).admitted
+    ef = Planner(Store(tmp_path / "b.db"), 8, 10.0)
+    assert ef.policy.name == "elasticflow"
+    assert not ef.submit(_spec("b", 10**7, 20, 0.0), now=0.0).admitted

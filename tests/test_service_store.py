@@ -105,3 +105,16 @@ def test_config_resolves_state_dir_and_rejects_typos(tmp_path):
     p.write_text("allocator: [1\n")
     with pytest.raises(ValueError, match="invalid YAML"):
         load_config(p)
+
+
+def test_config_policy_is_one_the_simulator_knows(tmp_path):
+    from flowcon.alloc.policy import POLICIES
+
+    p = tmp_path / "alloc.yaml"
+    assert load_config(None).policy == "elasticflow"
+    for name in POLICIES:
+        p.write_text(f"allocator:\n  policy: {name}\n")
+        assert load_config(p).policy == name
+    p.write_text("allocator:\n  policy: fifo\n")
+    with pytest.raises(ValueError, match=r"allocator\.policy must be one of elasticflow, .*'fifo'"):
+        load_config(p)

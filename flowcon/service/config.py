@@ -95,12 +95,8 @@ def _positive(value: Any, name: str) -> float:
     return out
 
 
-def load_config(path: str | Path | None) -> AllocatorConfig:
-    """Read ``path`` (or return defaults when None); relative state_dir is resolved
-    against the config file's folder so a scenario folder is self-contained."""
-    if path is None:
-        return AllocatorConfig()
-    p = Path(path)
+def _read_mapping(p: Path) -> dict[str, Any]:
+    """The YAML file's top-level mapping."""
     try:
         raw = yaml.safe_load(p.read_text()) or {}
     except OSError as exc:
@@ -109,6 +105,16 @@ def load_config(path: str | Path | None) -> AllocatorConfig:
         raise ConfigError(f"{p}: invalid YAML: {exc}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{p}: top level must be a mapping")
+    return raw
+
+
+def load_config(path: str | Path | None) -> AllocatorConfig:
+    """Read ``path`` (or return defaults when None); relative state_dir is resolved
+    against the config file's folder so a scenario folder is self-contained."""
+    if path is None:
+        return AllocatorConfig()
+    p = Path(path)
+    raw = _read_mapping(p)
     sec = raw.get("allocator") or {}
     if not isinstance(sec, dict):
         raise ConfigError(f"{p}: 'allocator' must be a mapping")
@@ -141,12 +147,22 @@ def load_config(path: str | Path | None) -> AllocatorConfig:
         cfg.state_dir = sd if sd.is_absolute() else (p.parent / sd).resolve()
     if sec.get("token"):
         cfg.token = str(sec["token"])
+    _numbers(cfg, sec, p)
+    if sec.get("executor"):
+        cfg.executor = str(sec["executor"])
+    if "policy" in sec:
+        cfg.policy = _policy(sec["policy"], p)
+    return cfg
+
+
+def _numbers(cfg: AllocatorConfig, sec: dict[str, Any], path: Path) -> None:
+    """The numeric allocator settings."""
     if "slot_seconds" in sec:
         cfg.slot_seconds = _positive(sec["slot_seconds"], "slot_seconds")
     if "ewma_alpha" in sec:
         cfg.ewma_alpha = _positive(sec["ewma_alpha"], "ewma_alpha")
         if cfg.ewma_alpha > 1:
-            raise ConfigError(f"{p}: allocator.ewma_alpha must be in (0, 1]")
+            raise ConfigError(f"{path}: allocator.ewma_alpha must be in (0, 1]")
     if "min_measurements" in sec:
         cfg.min_measurements = int(_positive(sec["min_measurements"], "min_measurements"))
     if "profile_seconds" in sec:
@@ -154,11 +170,6 @@ def load_config(path: str | Path | None) -> AllocatorConfig:
     if "profile_min_lines" in sec:
         lines = int(_positive(sec["profile_min_lines"], "profile_min_lines"))
         cfg.profile_min_lines = max(2, lines)
-    if sec.get("executor"):
-        cfg.executor = str(sec["executor"])
-    if "policy" in sec:
-        cfg.policy = _policy(sec["policy"], p)
-    return cfg
 
 
 def _policy(value: Any, path: Path) -> str:

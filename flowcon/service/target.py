@@ -14,7 +14,7 @@ from flowcon.alloc.placement import BuddyPlacer
 from flowcon.core.metric_lines import step_points
 from flowcon.service.planner import Planner
 from flowcon.service.records import spec_from_dict
-from flowcon.service.store import Store
+from flowcon.service.store import JobRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -239,29 +239,7 @@ class ExecutorTarget:
                     # restarts it from its checkpoint; rescaling it now would run a
                     # finished job again
                     continue
-                placement = placement_by_node(self.inventory, rec.placement)
-                if not self._same(state, placement):
-                    spec = spec_from_dict(rec.spec)
-                    began = time.time()
-                    if state is None:
-                        self.executor.launch(spec, placement)
-                        self._resuming[rec.name] = (began, "start", None)
-                        store.append_event("started", rec.name, placement=placement)
-                    else:
-                        res = self.executor.rescale(spec, placement)
-                        self._resuming[rec.name] = (began, "rescale", res.total_seconds)
-                        store.append_event(
-                            "restarted_on_new_gpus",
-                            rec.name,
-                            old_gpus=res.old_gpus,
-                            new_gpus=res.new_gpus,
-                            stop_seconds=res.stop_seconds,
-                            start_seconds=res.start_seconds,
-                            placement=placement,
-                        )
-                    self._note_containers(planner, rec.name, self.executor.job(rec.name))
-                elif state is not None:
-                    self._note_containers(planner, rec.name, state)
+                self._match(store, planner, rec, state)
                 self._failed_actions.pop(rec.name, None)
             except Exception as exc:
                 msg = str(exc)
@@ -278,6 +256,33 @@ class ExecutorTarget:
             if store.get_job(name) is not None:  # cancelled/completed/failed: containers go
                 self._remove(name)
                 planner.intake.forget_job(name)
+
+    def _match(self, store: Store, planner: Planner, rec: JobRecord, state: Any) -> None:
+        """Launch or rescale (checkpoint-restart) the job onto its stored placement."""
+        placement = placement_by_node(self.inventory, rec.placement)
+        if self._same(state, placement):
+            if state is not None:
+                self._note_containers(planner, rec.name, state)
+            return
+        spec = spec_from_dict(rec.spec)
+        began = time.time()
+        if state is None:
+            self.executor.launch(spec, placement)
+            self._resuming[rec.name] = (began, "start", None)
+            store.append_event("started", rec.name, placement=placement)
+        else:
+            res = self.executor.rescale(spec, placement)
+            self._resuming[rec.name] = (began, "rescale", res.total_seconds)
+            store.append_event(
+                "restarted_on_new_gpus",
+                rec.name,
+                old_gpus=res.old_gpus,
+                new_gpus=res.new_gpus,
+                stop_seconds=res.stop_seconds,
+                start_seconds=res.start_seconds,
+                placement=placement,
+            )
+        self._note_containers(planner, rec.name, self.executor.job(rec.name))
 
     def _remove(self, name: str) -> None:
         try:
