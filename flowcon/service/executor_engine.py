@@ -18,21 +18,15 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flowcon.service.executor import (
-    CHECKPOINT_MOUNT,
-    DEFAULT_MASTER_PORT,
-    LABEL_GPUS,
-    LABEL_JOB,
-    LABEL_NODE,
-    LABEL_RANK,
+from flowcon.contract import CHECKPOINT_MOUNT, LABEL_GPUS, LABEL_JOB, LABEL_NODE, LABEL_RANK
+from flowcon.service.backend import (
     ExecutorError,
     Worker,
     WorkerRequest,
-    WorkerSlot,
     engine_errors,
-    master_port_for,
     volume_labels,
 )
+from flowcon.service.workers import DEFAULT_MASTER_PORT, WorkerSlot, master_port_for
 
 log = logging.getLogger(__name__)
 
