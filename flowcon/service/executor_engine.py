@@ -84,7 +84,8 @@ class EngineBackend:
         self.network = network
 
     def list_workers(self, selector: Mapping[str, str]) -> list[Worker]:
-        filters = {"label": [f"{k}={v}" for k, v in selector.items()]}
+        labels = [f"{k}={v}" for k, v in selector.items()]
+        filters: dict[str, str | list[str] | bool] = {"label": labels}
         try:
             found = self.client.containers.list(all=True, filters=filters, ignore_removed=True)
         except engine_errors() as exc:
