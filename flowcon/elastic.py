@@ -42,11 +42,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from flowcon import contract
+from flowcon.contract import EXIT_PREEMPTED
 from flowcon.report import report as _report
 
 CHECKPOINT_FILE = "checkpoint.pt"
 DONE_FILE = "DONE"
-EXIT_PREEMPTED = 143  # 128 + SIGTERM, as a shell reports it
 
 
 @dataclass(frozen=True)
@@ -79,31 +80,32 @@ class ElasticEnv:
             except ValueError:
                 raise ValueError(f"environment {key}={raw!r} is not an integer") from None
 
-        world = num("WORLD_SIZE", 1)
-        rank = num("RANK", 0)
-        local_world = num("LOCAL_WORLD_SIZE", 1)
+        world = num(contract.ENV_WORLD_SIZE, 1)
+        rank = num(contract.ENV_RANK, 0)
+        local_world = num(contract.ENV_LOCAL_WORLD_SIZE, 1)
         if world < 1 or not 0 <= rank < world or local_world < 1:
             raise ValueError(
                 f"inconsistent WORLD_SIZE={world} RANK={rank} LOCAL_WORLD_SIZE={local_world}"
             )
-        gbs = num("FLOWCON_GLOBAL_BATCH_SIZE", 0) or num("FLOWCON_LOCAL_BATCH_SIZE", 1) * world
-        iters = num("FLOWCON_ITERATIONS", 0) or None
-        gpus = tuple(g for g in e.get("FLOWCON_GPUS", "").split(",") if g)
+        gbs = num(contract.ENV_GLOBAL_BATCH_SIZE, 0)
+        gbs = gbs or num(contract.ENV_LOCAL_BATCH_SIZE, 1) * world
+        iters = num(contract.ENV_ITERATIONS, 0) or None
+        gpus = tuple(g for g in e.get(contract.ENV_GPUS, "").split(",") if g)
         return ElasticEnv(
-            job=e.get("FLOWCON_JOB", "local"),
+            job=e.get(contract.ENV_JOB, "local"),
             world_size=world,
             rank=rank,
-            local_rank=num("LOCAL_RANK", 0),
+            local_rank=num(contract.ENV_LOCAL_RANK, 0),
             local_world_size=local_world,
-            node_rank=num("GROUP_RANK", num("NODE_RANK", 0)),
-            master_addr=e.get("MASTER_ADDR", "127.0.0.1") or "127.0.0.1",
-            master_port=num("MASTER_PORT", 29500),
+            node_rank=num(contract.ENV_GROUP_RANK, num(contract.ENV_NODE_RANK, 0)),
+            master_addr=e.get(contract.ENV_MASTER_ADDR, "127.0.0.1") or "127.0.0.1",
+            master_port=num(contract.ENV_MASTER_PORT, 29500),
             global_batch_size=gbs,
             iterations=iters,
-            checkpoint_dir=Path(e.get("FLOWCON_CHECKPOINT_DIR", "checkpoints")),
-            checkpoint_every=max(1, num("FLOWCON_CHECKPOINT_EVERY", 100)),
+            checkpoint_dir=Path(e.get(contract.ENV_CHECKPOINT_DIR, "checkpoints")),
+            checkpoint_every=max(1, num(contract.ENV_CHECKPOINT_EVERY, 100)),
             gpus=gpus,
-            worker="LOCAL_RANK" in e,
+            worker=contract.ENV_LOCAL_RANK in e,
         )
 
     @property
@@ -394,9 +396,11 @@ def launch_workers(env: ElasticEnv, argv: Sequence[str] | None = None) -> int:
     for local in range(env.local_world_size):
         child_env = dict(os.environ)
         child_env.update(
-            RANK=str(env.rank + local),
-            LOCAL_RANK=str(local),
-            GROUP_RANK=str(env.node_rank),
+            {
+                contract.ENV_RANK: str(env.rank + local),
+                contract.ENV_LOCAL_RANK: str(local),
+                contract.ENV_GROUP_RANK: str(env.node_rank),
+            }
         )
         children.append(subprocess.Popen(cmd, env=child_env))
 

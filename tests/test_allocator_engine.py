@@ -15,10 +15,10 @@ from conftest import TEST_LABEL, TESTBOX_IMAGE
 
 from flowcon.alloc.admission import admit
 from flowcon.alloc.model import Job, ThroughputCurve
+from flowcon.contract import LABEL_JOB
 from flowcon.service.client import AllocatorClient
 from flowcon.service.config import load_config
 from flowcon.service.daemon import Allocator
-from flowcon.service.executor import LABEL_JOB
 from flowcon.service.ratejob import rate_job_spec
 from flowcon.service.target import build_target
 

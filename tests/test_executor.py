@@ -6,24 +6,22 @@ import re
 
 import pytest
 
-from flowcon.service.executor import (
+from flowcon.contract import (
     EXIT_PREEMPTED,
     LABEL_GPUS,
     LABEL_JOB,
-    LABEL_MANAGED,
+    LABEL_MANAGED_BY,
     LABEL_NODE,
     LABEL_RANK,
-    MANAGED_BY,
-    Executor,
-    ExecutorError,
-    ExecutorOptions,
-    pack_placement,
-    plan_workers,
-    step_rate,
-    worker_env,
+    MANAGED_BY_ALLOCATOR,
 )
+from flowcon.service.backend import ExecutorError
+from flowcon.service.executor import Executor, ExecutorOptions
 from flowcon.service.executor_engine import EngineBackend, network_name
+from flowcon.service.executor_factory import make_executor
 from flowcon.service.jobspec import JobSpecError, parse_jobspec
+from flowcon.service.profiling import metric_points, step_rate
+from flowcon.service.workers import pack_placement, plan_workers, worker_env
 
 pytest.register_assert_rewrite("swarm_fixtures")  # it is also loaded as a plugin below
 from swarm_fixtures import step_job_spec, sweep, wait_for  # noqa: E402
@@ -84,6 +82,30 @@ def test_step_rate_skips_noise_and_first_line() -> None:
     assert step_rate(['{"step":1,"ts":1}']) == (None, 0)
 
 
+def test_metric_points_read_through_the_one_parser() -> None:
+    lines = [
+        '{"step":1,"ts":10.0}',
+        '{"step":"2","ts":"11.5"}',  # numbers as strings, as metric_lines reads them
+        '{"step":3,"ts":NaN}',
+        '{"step":4,"ts":13.0,"event":"checkpoint"}',
+        "{not json",
+        '{"step":5,"ts":14.0,"loss":0.1}',
+    ]
+    assert metric_points(lines, skip_first=0) == [(10.0, 1.0), (11.5, 2.0), (14.0, 5.0)]
+    assert metric_points(lines) == [(11.5, 2.0), (14.0, 5.0)]
+    assert metric_points(lines, skip_first=3) == []
+
+
+def test_make_executor_picks_the_backend() -> None:
+    client = object()  # backends only keep the client until they talk to it
+    ex = make_executor({"backend": "engine", "network": "host", "grace_s": 5}, client=client)
+    assert ex.backend.kind == "engine" and ex.options.grace_s == 5.0
+    assert ex.backend.network == "host"  # type: ignore[attr-defined]
+    assert make_executor({"backend": "swarm"}, client=client).backend.kind == "swarm"
+    with pytest.raises(ValueError, match="engine' or 'swarm"):
+        make_executor({"backend": "k8s"}, client=client)
+
+
 # ---------------------------------------------------------------- engine
 
 
@@ -128,7 +150,7 @@ def test_env_labels_network_and_no_device_requests(executor: Executor, docker_cl
     labels = c1.labels
     assert labels[LABEL_JOB] == "exenv" and labels[LABEL_RANK] == "1"
     assert labels[LABEL_NODE] == "node2" and labels[LABEL_GPUS] == "FAKE-node2-3"
-    assert labels[LABEL_MANAGED] == MANAGED_BY and "flowcon.test" in labels
+    assert labels[LABEL_MANAGED_BY] == MANAGED_BY_ALLOCATOR and "flowcon.test" in labels
     assert not c0.attrs["HostConfig"].get("DeviceRequests")  # no real GPUs here
     nets = c0.attrs["NetworkSettings"]["Networks"]
     assert network_name("exenv") in nets
@@ -145,11 +167,8 @@ def test_launch_is_idempotent_and_adopted_by_a_new_executor(executor: Executor) 
     again = executor.launch(spec, {"node1": ["0"]})
     assert [w.id for w in again] == [w.id for w in first]
     # "restart" of the allocator: a fresh executor finds the job by its labels
-    fresh = Executor(
-        EngineBackend(executor.backend.client),
-        executor.inventory,
-        executor.options,  # type: ignore[attr-defined]
-    )
+    backend = EngineBackend(executor.backend.client)  # type: ignore[attr-defined]
+    fresh = Executor(backend, executor.inventory, executor.options)
     jobs = fresh.jobs()
     assert "exadopt" in jobs
     assert jobs["exadopt"].placement == {"node1": ["FAKE-node1-0"]}

@@ -303,8 +303,8 @@ class Allocator:
         """``n`` GPUs for the pre-run: free ones (held by no job) when enough are free,
         otherwise GPUs shared with running jobs (the pre-run then underestimates; the
         closed loop corrects the curve once the job runs)."""
-        from flowcon.service.executor import pack_placement
         from flowcon.service.target import placement_by_node
+        from flowcon.service.workers import pack_placement
 
         assert self.target is not None
         inv = self.target.inventory

@@ -22,259 +22,55 @@ Environment of each container (the allocation is always visible)::
     FLOWCON_JOB, FLOWCON_NODE, FLOWCON_GPUS (this container's GPU ids), FLOWCON_PLACEMENT
     FLOWCON_GLOBAL_BATCH_SIZE, FLOWCON_LOCAL_BATCH_SIZE (= global // WORLD_SIZE)
     FLOWCON_ITERATIONS, FLOWCON_CHECKPOINT_DIR, FLOWCON_CHECKPOINT_EVERY
+
+(names in ``flowcon.contract``; the checkpoint is mounted at ``contract.CHECKPOINT_MOUNT``).
+
+Modules, none importing back up this list:
+
+- ``flowcon.service.workers``: pure planning (slots, ranks, environment, ports);
+- ``flowcon.service.backend``: the ``Backend`` protocol, ``Worker``, ``WorkerRequest``,
+  ``ExecutorError`` and what the backends share;
+- ``flowcon.service.profiling``: the pre-run's measurement (metric lines -> steps/s);
+- this module: the ``Executor`` (launch, rescale, suspend, remove, reconcile, logs,
+  profile) on any ``Backend``; it never imports a backend;
+- ``flowcon.service.executor_engine`` / ``executor_swarm``: the two backends;
+- ``flowcon.service.executor_factory``: ``make_executor`` from the config section.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
-import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from flowcon.contract import (
+    LABEL_GPUS,
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
+    LABEL_NODE,
+    LABEL_RANK,
+    LABEL_ROLE,
+    LABEL_WORLD_SIZE,
+    MANAGED_BY_ALLOCATOR,
+    ROLE_JOB,
+    ROLE_PROFILE,
+)
+from flowcon.service.backend import Backend, ExecutorError, Worker, WorkerRequest
 from flowcon.service.jobspec import JobSpec, ThroughputProfile
+from flowcon.service.profiling import measure, prerun
+from flowcon.service.workers import (
+    Placement,
+    WorkerSlot,
+    plan_workers,
+    worker_env,
+    world_size,
+)
 
 log = logging.getLogger(__name__)
-
-MANAGED_BY = "flowcon-allocator"
-LABEL_MANAGED = "flowcon.managed-by"
-LABEL_JOB = "flowcon.job"
-LABEL_RANK = "flowcon.rank"  # node rank of the container (rank 0 hosts the master)
-LABEL_NODE = "flowcon.node"
-LABEL_GPUS = "flowcon.gpus"
-LABEL_WORLD = "flowcon.world-size"
-LABEL_ROLE = "flowcon.role"  # "job", or "profile" for the pre-run
-CHECKPOINT_MOUNT = "/flowcon/checkpoint"
-# Labels that describe one worker, not the job: kept off the job's checkpoint volume.
-PER_WORKER_LABELS = (LABEL_NODE, LABEL_GPUS, LABEL_RANK, LABEL_WORLD)
-
-
-def volume_labels(labels: Mapping[str, str]) -> dict[str, str]:
-    """A job's checkpoint volume carries its worker's labels less the per-worker ones."""
-    return {k: v for k, v in labels.items() if k not in PER_WORKER_LABELS}
-
-
-def engine_errors() -> tuple[type[BaseException], ...]:
-    """Engine failures a backend logs and survives (imported late: docker is optional here)."""
-    import docker.errors
-    import requests
-
-    return (docker.errors.APIError, requests.exceptions.RequestException)
-
-
-DEFAULT_MASTER_PORT = 29500
-EXIT_PREEMPTED = 143  # flowcon.elastic's exit after a SIGTERM checkpoint
-
-Placement = Mapping[str, Sequence[str]]
-
-
-class ExecutorError(RuntimeError):
-    """The engine refused or vanished; the message says what was being done."""
-
-
-# ---------------------------------------------------------------- pure part
-
-
-@dataclass(frozen=True)
-class WorkerSlot:
-    """One container of a job: its node, node rank, first global rank and GPU ids."""
-
-    node: str
-    node_rank: int
-    first_rank: int
-    gpus: tuple[str, ...]
-
-
-def plan_workers(placement: Placement) -> list[WorkerSlot]:
-    """Ordered slots for a placement; nodes with no GPU are skipped, order gives the ranks."""
-    slots: list[WorkerSlot] = []
-    rank = 0
-    for node, gpus in placement.items():
-        ids = tuple(str(g) for g in gpus)
-        if not ids:
-            continue
-        if len(set(ids)) != len(ids):
-            raise ValueError(f"placement repeats a GPU on {node}: {list(ids)}")
-        slots.append(WorkerSlot(str(node), len(slots), rank, ids))
-        rank += len(ids)
-    if not slots:
-        raise ValueError("placement has no GPU")
-    return slots
-
-
-def pack_placement(
-    inventory: Any, gpus: int, busy: Iterable[str] = ()
-) -> dict[str, list[str]] | None:
-    """A simple placement of ``gpus`` free GPUs (UUIDs not in ``busy``): one node if any has
-    room (the fullest such node, to keep big holes free), else nodes in inventory order.
-    For the profiling pre-run; the allocator core's buddy placement is used for real jobs."""
-    taken = set(busy)
-    free = [(n.name, [g.uuid for g in n.gpus if g.uuid not in taken]) for n in inventory.nodes]
-    fitting = [(len(ids), name, ids) for name, ids in free if len(ids) >= gpus]
-    if fitting:
-        _, name, ids = min(fitting)
-        return {name: ids[:gpus]}
-    out: dict[str, list[str]] = {}
-    need = gpus
-    for name, ids in free:
-        if need and ids:
-            out[name] = ids[:need]
-            need -= len(out[name])
-    return out if need == 0 else None
-
-
-def placement_text(slots: Sequence[WorkerSlot]) -> str:
-    return ";".join(f"{s.node}:{','.join(s.gpus)}" for s in slots)
-
-
-def master_port_for(job: str) -> int:
-    """A stable per-job port for host networking (jobs sharing a network namespace)."""
-    return 20000 + zlib.crc32(job.encode()) % 10000
-
-
-def worker_env(
-    spec: JobSpec,
-    slot: WorkerSlot,
-    slots: Sequence[WorkerSlot],
-    master_addr: str,
-    master_port: int,
-    checkpoint_every: int | None = None,
-) -> dict[str, str]:
-    world = sum(len(s.gpus) for s in slots)
-    env = dict(spec.env)
-    env.update(
-        FLOWCON_JOB=spec.name,
-        FLOWCON_NODE=slot.node,
-        FLOWCON_GPUS=",".join(slot.gpus),
-        FLOWCON_PLACEMENT=placement_text(slots),
-        WORLD_SIZE=str(world),
-        RANK=str(slot.first_rank),
-        LOCAL_WORLD_SIZE=str(len(slot.gpus)),
-        GROUP_RANK=str(slot.node_rank),
-        NODE_RANK=str(slot.node_rank),
-        FLOWCON_NUM_NODES=str(len(slots)),
-        MASTER_ADDR=master_addr,
-        MASTER_PORT=str(master_port),
-        FLOWCON_GLOBAL_BATCH_SIZE=str(spec.global_batch_size),
-        FLOWCON_LOCAL_BATCH_SIZE=str(max(1, spec.global_batch_size // world)),
-        FLOWCON_ITERATIONS=str(spec.iterations),
-        FLOWCON_CHECKPOINT_DIR=CHECKPOINT_MOUNT,
-    )
-    if checkpoint_every:
-        env["FLOWCON_CHECKPOINT_EVERY"] = str(checkpoint_every)
-    return env
-
-
-def metric_points(lines: Iterable[str], skip_first: int = 1) -> list[tuple[float, float]]:
-    """(ts, step) of the metric lines ({"step":..,"ts":..}), event lines and NaN left out,
-    without the first ``skip_first`` (start-up, not steady speed)."""
-    points: list[tuple[float, float]] = []
-    for line in lines:
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            obj = json.loads(line)
-            step, ts = float(obj["step"]), float(obj["ts"])
-        except (ValueError, KeyError, TypeError):
-            continue
-        if obj.get("event"):
-            continue
-        if step == step and ts == ts:  # not NaN
-            points.append((ts, step))
-    return points[skip_first:]
-
-
-def step_rate(lines: Iterable[str], skip_first: int = 1) -> tuple[float | None, int]:
-    """Iterations/s from metric lines ({"step":..,"ts":..}); None if too few. Returns (rate, n).
-
-    The first ``skip_first`` lines are dropped: they include start-up, not steady speed.
-    """
-    return _rate(metric_points(lines, skip_first))
-
-
-def _rate(points: Sequence[tuple[float, float]]) -> tuple[float | None, int]:
-    if len(points) < 2:
-        return None, len(points)
-    (t0, s0), (t1, s1) = points[0], points[-1]
-    if t1 <= t0 or s1 <= s0:
-        return None, len(points)
-    return (s1 - s0) / (t1 - t0), len(points)
-
-
-# ---------------------------------------------------------------- backend interface
-
-
-@dataclass(frozen=True)
-class WorkerRequest:
-    """What a backend needs to run one container of a job."""
-
-    name: str
-    job: str
-    node: str
-    image: str
-    command: tuple[str, ...]
-    env: Mapping[str, str]
-    labels: Mapping[str, str]
-    gpus: tuple[str, ...]
-    real_gpus: bool
-    checkpoint_volume: str
-    checkpoint_host_dir: str | None
-    grace_s: float
-    network: str | None
-
-
-@dataclass
-class Worker:
-    """One observed container (engine) or service (swarm) of a job."""
-
-    id: str
-    name: str
-    job: str
-    node: str
-    node_rank: int
-    gpus: tuple[str, ...]
-    state: str  # running | starting | exited | created | dead | unknown
-    exit_code: int | None
-    labels: Mapping[str, str]
-    image: str = ""
-
-    @property
-    def dead(self) -> bool:
-        """Stopped without finishing: crashed, killed, or stopped by someone else."""
-        return self.state == "dead" or (self.state == "exited" and self.exit_code not in (0,))
-
-    @property
-    def completed(self) -> bool:
-        return self.state == "exited" and self.exit_code == 0
-
-
-class Backend(Protocol):
-    kind: str
-
-    def list_workers(self, selector: Mapping[str, str]) -> list[Worker]: ...
-
-    def master_addr(
-        self, job: str, slots: Sequence[WorkerSlot], rank0_name: str, labels: Mapping[str, str]
-    ) -> tuple[str, int, str | None]:
-        """(MASTER_ADDR, MASTER_PORT, network) for a job's placement; prepares the network."""
-        ...
-
-    def create(self, req: WorkerRequest) -> Worker: ...
-
-    def stop(self, worker: Worker, grace_s: float) -> None: ...
-
-    def restart(self, worker: Worker) -> None: ...
-
-    def remove(self, worker: Worker) -> None: ...
-
-    def logs(self, worker: Worker) -> list[str]: ...
-
-    def cleanup(self, job: str, volume: str | None) -> None: ...
 
 
 # ---------------------------------------------------------------- results
@@ -359,17 +155,17 @@ class Executor:
     # -- naming
 
     @staticmethod
-    def worker_name(job: str, node: str, role: str = "job") -> str:
+    def worker_name(job: str, node: str, role: str = ROLE_JOB) -> str:
         safe = "".join(c if c.isalnum() or c == "-" else "-" for c in node.lower())
-        prefix = "flowcon" if role == "job" else f"flowcon-{role}"
+        prefix = "flowcon" if role == ROLE_JOB else f"flowcon-{role}"
         return f"{prefix}-{job}--{safe}"
 
     @staticmethod
     def volume_name(job: str) -> str:
         return f"flowcon-ckpt-{job}"
 
-    def _selector(self, job: str | None = None, role: str | None = "job") -> dict[str, str]:
-        sel = {LABEL_MANAGED: MANAGED_BY, **dict(self.options.extra_labels)}
+    def _selector(self, job: str | None = None, role: str | None = ROLE_JOB) -> dict[str, str]:
+        sel = {LABEL_MANAGED_BY: MANAGED_BY_ALLOCATOR, **dict(self.options.extra_labels)}
         if job is not None:
             sel[LABEL_JOB] = job
         if role is not None:
@@ -393,7 +189,7 @@ class Executor:
 
     # -- actions
 
-    def launch(self, spec: JobSpec, placement: Placement, role: str = "job") -> list[Worker]:
+    def launch(self, spec: JobSpec, placement: Placement, role: str = ROLE_JOB) -> list[Worker]:
         """Start ``spec`` on ``placement``; a no-op if it already runs exactly there.
 
         Containers of the job that run elsewhere are stopped (checkpointing) first.
@@ -421,9 +217,9 @@ class Executor:
         t0 = time.monotonic()
         self._stop_all(current, self.options.grace_s)
         t1 = time.monotonic()
-        workers = self._create_all(spec, slots, "job")
+        workers = self._create_all(spec, slots, ROLE_JOB)
         t2 = time.monotonic()
-        new_gpus = sum(len(s.gpus) for s in slots)
+        new_gpus = world_size(slots)
         log.info(
             "job %s rescaled %d -> %d GPUs: stop %.2fs, start %.2fs",
             spec.name,
@@ -513,82 +309,32 @@ class Executor:
         a count that is not ``min_gain`` (relative) faster than the best so far is the last.
         ``on_point(gpus, rate)`` is told each result (rate None: nothing measured);
         ``cancelled()`` true stops the pre-run at the next poll (raises ``ExecutorError``).
+        See ``flowcon.service.profiling``.
         """
         total = self.inventory.total_gpus if self.inventory is not None else 1
         counts = list(counts) if counts is not None else spec.gpu_counts_to_profile(total)
-        points: dict[int, float] = {}
-        best = 0.0
-        for n in counts:
-            if cancelled is not None and cancelled():
-                raise ExecutorError(f"profiling {spec.name}: cancelled")
-            placement = placement_for(n)
-            if placement is None:
-                continue
-            name = f"{spec.name}-p{n}"
-            from dataclasses import replace
 
-            pspec = replace(spec, name=name, env={**dict(spec.env), "FLOWCON_PROFILE": "1"})
+        def rate_at(pspec: JobSpec, placement: Placement) -> float | None:
+            selector = self._selector(pspec.name, ROLE_PROFILE)
             try:
-                self.launch(pspec, placement, role="profile")
-                rate = self._measure(name, max_seconds, min_points, poll_s, cancelled)
+                self.launch(pspec, placement, role=ROLE_PROFILE)
+                return measure(self.backend, selector, max_seconds, min_points, poll_s, cancelled)
             finally:
-                ws = self.backend.list_workers(self._selector(name, "profile"))
-                self._stop_all(ws, grace_s=2.0)
-                self.backend.cleanup(name, self.volume_name(name))
-            if cancelled is not None and cancelled():
-                raise ExecutorError(f"profiling {spec.name}: cancelled")
-            if on_point is not None:
-                on_point(n, rate)
-            if rate is None:
-                log.warning("profile %s at %d GPUs: no steady step rate measured", spec.name, n)
-                continue
-            points[n] = rate
-            log.info("profile %s: %d GPUs -> %.3f it/s", spec.name, n, rate)
-            if rate <= best * (1.0 + min_gain):
-                break
-            best = rate
-        if not points:
-            raise ExecutorError(f"profiling {spec.name}: no GPU count produced metric lines")
-        return ThroughputProfile(tuple(sorted(points.items())))
+                self._stop_all(self.backend.list_workers(selector), grace_s=2.0)
+                self.backend.cleanup(pspec.name, self.volume_name(pspec.name))
+
+        return prerun(spec, counts, placement_for, rate_at, min_gain, on_point, cancelled)
 
     # -- internals
 
     def remove_profiles(self) -> int:
         """Remove pre-run containers (and their throw-away volumes) an interrupted
         allocator left behind; returns how many containers went."""
-        ws = self.backend.list_workers(self._selector(None, "profile"))
+        ws = self.backend.list_workers(self._selector(None, ROLE_PROFILE))
         self._stop_all(ws, grace_s=2.0)
         for job in {w.job for w in ws}:
             self.backend.cleanup(job, self.volume_name(job))
         return len(ws)
-
-    def _measure(
-        self,
-        job: str,
-        max_seconds: float,
-        min_points: int,
-        poll_s: float,
-        cancelled: Callable[[], bool] | None = None,
-        min_steps: int = 20,
-    ) -> float | None:
-        deadline = time.monotonic() + max_seconds
-        rate: float | None = None
-        while time.monotonic() < deadline:
-            time.sleep(poll_s)
-            if cancelled is not None and cancelled():
-                return None
-            ws = self.backend.list_workers(self._selector(job, "profile"))
-            ws.sort(key=lambda w: w.node_rank)
-            if not ws:
-                return rate
-            points = metric_points(self.backend.logs(ws[0]))
-            rate, n = _rate(points)
-            # enough lines, and enough steps that one step of rounding is <= 5 %
-            if n >= min_points and points[-1][1] - points[0][1] >= min_steps:
-                return rate
-            if any(w.state in ("exited", "dead") for w in ws):
-                return rate
-        return rate
 
     def _resolve(self, slots: list[WorkerSlot]) -> list[WorkerSlot]:
         """Map GPU indices to UUIDs through the inventory (UUIDs pass through)."""
@@ -626,22 +372,22 @@ class Executor:
     def _matches(
         self, current: Sequence[Worker], slots: Sequence[WorkerSlot], spec: JobSpec
     ) -> bool:
-        world = str(sum(len(s.gpus) for s in slots))
+        world = str(world_size(slots))
         have = sorted((w.node_rank, w.node, w.gpus) for w in current)
         want = sorted((s.node_rank, s.node, s.gpus) for s in slots)
-        same_world = all(w.labels.get(LABEL_WORLD) == world for w in current)
+        same_world = all(w.labels.get(LABEL_WORLD_SIZE) == world for w in current)
         same_image = all(not w.image or w.image == spec.image for w in current)
         return have == want and same_world and same_image
 
     def _create_all(self, spec: JobSpec, slots: list[WorkerSlot], role: str) -> list[Worker]:
         job_labels = {
             **dict(self.options.extra_labels),
-            LABEL_MANAGED: MANAGED_BY,
+            LABEL_MANAGED_BY: MANAGED_BY_ALLOCATOR,
             LABEL_JOB: spec.name,
         }
         rank0 = self.worker_name(spec.name, slots[0].node, role)
         addr, port, network = self.backend.master_addr(spec.name, slots, rank0, job_labels)
-        world = sum(len(s.gpus) for s in slots)
+        world = world_size(slots)
         host_dir = self.options.checkpoint_host_dir
         if host_dir:
             # the bind source must exist; on shared storage creating it here is enough
@@ -656,7 +402,7 @@ class Executor:
                 LABEL_RANK: str(s.node_rank),
                 LABEL_NODE: s.node,
                 LABEL_GPUS: ",".join(s.gpus),
-                LABEL_WORLD: str(world),
+                LABEL_WORLD_SIZE: str(world),
                 LABEL_ROLE: role,
             }
             reqs.append(
@@ -706,36 +452,3 @@ class Executor:
         with ThreadPoolExecutor(max_workers=min(8, len(workers))) as pool:
             for f in [pool.submit(fn, w) for w in workers]:
                 f.result()
-
-
-def make_executor(
-    config: Mapping[str, Any] | None = None,
-    inventory: Any | None = None,
-    client: Any | None = None,
-    extra_labels: Mapping[str, str] | None = None,
-) -> Executor:
-    """Build an executor from the ``executor`` config section.
-
-    ``{backend: engine|swarm, grace_s: 30, max_restarts: 3, checkpoint_every: null,
-    checkpoint_host_dir: null, network: auto|host|<network name>}``
-    """
-    cfg = dict(config or {})
-    opts = ExecutorOptions(
-        grace_s=float(cfg.get("grace_s", 30.0)),
-        max_restarts=int(cfg.get("max_restarts", 3)),
-        checkpoint_every=cfg.get("checkpoint_every"),
-        checkpoint_host_dir=cfg.get("checkpoint_host_dir"),
-        extra_labels=dict(extra_labels or {}),
-    )
-    kind = str(cfg.get("backend", "engine"))
-    if kind == "engine":
-        from flowcon.service.executor_engine import EngineBackend
-
-        backend: Backend = EngineBackend(client=client, network=str(cfg.get("network", "auto")))
-    elif kind == "swarm":
-        from flowcon.service.executor_swarm import SwarmBackend
-
-        backend = SwarmBackend(client=client)
-    else:
-        raise ValueError(f"executor.backend must be 'engine' or 'swarm', not {kind!r}")
-    return Executor(backend, inventory, opts)

@@ -18,21 +18,15 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flowcon.service.executor import (
-    CHECKPOINT_MOUNT,
-    DEFAULT_MASTER_PORT,
-    LABEL_GPUS,
-    LABEL_JOB,
-    LABEL_NODE,
-    LABEL_RANK,
+from flowcon.contract import CHECKPOINT_MOUNT, LABEL_GPUS, LABEL_JOB, LABEL_NODE, LABEL_RANK
+from flowcon.service.backend import (
     ExecutorError,
     Worker,
     WorkerRequest,
-    WorkerSlot,
     engine_errors,
-    master_port_for,
     volume_labels,
 )
+from flowcon.service.workers import DEFAULT_MASTER_PORT, WorkerSlot, master_port_for
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +84,8 @@ class EngineBackend:
         self.network = network
 
     def list_workers(self, selector: Mapping[str, str]) -> list[Worker]:
-        filters = {"label": [f"{k}={v}" for k, v in selector.items()]}
+        labels = [f"{k}={v}" for k, v in selector.items()]
+        filters: dict[str, str | list[str] | bool] = {"label": labels}
         try:
             found = self.client.containers.list(all=True, filters=filters, ignore_removed=True)
         except engine_errors() as exc:

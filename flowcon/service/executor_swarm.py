@@ -23,24 +23,19 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flowcon.service.executor import (
-    CHECKPOINT_MOUNT,
-    LABEL_GPUS,
-    LABEL_JOB,
-    LABEL_NODE,
-    LABEL_RANK,
+from flowcon.contract import CHECKPOINT_MOUNT, LABEL_GPUS, LABEL_JOB, LABEL_NODE, LABEL_RANK
+from flowcon.service.backend import (
     ExecutorError,
     Worker,
     WorkerRequest,
-    WorkerSlot,
     engine_errors,
-    master_port_for,
     volume_labels,
 )
+from flowcon.service.workers import WorkerSlot, master_port_for
 
 log = logging.getLogger(__name__)
 
-NODE_LABEL = "flowcon.node"
+NODE_LABEL = "flowcon.node"  # the swarm node label scripts/swarm-up.sh sets
 _STARTING = {"new", "pending", "assigned", "accepted", "preparing", "ready", "starting"}
 
 

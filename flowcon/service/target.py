@@ -306,7 +306,7 @@ class ExecutorTarget:
 def build_target(cfg: Any, client: Any | None = None, extra_labels: Any = None) -> ExecutorTarget:
     """Inventory (NVML or ``gpus.declared``) + executor from the config."""
     from flowcon.engine.gpus import discover
-    from flowcon.service.executor import make_executor
+    from flowcon.service.executor_factory import make_executor
 
     inventory = discover(cfg.section("gpus"))
     executor = make_executor(cfg.section("executor"), inventory, client, extra_labels)

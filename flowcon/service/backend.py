@@ -1,0 +1,104 @@
+"""What the executor asks of a backend (plain engine or Swarm), and what both share.
+
+``Backend`` is the protocol ``flowcon.service.executor.Executor`` drives; a backend turns
+``WorkerRequest``s into containers (engine) or single-replica services (Swarm) and reports
+them back as ``Worker``s, read from their labels (names in ``flowcon.contract``). The
+backends import this module and ``flowcon.service.workers`` only, never the executor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from flowcon.contract import LABEL_GPUS, LABEL_NODE, LABEL_RANK, LABEL_WORLD_SIZE
+from flowcon.service.workers import WorkerSlot
+
+# Labels that describe one worker, not the job: kept off the job's checkpoint volume.
+PER_WORKER_LABELS = (LABEL_NODE, LABEL_GPUS, LABEL_RANK, LABEL_WORLD_SIZE)
+
+
+class ExecutorError(RuntimeError):
+    """The engine refused or vanished; the message says what was being done."""
+
+
+def volume_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """A job's checkpoint volume carries its worker's labels less the per-worker ones."""
+    return {k: v for k, v in labels.items() if k not in PER_WORKER_LABELS}
+
+
+def engine_errors() -> tuple[type[BaseException], ...]:
+    """Engine failures a backend logs and survives (imported late: docker is optional here)."""
+    import docker.errors
+    import requests
+
+    return (docker.errors.APIError, requests.exceptions.RequestException)
+
+
+@dataclass(frozen=True)
+class WorkerRequest:
+    """What a backend needs to run one container of a job."""
+
+    name: str
+    job: str
+    node: str
+    image: str
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    labels: Mapping[str, str]
+    gpus: tuple[str, ...]
+    real_gpus: bool
+    checkpoint_volume: str
+    checkpoint_host_dir: str | None
+    grace_s: float
+    network: str | None
+
+
+@dataclass
+class Worker:
+    """One observed container (engine) or service (swarm) of a job."""
+
+    id: str
+    name: str
+    job: str
+    node: str
+    node_rank: int
+    gpus: tuple[str, ...]
+    state: str  # running | starting | exited | created | dead | unknown
+    exit_code: int | None
+    labels: Mapping[str, str]
+    image: str = ""
+
+    @property
+    def dead(self) -> bool:
+        """Stopped without finishing: crashed, killed, or stopped by someone else."""
+        return self.state == "dead" or (self.state == "exited" and self.exit_code not in (0,))
+
+    @property
+    def completed(self) -> bool:
+        return self.state == "exited" and self.exit_code == 0
+
+
+class Backend(Protocol):
+    kind: str
+
+    def list_workers(self, selector: Mapping[str, str]) -> list[Worker]: ...
+
+    def master_addr(
+        self, job: str, slots: Sequence[WorkerSlot], rank0_name: str, labels: Mapping[str, str]
+    ) -> tuple[str, int, str | None]:
+        """(MASTER_ADDR, MASTER_PORT, network) for a job's placement; prepares the network."""
+        ...
+
+    def create(self, req: WorkerRequest) -> Worker: ...
+
+    def stop(self, worker: Worker, grace_s: float) -> None: ...
+
+    def restart(self, worker: Worker) -> None: ...
+
+    def remove(self, worker: Worker) -> None: ...
+
+    def logs(self, worker: Worker) -> list[str]: ...
+
+    def cleanup(self, job: str, volume: str | None) -> None: ...
