@@ -26,7 +26,10 @@ PIP_ROOT_USER_ACTION=ignore "$PY" -m pip install --quiet --disable-pip-version-c
     "rich>=13.0" "prometheus_client>=0.17"
 rm -rf "$CTX"/lib/bin
 mkdir -p "$CTX/src"
-tar --exclude=__pycache__ -cf - flowcon | tar -C "$CTX/src" -xf -
+# flowcon/agent and flowcon/listeners are symlinks to ../agent and ../listeners: copy
+# the package without them, then the two folders in their place.
+tar --exclude=__pycache__ --exclude=flowcon/agent --exclude=flowcon/listeners -cf - flowcon \
+    | tar -C "$CTX/src" -xf -
 tar --exclude=__pycache__ -C agent -cf - --exclude=Dockerfile --exclude=build.sh \
     --exclude=stack.yml --exclude=flowcon.yaml . | (mkdir -p "$CTX/src/flowcon/agent" && tar -C "$CTX/src/flowcon/agent" -xf -)
 tar --exclude=__pycache__ -C listeners -cf - . | (mkdir -p "$CTX/src/flowcon/listeners" && tar -C "$CTX/src/flowcon/listeners" -xf -)

@@ -73,11 +73,11 @@ def _mem(used: Any, limit: Any) -> str:
 @click.option("--no-engine", is_flag=True, help="Do not ask the engine; the state file only.")
 def status(config_path: str | None, state_path: str | None, as_json: bool, no_engine: bool) -> None:
     """Show the managed containers: list, G, limit, and live CPU %, memory like docker stats."""
-    from flowcon.agent.state import StateStore
-    from flowcon.agent.status import Live, live_figures
     from rich.console import Console
     from rich.table import Table
 
+    from flowcon.agent.state import StateStore
+    from flowcon.agent.status import Live, live_figures
     from flowcon.engine.docker_engine import DockerEngine
 
     cfg = _config(config_path) if config_path or not state_path else None

@@ -9,15 +9,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
+
 from flowcon.agent.controller import Controller
 from flowcon.agent.exporter import Exporter
 from flowcon.agent.reporter import AllocatorReporter
 from flowcon.agent.state import StateStore
-from flowcon.listeners.events import EventListener
-
 from flowcon.config import Config
 from flowcon.engine.docker_engine import DockerEngine
 from flowcon.engine.host import host_capacity
+from flowcon.listeners.events import EventListener
 
 log = logging.getLogger("flowcon.agent")
 

@@ -15,12 +15,11 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from flowcon.agent.logreader import read_lines
-
 from flowcon.core.growth import GrowthTracker
 from flowcon.core.labels import Policy
 from flowcon.core.metric_lines import LineKind, parse_line
-from flowcon.engine.docker_engine import DockerEngine, Stats
+from flowcon.engine.docker_engine import Stats
+from flowcon.engine.protocol import Engine
 
 log = logging.getLogger("flowcon.agent.monitor")
 
@@ -92,14 +91,17 @@ class ContainerMonitor:
                 detail,
             )
 
-    def read_logs(self, engine: DockerEngine) -> int:
+    def read_logs(self, engine: Engine) -> int:
         """Feed new metric lines to the growth tracker; returns how many samples were read."""
-        frames = engine.log_frames(
-            self.cid, self.log_since_ns or None, None if self.log_since_ns else self.log_tail
+        lines = engine.log_lines(
+            self.cid,
+            self.log_since_ns or None,
+            None if self.log_since_ns else self.log_tail,
+            self.max_line_bytes,
         )
         samples = 0
         metric, regex = self.policy.metric, self.policy.regex
-        for line in read_lines(frames, self.max_line_bytes, self.log_since_ns):
+        for line in lines:
             self.log_since_ns = line.ts_ns
             self.progress.lines += 1
             if line.text is None:
@@ -142,7 +144,7 @@ class ContainerMonitor:
             return True
         return self._io_at is None or mono - self._io_at >= self.io_interval
 
-    def read_stats(self, engine: DockerEngine, stats: Stats | None = None) -> None:
+    def read_stats(self, engine: Engine, stats: Stats | None = None) -> None:
         """CPU share since the last round (and memory) from the cgroup files; block and
         network I/O, or everything when the files are not reachable, from the engine
         (``stats``: the engine's figures if the caller already fetched them)."""
@@ -179,7 +181,7 @@ class ContainerMonitor:
             return
         u.cpu_share = (cpu_ns - prev[2]) / ((at - prev[1]) * 1e9 * self.host_cpus)
 
-    def measure(self, engine: DockerEngine, now: float, stats: Stats | None = None) -> float | None:
+    def measure(self, engine: Engine, now: float, stats: Stats | None = None) -> float | None:
         """One round: read logs and stats, close the interval. Returns a fresh G or None."""
         self.read_logs(engine)
         self.read_stats(engine, stats)

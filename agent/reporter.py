@@ -13,23 +13,30 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from flowcon.contract import MEASUREMENT_FIELDS, Measurement, MeasurementReport
+
 log = logging.getLogger("flowcon.agent.reporter")
 
-FIELDS = (
-    "container_id",
-    "name",
-    "job",
-    "step",
-    "iterations_per_second",
-    "metric",
-    "value",
-    "ts",
-    "step_ts",
-)
+FIELDS = MEASUREMENT_FIELDS
 
 
-def payload(node: str, views: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"node": node, "measurements": [{k: v.get(k) for k in FIELDS} for v in views]}
+def measurement(view: dict[str, Any]) -> Measurement:
+    """The contract's measurement of one container, from the controller's view of it."""
+    return Measurement(
+        container_id=view["container_id"],
+        name=view["name"],
+        job=view.get("job"),
+        step=view.get("step"),
+        iterations_per_second=view.get("iterations_per_second"),
+        metric=view.get("metric"),
+        value=view.get("value"),
+        ts=view["ts"],
+        step_ts=view.get("step_ts"),
+    )
+
+
+def payload(node: str, views: list[dict[str, Any]]) -> MeasurementReport:
+    return MeasurementReport(node=node, measurements=[measurement(v) for v in views])
 
 
 def only_fresh_rates(views: list[dict[str, Any]], last: dict[str, float]) -> list[dict[str, Any]]:

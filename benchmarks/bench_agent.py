@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import docker
+
 from flowcon.agent.controller import Controller
 from flowcon.agent.state import StateStore
-from flowcon.listeners.events import EventListener
-
 from flowcon.config import Config
 from flowcon.engine.docker_engine import DockerEngine
+from flowcon.listeners.events import EventListener
 
 IMAGE = "flowcon/testbox:latest"
 LOOP = (

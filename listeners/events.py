@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from flowcon.core.labels import ENABLE, JOB
+from flowcon.contract import LABEL_ENABLE, LABEL_JOB
 from flowcon.engine.docker_engine import DockerEngine, EngineError
 
 log = logging.getLogger("flowcon.listeners")
@@ -27,7 +27,7 @@ FINISH_ACTIONS = frozenset({"die", "destroy"})
 def interesting(event: dict[str, Any]) -> bool:
     """A container event that may concern FlowCon (labels travel with the event)."""
     attrs = (event.get("Actor") or {}).get("Attributes") or {}
-    return ENABLE in attrs or JOB in attrs
+    return LABEL_ENABLE in attrs or LABEL_JOB in attrs
 
 
 class EventListener:
@@ -52,6 +52,8 @@ class EventListener:
         self._stream: Any = None
         self._thread = threading.Thread(target=self._run, name="flowcon-events", daemon=True)
         self.connected = threading.Event()
+        self._delay = backoff_initial
+        self._down_logged = False
 
     def start(self) -> None:
         self._thread.start()
@@ -76,41 +78,50 @@ class EventListener:
         elif action in FINISH_ACTIONS:
             self.on_finish(cid)  # cheap no-op for containers the controller does not track
 
+    def _consume(self, stream: Any) -> None:
+        """Dispatch the events of one connection until it ends or we stop."""
+        for event in stream:
+            if self._stop.is_set():
+                return
+            if isinstance(event, dict):
+                try:
+                    self.dispatch(event)
+                except Exception:  # one bad event must not stop us
+                    log.exception("handling event %r failed", event.get("Action"))
+        if not self._stop.is_set():
+            log.warning("event stream ended (engine restarting?); reconnecting")
+
+    def _session(self) -> None:
+        """One connection: connect, resync (events while we were away are lost), read."""
+        self._stream = self.engine.events()
+        self.connects += 1
+        if self.connects > 1 or self._down_logged:
+            log.info("event stream connected (connection %d)", self.connects)
+        self._down_logged = False
+        self._delay = self.backoff_initial
+        self.connected.set()
+        self.on_connect()
+        self._consume(self._stream)
+
+    def _note_down(self, msg: str, exc: BaseException) -> None:
+        if not self._down_logged:
+            log.warning(msg, exc)
+            self._down_logged = True
+
     def _run(self) -> None:
-        delay = self.backoff_initial
-        down_logged = False
+        self._delay = self.backoff_initial
+        self._down_logged = False
         while not self._stop.is_set():
             try:
-                self._stream = self.engine.events()
-                self.connects += 1
-                if self.connects > 1 or down_logged:
-                    log.info("event stream connected (connection %d)", self.connects)
-                down_logged = False
-                delay = self.backoff_initial
-                self.connected.set()
-                self.on_connect()  # resync: events while we were away are lost
-                for event in self._stream:
-                    if self._stop.is_set():
-                        break
-                    if isinstance(event, dict):
-                        try:
-                            self.dispatch(event)
-                        except Exception:  # one bad event must not stop us
-                            log.exception("handling event %r failed", event.get("Action"))
-                if not self._stop.is_set():
-                    log.warning("event stream ended (engine restarting?); reconnecting")
+                self._session()
             except (EngineError, OSError) as exc:
-                if not down_logged:
-                    log.warning("event stream unavailable: %s; retrying with back-off", exc)
-                    down_logged = True
+                self._note_down("event stream unavailable: %s; retrying with back-off", exc)
             except Exception as exc:  # e.g. a reset socket inside the SDK
                 if self._stop.is_set():
                     break
-                if not down_logged:
-                    log.warning("event stream broke: %r; retrying with back-off", exc)
-                    down_logged = True
+                self._note_down("event stream broke: %r; retrying with back-off", exc)
             finally:
                 self.connected.clear()
-            if self._stop.wait(delay):
+            if self._stop.wait(self._delay):
                 break
-            delay = min(delay * 2, self.backoff_max)
+            self._delay = min(self._delay * 2, self.backoff_max)

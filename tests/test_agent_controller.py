@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+
 from flowcon.agent.controller import Controller
 from flowcon.agent.state import StateStore
-
 from flowcon.config import Config
+from flowcon.core.limits import CpuLimit
 from flowcon.core.lists import ListName
 from flowcon.engine.docker_engine import (
     CgroupSample,
@@ -20,7 +22,11 @@ from flowcon.engine.docker_engine import (
     CpuSettings,
     EngineUnavailable,
     Stats,
+    cpu_body,
+    restore_body,
 )
+from flowcon.engine.logs import Line, read_lines
+from flowcon.engine.protocol import Engine
 
 HOST = 4
 ON = {"flowcon.enable": "true"}
@@ -91,6 +97,12 @@ class FakeEngine:
             body.get("CpuShares", c.cpu.cpu_shares),
         )
 
+    def set_cpus(self, cid: str, limit: CpuLimit, original: CpuSettings) -> None:
+        self.update_cpu(cid, cpu_body(limit, original))
+
+    def restore_cpus(self, cid: str, original: CpuSettings, host_cpus: int) -> None:
+        self.update_cpu(cid, restore_body(original, host_cpus))
+
     def stats(self, cid: str) -> Stats:
         c = self._get(cid)
         self.stats_calls += 1
@@ -104,7 +116,12 @@ class FakeEngine:
     def forget(self, cid: str) -> None:
         self.forgotten.append(cid)
 
-    def log_frames(self, cid: str, since_ns: int | None, tail: int | None):  # type: ignore[no-untyped-def]
+    def log_lines(
+        self, cid: str, since_ns: int | None, tail: int | None, max_bytes: int
+    ) -> Iterator[Line]:
+        return read_lines(self.log_frames(cid, since_ns, tail), max_bytes, since_ns or 0)
+
+    def log_frames(self, cid: str, since_ns: int | None, tail: int | None) -> Iterator[bytes]:
         c = self._get(cid)
         rows = [r for r in c.lines if since_ns is None or r[0] >= since_ns - 1_000_000]
         if since_ns is None and tail is not None:
@@ -113,13 +130,16 @@ class FakeEngine:
             yield ts(t_ns) + text + b"\n"
 
 
+_: type[Engine] = FakeEngine  # the fake is an engine adapter (checked by mypy)
+
+
 def nano(engine: FakeEngine, cid: str) -> int:
     return engine.c[cid].cpu.nano_cpus
 
 
 def make(engine: FakeEngine, tmp_path: Path, **cfg: object) -> Controller:
     config = Config(itval=2, itval_max=8, state_file=str(tmp_path / "state.json"), **cfg)  # type: ignore[arg-type]
-    ctl = Controller(engine, config, HOST, StateStore(config.state_file))  # type: ignore[arg-type]
+    ctl = Controller(engine, config, HOST, StateStore(config.state_file))
     return ctl
 
 
@@ -208,7 +228,7 @@ def test_bounds_dry_run_and_vanishing(tmp_path: Path) -> None:
     eng2 = FakeEngine()
     eng2.add("x", ON)
     eng2.add("y", ON)
-    dry = Controller(eng2, Config(state_file=str(tmp_path / "d.json")), HOST, dry_run=True)  # type: ignore[arg-type]
+    dry = Controller(eng2, Config(state_file=str(tmp_path / "d.json")), HOST, dry_run=True)
     dry.resync()
     assert eng2.updates == [] and dry.tracked["x"].applied_cpus == 2.0
 

@@ -29,9 +29,9 @@ from flowcon.engine.docker_engine import (
     EngineError,
     EngineUnavailable,
     _since_param,
-    demux_frames,
     docker_stats_figures,
 )
+from flowcon.engine.logs import demux_frames
 
 CID = "ab" * 32
 

@@ -8,11 +8,11 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
-from flowcon.agent.logreader import parse_ts, read_lines
+
 from flowcon.agent.reporter import AllocatorReporter
 from flowcon.agent.state import AgentState, ContainerRecord, StateStore
-
 from flowcon.config import ConfigError, from_mapping, load
+from flowcon.engine.logs import LineAssembler, parse_ts, read_lines
 
 TS = b"2026-11-21T19:18:06.591384983Z "
 
@@ -47,6 +47,18 @@ def test_read_lines_drops_huge_line_and_partial_tail() -> None:
     lines = list(read_lines(frames, 64 * 1024))
     assert lines[0].text is None and lines[0].size == 640 * 16384
     assert [ln.text for ln in lines[1:]] == ["ok"]
+
+
+def test_huge_line_is_dropped_with_bounded_memory() -> None:
+    asm = LineAssembler(64 * 1024)
+    chunk = b"x" * 16 * 1024
+    for _ in range(640):  # 10 MiB in 16 KiB pieces
+        asm.feed(chunk)
+        assert sum(len(p) for p in asm._parts) <= 64 * 1024
+    line, size = asm.end_line()
+    assert line is None and size == 10 * 1024 * 1024
+    asm.feed(b'{"loss": 1}')
+    assert asm.end_line() == (b'{"loss": 1}', 11)  # the next line is fine
 
 
 def test_state_round_trip(tmp_path: Path) -> None:
@@ -157,6 +169,7 @@ def test_allocator_report_contract() -> None:
 
 def test_status_table_and_json(tmp_path: Path) -> None:
     from click.testing import CliRunner
+
     from flowcon.agent.cli import status
 
     store = StateStore(tmp_path / "s.json")
@@ -190,8 +203,9 @@ def test_status_table_and_json(tmp_path: Path) -> None:
 
 
 def test_prometheus_metrics() -> None:
-    from flowcon.agent.exporter import Exporter
     from prometheus_client import generate_latest
+
+    from flowcon.agent.exporter import Exporter
 
     exp = Exporter()
     view = {"container_id": "abc", "name": "w", "cpus": 0.5, "limit": 0.25, "g": 0.1}

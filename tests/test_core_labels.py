@@ -7,7 +7,7 @@ import re
 import pytest
 
 from flowcon.core.labels import LabelError, parse_policy
-from flowcon.core.metric_lines import LineAssembler, LineKind, parse_line
+from flowcon.core.metric_lines import LineKind, parse_line
 
 
 def test_opt_in_only() -> None:
@@ -80,15 +80,3 @@ def test_regex_label_lines() -> None:
     assert parse_line("iter 41 loss=nan", "loss", rx).kind is LineKind.NON_FINITE
     assert parse_line("iter 42 loss=oops", "loss", rx).kind is LineKind.BAD_VALUE
     assert parse_line('{"loss": 1}', "loss", rx).kind is LineKind.TEXT  # regex only
-
-
-def test_huge_line_is_dropped_with_bounded_memory() -> None:
-    asm = LineAssembler(64 * 1024)
-    chunk = b"x" * 16 * 1024
-    for _ in range(640):  # 10 MiB in 16 KiB pieces
-        asm.feed(chunk)
-        assert sum(len(p) for p in asm._parts) <= 64 * 1024
-    line, size = asm.end_line()
-    assert line is None and size == 10 * 1024 * 1024
-    asm.feed(b'{"loss": 1}')
-    assert asm.end_line() == (b'{"loss": 1}', 11)  # the next line is fine

@@ -7,9 +7,8 @@ import threading
 import time
 from typing import Any
 
-from flowcon.listeners.events import EventListener
-
 from flowcon.engine.docker_engine import EngineUnavailable
+from flowcon.listeners.events import EventListener
 
 
 class Stream:

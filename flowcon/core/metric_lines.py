@@ -1,8 +1,9 @@
-"""Parse the metric lines a training job prints (flowcon.report) and bound their length.
+"""Parse the metric lines a training job prints (flowcon.report).
 
 This is the only parser of metric lines: the agent (growth efficiency), the allocator
 (progress and steps per second of its jobs) and the replay (the last step and loss of a
-job) all read lines through ``parse_line`` or ``step_points``.
+job) all read lines through ``parse_line`` or ``step_points``. Turning the engine's log
+output into lines (bounded in length) is ``flowcon.engine.logs``.
 """
 
 from __future__ import annotations
@@ -108,41 +109,3 @@ def step_points(lines: Iterable[str]) -> list[tuple[int, float]]:
         if p.step is not None and p.ts is not None and not p.event:
             out.append((p.step, p.ts))
     return out
-
-
-class LineAssembler:
-    """Joins output chunks into lines, keeping at most ``max_bytes`` of one line.
-
-    A longer line is dropped as a whole (its head is not parsed), and only its
-    length is remembered, so a 10 MB line costs 64 KiB of memory, not 10 MB.
-    """
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._parts: list[bytes] = []
-        self._size = 0
-        self._dropping = False
-
-    def feed(self, chunk: bytes) -> None:
-        if self._dropping:
-            self._size += len(chunk)
-            return
-        self._size += len(chunk)
-        if self._size > self.max_bytes:
-            self._parts.clear()
-            self._dropping = True
-            return
-        self._parts.append(chunk)
-
-    @property
-    def pending(self) -> bool:
-        return self._size > 0
-
-    def end_line(self) -> tuple[bytes | None, int]:
-        """Finish the current line: (its bytes or None if it was too long, its length)."""
-        size = self._size
-        line = None if self._dropping else b"".join(self._parts)
-        self._parts = []
-        self._size = 0
-        self._dropping = False
-        return line, size

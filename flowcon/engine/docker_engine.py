@@ -16,7 +16,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import quote
@@ -25,7 +25,9 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from flowcon.core.limits import NANO, CpuLimit
 from flowcon.engine.cgroups import CgroupFiles, CgroupFormatError, CgroupReader
+from flowcon.engine.logs import Line, demux_frames, read_lines
 from flowcon.engine.transport import SdkTransport, Transport, Unreachable, direct_transport
 
 log = logging.getLogger(__name__)
@@ -174,60 +176,34 @@ def docker_stats_figures(data: dict[str, Any]) -> LiveStats:
     return LiveStats(pct, used, int(mem.get("limit") or 0), blk_r, blk_w, rx, tx)
 
 
-_MUX_TYPES = (0, 1, 2)  # stdin, stdout, stderr frames of the engine's stream multiplexing
+DEFAULT_PERIOD = 100_000  # µs, the kernel's default CFS period
 
 
-def demux_frames(
-    read: Callable[[int], bytes], chunk: int = 65536, max_piece: int = 1 << 20
-) -> Iterator[bytes]:
-    """The payloads of the engine's multiplexed log stream (8-byte header: type, 0, 0, 0,
-    big-endian size), read ``chunk`` bytes at a time. A container with a TTY sends a raw
-    stream (no headers): recognised because with timestamps it starts with a digit, and
-    passed through in chunks. A frame larger than ``max_piece`` is passed on in pieces,
-    never held whole in memory. A truncated last frame is dropped."""
-    buf = b""
-    while len(buf) < 8:
-        data = read(chunk)
-        if not data:
-            break
-        buf += data
-    if not buf:
-        return
-    if len(buf) < 8 or buf[0] not in _MUX_TYPES or buf[1:4] != b"\0\0\0":
-        yield buf
-        while data := read(chunk):
-            yield data
-        return
-    pos = 0
-    while True:
-        while len(buf) - pos < 8:
-            data = read(chunk)
-            if not data:
-                return
-            buf = buf[pos:] + data
-            pos = 0
-        size = int.from_bytes(buf[pos + 4 : pos + 8], "big")
-        pos += 8
-        if size <= max_piece:
-            while len(buf) - pos < size:
-                data = read(max(chunk, size - (len(buf) - pos)))
-                if not data:
-                    return
-                buf = buf[pos:] + data
-                pos = 0
-            yield buf[pos : pos + size]
-            pos += size
-            continue
-        left = size
-        while left:
-            if pos >= len(buf):
-                buf, pos = read(min(chunk, left)), 0
-                if not buf:
-                    return
-            piece = buf[pos : pos + left]
-            pos += len(piece)
-            left -= len(piece)
-            yield piece
+def cpu_body(limit: CpuLimit, original: CpuSettings) -> dict[str, int]:
+    """The update request for a CPU limit, in the form the container already has: a
+    container started with --cpu-quota keeps quota and period (the engine refuses
+    NanoCpus next to them), any other gets NanoCpus."""
+    if original.quota_mode:
+        period = original.cpu_period or DEFAULT_PERIOD
+        quota = -1 if limit.unlimited else max(1000, int(limit.cpus * period))
+        return {"CpuPeriod": period, "CpuQuota": quota}
+    return {"NanoCpus": limit.nano_cpus}
+
+
+def restore_body(original: CpuSettings, host_cpus: int) -> dict[str, int]:
+    """The update request that gives a container back its original CPU settings."""
+    body: dict[str, int]
+    if original.quota_mode:
+        body = {
+            "CpuPeriod": original.cpu_period or DEFAULT_PERIOD,
+            "CpuQuota": original.cpu_quota if original.cpu_quota > 0 else -1,
+        }
+    else:
+        # The engine ignores NanoCpus=0, so "no limit" goes back as the whole host.
+        body = {"NanoCpus": original.nano_cpus or host_cpus * NANO}
+    if original.cpu_shares:
+        body["CpuShares"] = original.cpu_shares
+    return body
 
 
 def _since_param(since_ns: int) -> str:
@@ -348,6 +324,14 @@ class DockerEngine:
         (The SDK's update() has no nano_cpus argument.)"""
         self._request("POST", f"/containers/{cid}/update", f"update {cid[:12]}", body)
 
+    def set_cpus(self, cid: str, limit: CpuLimit, original: CpuSettings) -> None:
+        """Limit a container to ``limit`` (``original``: its settings before the agent)."""
+        self.update_cpu(cid, cpu_body(limit, original))
+
+    def restore_cpus(self, cid: str, original: CpuSettings, host_cpus: int) -> None:
+        """Give a container back its ``original`` CPU settings."""
+        self.update_cpu(cid, restore_body(original, host_cpus))
+
     def stats(self, cid: str) -> Stats:
         """One sample from the engine (answers on its next one-second tick)."""
         path = f"/containers/{cid}/stats?stream=false&one-shot=true"
@@ -408,6 +392,14 @@ class DockerEngine:
                 yield from demux_frames(resp.read)
         except Unreachable as exc:
             raise EngineUnavailable(f"{what}: engine unavailable ({exc})") from exc
+
+    def log_lines(
+        self, cid: str, since_ns: int | None, tail: int | None, max_bytes: int
+    ) -> Iterator[Line]:
+        """New complete output lines (``flowcon.engine.logs.read_lines`` on ``log_frames``):
+        after ``since_ns`` exclusive, else the last ``tail``; lines over ``max_bytes``
+        come with text None."""
+        return read_lines(self.log_frames(cid, since_ns, tail), max_bytes, since_ns or 0)
 
     def events(self) -> Any:
         """A closable stream of decoded container events (a fresh connection each time)."""

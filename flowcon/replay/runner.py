@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import json
 import logging
 import os
 import signal
@@ -28,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from flowcon.core.metric_lines import LineKind, parse_line
 from flowcon.replay.cpu import CgroupCpu, CpuReading, stats_reading
 from flowcon.replay.model import JobRecord, RunResult, Sample
 from flowcon.replay.scenario import Job, Scenario
@@ -80,23 +80,12 @@ def parse_docker_time(text: str) -> float | None:
 
 
 def last_metric(text: str) -> tuple[int | None, float | None]:
-    """(step, loss) of the last JSON metric line in a log text."""
+    """(step, loss) of the last JSON metric line in a log text (``parse_line`` reads it)."""
     for line in reversed(text.splitlines()):
-        line = line.strip()
-        if not line.startswith("{"):
+        parsed = parse_line(line, "loss")
+        if parsed.kind in (LineKind.TEXT, LineKind.MALFORMED):
             continue
-        try:
-            data = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(data, dict):
-            continue
-        step = data.get("step")
-        loss = data.get("loss")
-        return (
-            step if isinstance(step, int) else None,
-            float(loss) if isinstance(loss, int | float) else None,
-        )
+        return parsed.step, parsed.value if parsed.kind is LineKind.SAMPLE else None
     return None, None
 
 
