@@ -1,8 +1,8 @@
 """No import cycle anywhere in the ``flowcon`` package (pure: reads the sources with ``ast``).
 
-The graph: one node per module of the package as installed (``flowcon/``, plus ``agent/``
-and ``listeners/`` mapped to ``flowcon.agent`` and ``flowcon.listeners`` by
-``[tool.setuptools.package-dir]``); an edge ``a -> b`` when ``a`` imports ``b``.
+The graph: one node per module of the package as installed (``flowcon/``, whose ``agent``
+and ``listeners`` are symlinks to the top-level ``agent/`` and ``listeners/`` folders); an
+edge ``a -> b`` when ``a`` imports ``b``.
 
 What counts as an import:
 
@@ -22,6 +22,7 @@ imports itself); the failure lists each one with a concrete loop through it.
 from __future__ import annotations
 
 import ast
+import os
 import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -40,13 +41,22 @@ def package_dirs(root: Path = ROOT) -> dict[str, Path]:
     return out or {PACKAGE: root / PACKAGE}
 
 
+def _python_files(base: Path) -> list[Path]:
+    """Every ``.py`` below ``base``, following the symlinked sub-packages (flowcon/agent ->
+    ../agent): pathlib's rglob does not follow symlinked directories."""
+    out: list[Path] = []
+    for folder, _, files in os.walk(base, followlinks=True):
+        out.extend(Path(folder) / f for f in files if f.endswith(".py"))
+    return sorted(out)
+
+
 def module_files(dirs: Mapping[str, Path]) -> dict[str, Path]:
     """Module name -> source file, for every ``.py`` under the package directories."""
     out: dict[str, Path] = {}
     for pkg, base in dirs.items():
         # a sub-package mapped elsewhere (flowcon.agent -> agent/) is not read under flowcon/
         elsewhere = tuple(o for o in dirs if o != pkg and o.startswith(pkg + "."))
-        for path in sorted(base.rglob("*.py")):
+        for path in _python_files(base):
             rel = path.relative_to(base).with_suffix("").parts
             name = ".".join((pkg, *(rel[:-1] if rel[-1] == "__init__" else rel)))
             if any(name == o or name.startswith(o + ".") for o in elsewhere):
