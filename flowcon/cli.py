@@ -7,6 +7,7 @@ so ``flowcon status`` does not pay for matplotlib or the simulator.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
 import sys

@@ -19,6 +19,11 @@ class ConfigError(ValueError):
     """The configuration file cannot be used; the message says which key and why."""
 
 
+def _positive(name: str, value: float) -> None:
+    if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{name} must be a positive number, got {value!r}")
+
+
 @dataclass
 class AllocatorConfig:
     url: str | None = None  # e.g. http://manager:8080; None: do not report
@@ -57,16 +62,21 @@ class Config:
     allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
 
     def validate(self) -> None:
-        def positive(name: str, value: float) -> None:
-            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-                raise ConfigError(f"{name} must be a positive number, got {value!r}")
+        """Each field in turn; the first bad one raises ConfigError naming it."""
+        self._validate_timing()
+        self._validate_sources()
+        self._validate_counts()
+        self._validate_allocator()
 
+    def _validate_timing(self) -> None:
         for name in ("alpha", "itval", "itval_max", "beta", "min_cpu_share", "reconnect_max"):
-            positive(name, getattr(self, name))
+            _positive(name, getattr(self, name))
         if self.itval_max < self.itval:
             raise ConfigError(f"itval_max ({self.itval_max}) is below itval ({self.itval})")
         if not isinstance(self.min_update_cpus, int | float) or not (0 <= self.min_update_cpus < 1):
             raise ConfigError(f"min_update_cpus must be in [0, 1), got {self.min_update_cpus!r}")
+
+    def _validate_sources(self) -> None:
         if self.cpu_source not in ("auto", "engine"):
             raise ConfigError(f"cpu_source must be auto or engine, got {self.cpu_source!r}")
         if not isinstance(self.cgroup_root, str) or not self.cgroup_root:
@@ -81,6 +91,8 @@ class Config:
             raise ConfigError(f"io_stats_interval must be a number of seconds >= 0, got {value!r}")
         if self.min_cpu_share > 1:
             raise ConfigError("min_cpu_share is a share of the host: at most 1")
+
+    def _validate_counts(self) -> None:
         for name in ("reference_intervals", "history", "max_line_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -91,11 +103,13 @@ class Config:
             isinstance(self.metrics_port, int) and 0 < self.metrics_port < 65536
         ):
             raise ConfigError(f"metrics_port must be a TCP port, got {self.metrics_port!r}")
+
+    def _validate_allocator(self) -> None:
         if self.allocator.url is not None and not str(self.allocator.url).startswith(
             ("http://", "https://")
         ):
             raise ConfigError(f"allocator.url must be http(s)://..., got {self.allocator.url!r}")
-        positive("allocator.timeout", self.allocator.timeout)
+        _positive("allocator.timeout", self.allocator.timeout)
         if not isinstance(self.match_labels, dict) or not all(
             isinstance(k, str) and isinstance(v, str | int | float) and not isinstance(v, bool)
             for k, v in self.match_labels.items()

@@ -71,3 +71,55 @@ def cleanup_containers(docker_client, test_run_id: str) -> Iterator[None]:  # ty
     """Remove every container of this test, pass or fail."""
     yield
     remove_labeled(docker_client, f"{TEST_LABEL}={test_run_id}")
+
+
+# -- the pure lane stays pure --------------------------------------------------------------
+# scripts/test.sh runs -m "not docker and not swarm" before the engine exists. A test that
+# needs the engine but is not marked would be skipped there (docker_client skips) or fail
+# late; both are caught here instead: at collection (an unmarked test using the engine
+# fixtures) and, in the pure lane (FLOWCON_PURE_LANE=1), at run time (an unmarked test that
+# opens a Docker client).
+_ENGINE_FIXTURES = {"docker_client", "cleanup_containers"}
+_ENGINE_MARKERS = ("docker", "swarm")
+
+
+def _needs_engine(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(m) is not None for m in _ENGINE_MARKERS)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unmarked = [
+        item.nodeid
+        for item in items
+        if not _needs_engine(item) and _ENGINE_FIXTURES & set(getattr(item, "fixturenames", ()))
+    ]
+    if unmarked:
+        raise pytest.UsageError(
+            "tests that use the engine fixtures must be marked @pytest.mark.docker: "
+            + ", ".join(unmarked)
+        )
+
+
+@pytest.fixture(autouse=True)
+def _no_engine_in_pure_tests(request: pytest.FixtureRequest) -> Iterator[None]:
+    if os.environ.get("FLOWCON_PURE_LANE") != "1" or _needs_engine(request.node):
+        yield
+        return
+    import docker
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        pytest.fail(
+            f"{request.node.nodeid} opens a Docker client but is not marked "
+            "@pytest.mark.docker (it would need the engine)",
+            pytrace=False,
+        )
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(docker, "from_env", refuse)
+    mp.setattr(docker, "DockerClient", refuse)
+    mp.setattr(docker.client, "DockerClient", refuse)
+    mp.setattr(docker.api.client.APIClient, "__init__", refuse)
+    try:
+        yield
+    finally:
+        mp.undo()

@@ -186,6 +186,157 @@ class _Profile:
         self.keys, self.vals = nk, nv
 
 
+# -- the steps of progressive filling (SlotLedger._fill) -------------------------------------
+# (start, end, level index (-1: none), seconds per slot); the first and last slot split off
+_Seg = tuple[int, int, int, float]
+
+
+def _horizon(
+    deadline: float, now_k: int, now: float, origin: float, slot: float
+) -> tuple[int, float, float, tuple[tuple[int, float], ...]] | None:
+    """Slots [now_k, end_k) before the deadline, the seconds usable in the first (``now``
+    inside it) and the last (deadline inside it), and the partial slots; None: no slot."""
+    end_exact = (deadline - origin) / slot
+    end_k = int(math.ceil(end_exact - _EPS))
+    if end_k <= now_k:
+        return None
+    w_last = min(slot, (end_exact - (end_k - 1)) * slot)
+    cut = max(0.0, now - (origin + now_k * slot))
+    w_first = (w_last if end_k - now_k == 1 else slot) - cut
+    partial = ((now_k, w_first),) if end_k - now_k == 1 else ((now_k, w_first), (end_k - 1, w_last))
+    return end_k, w_first, w_last, partial
+
+
+def _free_runs(
+    by_used: list[int], used: _Profile, now_k: int, end_k: int
+) -> tuple[list[int], list[int]]:
+    """Steps of the free profile over [now_k, end_k) merged by the level they buy: run x
+    covers [starts[x], starts[x+1]) at level index levs[x]; starts ends with end_k."""
+    keys, vals = used.keys, used.vals
+    i = bisect.bisect_right(keys, now_k) - 1
+    j = bisect.bisect_left(keys, end_k, max(i, 0))
+    if i >= 0:
+        ks = keys[i:j]
+        ks[0] = now_k
+        lis = list(map(by_used.__getitem__, vals[i:j]))
+    else:
+        ks = [now_k, *keys[:j]]
+        lis = [by_used[0], *map(by_used.__getitem__, vals[:j])]
+    starts: list[int] = []
+    levs: list[int] = []
+    prev = -2
+    for k, li in zip(ks, lis, strict=True):
+        if li != prev:
+            starts.append(k)
+            levs.append(li)
+            prev = li
+    starts.append(end_k)
+    return starts, levs
+
+
+def _segments(
+    starts: list[int],
+    levs: list[int],
+    now_k: int,
+    end_k: int,
+    w_first: float,
+    w_last: float,
+    slot: float,
+) -> list[_Seg]:
+    """The runs with their seconds per slot; the first and the last slot split off."""
+    segs: list[_Seg] = []
+    for x, li in enumerate(levs):
+        a, b = starts[x], starts[x + 1]
+        if a == now_k:
+            segs.append((a, a + 1, li, w_first))
+            a += 1
+            if a >= b:
+                continue
+        if b == end_k:
+            if b - 1 > a:
+                segs.append((a, b - 1, li, slot))
+            segs.append((b - 1, b, li, w_last))
+        else:
+            segs.append((a, b, li, slot))
+    return segs
+
+
+def _level_seconds(segs: list[_Seg], nl: int) -> list[float]:
+    """Seconds of each free level over the horizon: sum(x(t) * w(t)) for any cap j."""
+    secs = [0.0] * nl
+    for a, b, li, w in segs:
+        if li >= 0:
+            secs[li] += w * (b - a)
+    return secs
+
+
+def _gain(tps: list[float], secs: list[float], j: int) -> float:
+    """Iterations over the horizon with x(t) capped at level ``j`` (line 17's sum)."""
+    return sum(tps[min(i, j)] * s for i, s in enumerate(secs) if s)
+
+
+def _smallest_level(tps: list[float], secs: list[float], need: float, extra: float) -> int | None:
+    """Lines 13-19: the smallest level ``j`` whose gain covers ``need`` plus ``extra``
+    seconds at that level (bisection: with extra = 0 the test is monotone in j)."""
+    lo, hi = 0, len(tps) - 1
+    if _gain(tps, secs, hi) < need + extra * tps[hi]:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _gain(tps, secs, mid) >= need + extra * tps[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def _walk_back(
+    segs: list[_Seg], tps: list[float], hi: int, target: float, now_k: int
+) -> tuple[int, int, float]:
+    """Line 14, from the deadline backwards until the iterations reach ``target``: (index
+    into segs of the earliest reserved slot, that slot, iterations of the later slots)."""
+    acc = 0.0
+    for idx in range(len(segs) - 1, -1, -1):
+        a, b, li, w = segs[idx]
+        per = tps[min(li, hi)] * w if li >= 0 else 0.0
+        n = b - a
+        if per > 0 and acc + per * n >= target:
+            m = min(n, max(1, math.ceil((target - acc) / per)))
+            while m > 1 and acc + (m - 1) * per >= target:
+                m -= 1
+            while m < n and acc + m * per < target:
+                m += 1
+            return idx, b - m, acc + (m - 1) * per
+        acc += per * n
+    # rounding: reserve everything (the level check said it suffices)
+    a, b, li, w = segs[0]
+    return 0, now_k, acc - (tps[min(li, hi)] * w if li >= 0 else 0.0)
+
+
+def _reserve(
+    segs: list[_Seg],
+    levels: list[int],
+    tps: list[float],
+    hi: int,
+    b_slot: int,
+    residual: float,
+) -> list[_Run]:
+    """x(t) = level min(free, j) from slot ``b_slot`` on; in ``b_slot`` itself only the
+    smallest level that covers the ``residual`` iterations (the share is minimal)."""
+    runs: list[_Run] = []
+    for a, b, li, w in segs:
+        if li < 0:
+            continue
+        k = min(li, hi)
+        if a <= b_slot:
+            kk = next((lk for lk in range(k + 1) if tps[lk] * w >= residual), k)
+            runs.append((b_slot, b_slot + 1, levels[kk], tps[kk]))
+            a = b_slot + 1
+        if a < b:
+            runs.append((a, b, levels[k], tps[k]))
+    return runs
+
+
 class SlotLedger:
     """Minimum satisfactory shares of the admitted hard-deadline jobs on an absolute slot grid
     (slot k = [origin + k*slot, origin + (k+1)*slot)). Decisions are expected at slot
@@ -261,119 +412,37 @@ class SlotLedger:
 
     # -- progressive filling --------------------------------------------------------------
     def _fill(self, job: Job, now_k: int, now: float, used: _Profile) -> _Plan | None:
-        """Algorithm 1's ProgressiveFilling for one job against ``used`` (not modified)."""
+        """Algorithm 1's ProgressiveFilling for one job against ``used`` (not modified).
+
+        The steps: the horizon and its partial first/last slots (``_horizon``); the free
+        profile as runs of the curve level it can buy (``_free_runs``, ``_segments``); the
+        smallest cap ``j`` whose gain covers the work (``_smallest_level``, lines 13-19);
+        the walk back from the deadline (``_walk_back``, line 14); the reservation
+        (``_reserve``). ``flowcon.alloc.reference.progressive_filling_reference`` is the same
+        thing slot by slot, line by line, and the tests hold the two equal."""
         assert job.deadline is not None
         remaining = job.remaining
         if remaining <= 0:
             return _Plan(now_k, [], [])
-        slot = self.slot
-        end_exact = (job.deadline - self.origin) / slot
-        end_k = int(math.ceil(end_exact - _EPS))
-        if end_k <= now_k:
+        horizon = _horizon(job.deadline, now_k, now, self.origin, self.slot)
+        if horizon is None:
             return None
         c = self._curve(job)
         if not c.levels:
             return None
-        levels, tps = c.levels, c.tps
-        # seconds usable in the last slot (deadline inside it) and the first (now inside it)
-        w_last = min(slot, (end_exact - (end_k - 1)) * slot)
-        cut = max(0.0, now - (self.origin + now_k * slot))
-        w_first = (w_last if end_k - now_k == 1 else slot) - cut
-        partial = (
-            ((now_k, w_first),) if end_k - now_k == 1 else ((now_k, w_first), (end_k - 1, w_last))
-        )
-        # steps of the free profile over [now_k, end_k) merged by the level they buy
-        by_used = c.by_used
-        keys, vals = used.keys, used.vals
-        i = bisect.bisect_right(keys, now_k) - 1
-        j = bisect.bisect_left(keys, end_k, max(i, 0))
-        if i >= 0:
-            ks = keys[i:j]
-            ks[0] = now_k
-            lis = list(map(by_used.__getitem__, vals[i:j]))
-        else:
-            ks = [now_k, *keys[:j]]
-            lis = [by_used[0], *map(by_used.__getitem__, vals[:j])]
-        starts: list[int] = []
-        levs: list[int] = []
-        prev = -2
-        for k, li in zip(ks, lis, strict=True):
-            if li != prev:
-                starts.append(k)
-                levs.append(li)
-                prev = li
-        starts.append(end_k)
-        # (start, end, level index, seconds per slot), first and last slot split off
-        segs: list[tuple[int, int, int, float]] = []
-        for x, li in enumerate(levs):
-            a, b = starts[x], starts[x + 1]
-            if a == now_k:
-                segs.append((a, a + 1, li, w_first))
-                a += 1
-                if a >= b:
-                    continue
-            if b == end_k:
-                if b - 1 > a:
-                    segs.append((a, b - 1, li, slot))
-                segs.append((b - 1, b, li, w_last))
-            else:
-                segs.append((a, b, li, slot))
-        # seconds of each free level over the horizon: sum(x(t) * w(t)) for any cap j
-        nl = len(levels)
-        secs = [0.0] * nl
-        for a, b, li, w in segs:
-            if li >= 0:
-                secs[li] += w * (b - a)
-
-        def gain(j: int) -> float:
-            return sum(tps[min(i, j)] * s for i, s in enumerate(secs) if s)
-
+        end_k, w_first, w_last, partial = horizon
+        starts, levs = _free_runs(c.by_used, used, now_k, end_k)
+        segs = _segments(starts, levs, now_k, end_k, w_first, w_last, self.slot)
+        tps = c.tps
+        secs = _level_seconds(segs, len(c.levels))
         need = remaining * (1.0 - _EPS)
         extra = 2 * self.overhead
-        lo, hi = 0, nl - 1
-        if gain(hi) < need + extra * tps[hi]:
+        hi = _smallest_level(tps, secs, need, extra)
+        if hi is None:
             return None
-        while lo < hi:  # smallest level that satisfies the job (gain is monotone in j)
-            mid = (lo + hi) // 2
-            if gain(mid) >= need + extra * tps[mid]:
-                hi = mid
-            else:
-                lo = mid + 1
         target = need + extra * tps[hi]
-        # walk back from the deadline until the reserved iterations reach the target
-        acc = 0.0
-        first = -1  # index into segs of the earliest reserved slot
-        b_slot = now_k
-        back_prev = 0.0
-        for idx in range(len(segs) - 1, -1, -1):
-            a, b, li, w = segs[idx]
-            per = tps[min(li, hi)] * w if li >= 0 else 0.0
-            n = b - a
-            if per > 0 and acc + per * n >= target:
-                m = min(n, max(1, math.ceil((target - acc) / per)))
-                while m > 1 and acc + (m - 1) * per >= target:
-                    m -= 1
-                while m < n and acc + m * per < target:
-                    m += 1
-                first, b_slot, back_prev = idx, b - m, acc + (m - 1) * per
-                break
-            acc += per * n
-        if first < 0:  # rounding: reserve everything (the level check said it suffices)
-            first, b_slot = 0, now_k
-            a, b, li, w = segs[0]
-            back_prev = acc - (tps[min(li, hi)] * w if li >= 0 else 0.0)
-        runs: list[_Run] = []
-        residual = target - back_prev
-        for a, b, li, w in segs[first:]:
-            if li < 0:
-                continue
-            k = min(li, hi)
-            if a <= b_slot:  # the earliest reserved slot: smallest level covering the residual
-                kk = next((lk for lk in range(k + 1) if tps[lk] * w >= residual), k)
-                runs.append((b_slot, b_slot + 1, levels[kk], tps[kk]))
-                a = b_slot + 1
-            if a < b:
-                runs.append((a, b, levels[k], tps[k]))
+        first, b_slot, back_prev = _walk_back(segs, tps, hi, target, now_k)
+        runs = _reserve(segs[first:], c.levels, tps, hi, b_slot, target - back_prev)
         return _make_plan(now_k, runs, partial)
 
     def _apply(self, plan: _Plan, sign: int, used: _Profile) -> None:

@@ -7,13 +7,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from flowcon.contract import LABEL_CPUS_MAX as CPUS_MAX
-from flowcon.contract import LABEL_CPUS_MIN as CPUS_MIN
-from flowcon.contract import LABEL_ENABLE as ENABLE
-from flowcon.contract import LABEL_JOB as JOB
-from flowcon.contract import LABEL_METRIC as METRIC
-from flowcon.contract import LABEL_METRIC_GOAL as GOAL
-from flowcon.contract import LABEL_METRIC_REGEX as REGEX
+from flowcon import contract
+
+# The label names, re-exported under their short names (flowcon.contract defines them).
+CPUS_MAX = contract.LABEL_CPUS_MAX
+CPUS_MIN = contract.LABEL_CPUS_MIN
+ENABLE = contract.LABEL_ENABLE
+JOB = contract.LABEL_JOB
+METRIC = contract.LABEL_METRIC
+GOAL = contract.LABEL_METRIC_GOAL
+REGEX = contract.LABEL_METRIC_REGEX
 
 # Docker refuses --cpus below 0.01.
 MIN_CPUS = 0.01

@@ -201,34 +201,45 @@ def declared_nodes(section: Any) -> list[NodeInventory]:
     out: list[NodeInventory] = []
     seen: set[str] = set()
     for i, item in enumerate(section["nodes"]):
-        where = f"gpus.declared.nodes[{i}]"
-        if not isinstance(item, Mapping):
-            raise ValueError(f"{where} must be a mapping")
-        name = item.get("name")
-        count = item.get("gpus")
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"{where}.name must be a non-empty string")
-        if name in seen:
-            raise ValueError(f"{where}.name {name!r} is repeated")
-        seen.add(name)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise ValueError(f"{where}.gpus must be a non-negative integer")
-        uuids = item.get("uuids") or [f"FAKE-{name}-{k}" for k in range(count)]
-        if len(uuids) != count:
-            raise ValueError(f"{where}.uuids has {len(uuids)} entries for {count} GPUs")
-        links: dict[tuple[int, int], Link] = {}
-        for group in item.get("nvlink") or []:
-            if not isinstance(group, list) or not all(
-                isinstance(k, int) and 0 <= k < count for k in group
-            ):
-                raise ValueError(f"{where}.nvlink groups must list GPU indices below {count}")
-            for a in group:
-                for b in group:
-                    if a < b:
-                        links[(a, b)] = Link.NVLINK
-        gpus = tuple(Gpu(k, str(u)) for k, u in enumerate(uuids))
-        out.append(NodeInventory(name, gpus, real=False, links=links))
+        node = _declared_node(item, f"gpus.declared.nodes[{i}]")
+        if node.name in seen:
+            raise ValueError(f"gpus.declared.nodes[{i}].name {node.name!r} is repeated")
+        seen.add(node.name)
+        out.append(node)
     return out
+
+
+def _declared_node(item: Any, where: str) -> NodeInventory:
+    """One entry of ``gpus.declared.nodes``."""
+    if not isinstance(item, Mapping):
+        raise ValueError(f"{where} must be a mapping")
+    name = item.get("name")
+    count = item.get("gpus")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{where}.name must be a non-empty string")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"{where}.gpus must be a non-negative integer")
+    uuids = item.get("uuids") or [f"FAKE-{name}-{k}" for k in range(count)]
+    if len(uuids) != count:
+        raise ValueError(f"{where}.uuids has {len(uuids)} entries for {count} GPUs")
+    links = _nvlink_groups(item.get("nvlink") or [], count, where)
+    gpus = tuple(Gpu(k, str(u)) for k, u in enumerate(uuids))
+    return NodeInventory(name, gpus, real=False, links=links)
+
+
+def _nvlink_groups(groups: Any, count: int, where: str) -> dict[tuple[int, int], Link]:
+    """``nvlink: [[0, 1], [2, 3]]``: every pair inside a group is NVLinked."""
+    links: dict[tuple[int, int], Link] = {}
+    for group in groups:
+        if not isinstance(group, list) or not all(
+            isinstance(k, int) and 0 <= k < count for k in group
+        ):
+            raise ValueError(f"{where}.nvlink groups must list GPU indices below {count}")
+        for a in group:
+            for b in group:
+                if a < b:
+                    links[(a, b)] = Link.NVLINK
+    return links
 
 
 def _probe_nvml(nvml: Any | None, node_name: str) -> tuple[NodeInventory | None, str]:

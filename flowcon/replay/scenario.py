@@ -171,14 +171,7 @@ def _job(chk: _Checker, where: str, raw: Any) -> Job | None:
         )
     image = raw.get("image")
     model = raw.get("model")
-    if image is not None and model is not None:
-        chk.bad(f"{where}.image", "give either image or model, not both")
-    elif image is None and model is None:
-        chk.bad(f"{where}.image", "missing (or give model: vae|mnist|...)")
-    elif image is not None and (not isinstance(image, str) or not image.strip()):
-        chk.bad(f"{where}.image", f"expected an image reference, got {image!r}")
-    elif model is not None and (not isinstance(model, str) or not _NAME.match(model)):
-        chk.bad(f"{where}.model", f"expected a training image name like 'vae', got {model!r}")
+    _job_image(chk, where, image, model)
     if "start" not in raw:
         chk.bad(f"{where}.start", "missing (seconds after the replay starts)")
         start = None
@@ -189,38 +182,56 @@ def _job(chk: _Checker, where: str, raw: Any) -> Job | None:
         not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1
     ):
         chk.bad(f"{where}.iterations", f"expected an integer >= 1, got {iterations!r}")
-    env_raw = raw.get("env") or {}
-    env: dict[str, str] = {}
-    if not isinstance(env_raw, dict):
-        chk.bad(f"{where}.env", f"expected a mapping NAME: value, got {env_raw!r}")
-    else:
-        for key, value in env_raw.items():
-            if not isinstance(key, str) or not _ENV_NAME.match(key):
-                chk.bad(f"{where}.env", f"bad variable name {key!r}")
-            elif not isinstance(value, str | int | float) or isinstance(value, bool):
-                chk.bad(f"{where}.env.{key}", f"expected a string or number, got {value!r}")
-            else:
-                env[key] = str(value)
-    command_raw = raw.get("command")
-    command: tuple[str, ...] | None = None
-    if command_raw is not None:
-        if isinstance(command_raw, str) and command_raw.strip():
-            command = ("/bin/sh", "-c", command_raw)
-        elif (
-            isinstance(command_raw, list)
-            and command_raw
-            and all(isinstance(c, str) for c in command_raw)
-        ):
-            command = tuple(command_raw)
-        else:
-            chk.bad(
-                f"{where}.command", f"expected a string or a list of strings, got {command_raw!r}"
-            )
+    env = _job_env(chk, where, raw.get("env") or {})
+    command = _job_command(chk, where, raw.get("command"))
     if len(chk.problems) > before:
         return None
     assert isinstance(name, str) and start is not None
     ref = image.strip() if isinstance(image, str) else image_tag(str(model))
     return Job(name, ref, start, iterations, env, command)
+
+
+def _job_image(chk: _Checker, where: str, image: Any, model: Any) -> None:
+    """Exactly one of ``image`` (a reference) and ``model`` (a local training image)."""
+    if image is not None and model is not None:
+        chk.bad(f"{where}.image", "give either image or model, not both")
+    elif image is None and model is None:
+        chk.bad(f"{where}.image", "missing (or give model: vae|mnist|...)")
+    elif image is not None and (not isinstance(image, str) or not image.strip()):
+        chk.bad(f"{where}.image", f"expected an image reference, got {image!r}")
+    elif model is not None and (not isinstance(model, str) or not _NAME.match(model)):
+        chk.bad(f"{where}.model", f"expected a training image name like 'vae', got {model!r}")
+
+
+def _job_env(chk: _Checker, where: str, env_raw: Any) -> dict[str, str]:
+    env: dict[str, str] = {}
+    if not isinstance(env_raw, dict):
+        chk.bad(f"{where}.env", f"expected a mapping NAME: value, got {env_raw!r}")
+        return env
+    for key, value in env_raw.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            chk.bad(f"{where}.env", f"bad variable name {key!r}")
+        elif not isinstance(value, str | int | float) or isinstance(value, bool):
+            chk.bad(f"{where}.env.{key}", f"expected a string or number, got {value!r}")
+        else:
+            env[key] = str(value)
+    return env
+
+
+def _job_command(chk: _Checker, where: str, command_raw: Any) -> tuple[str, ...] | None:
+    """A string runs under /bin/sh -c; a list is the argv."""
+    if command_raw is None:
+        return None
+    if isinstance(command_raw, str) and command_raw.strip():
+        return ("/bin/sh", "-c", command_raw)
+    if (
+        isinstance(command_raw, list)
+        and command_raw
+        and all(isinstance(c, str) for c in command_raw)
+    ):
+        return tuple(command_raw)
+    chk.bad(f"{where}.command", f"expected a string or a list of strings, got {command_raw!r}")
+    return None
 
 
 def parse_scenario(data: Any, source: str = "<scenario>", default_name: str = "") -> Scenario:
@@ -235,6 +246,19 @@ def parse_scenario(data: Any, source: str = "<scenario>", default_name: str = ""
     description = data.get("description", "")
     if not isinstance(description, str):
         chk.bad("description", f"expected text, got {description!r}")
+    alpha, itval, agent = _agent_settings(chk, data)
+    jobs = _jobs(chk, data.get("jobs"))
+    if chk.problems:
+        raise ScenarioError(source, chk.problems)
+    assert isinstance(name, str) and alpha is not None and itval is not None
+    ordered = tuple(sorted(jobs, key=lambda j: j.start))
+    return Scenario(name, alpha, itval, ordered, str(description), dict(agent))
+
+
+def _agent_settings(
+    chk: _Checker, data: dict[str, Any]
+) -> tuple[float | None, float | None, dict[str, Any]]:
+    """alpha and itval (required, top level) and the other agent config keys."""
     alpha = None
     if "alpha" not in data:
         chk.bad("alpha", "missing (the agent's threshold, e.g. 0.05 for 5 %)")
@@ -254,26 +278,25 @@ def parse_scenario(data: Any, source: str = "<scenario>", default_name: str = ""
     for key in ("alpha", "itval"):
         if key in agent:
             chk.bad(f"agent.{key}", f"set {key} at the top level of the scenario")
-    jobs_raw = data.get("jobs")
+    return alpha, itval, agent
+
+
+def _jobs(chk: _Checker, jobs_raw: Any) -> list[Job]:
     jobs: list[Job] = []
     if not isinstance(jobs_raw, list) or not jobs_raw:
         chk.bad("jobs", f"expected a non-empty list of jobs, got {jobs_raw!r}")
-    else:
-        seen: dict[str, int] = {}
-        for i, raw in enumerate(jobs_raw):
-            job = _job(chk, f"jobs[{i}]", raw)
-            if job is None:
-                continue
-            if job.name in seen:
-                chk.bad(f"jobs[{i}].name", f"duplicate {job.name!r} (also jobs[{seen[job.name]}])")
-                continue
-            seen[job.name] = i
-            jobs.append(job)
-    if chk.problems:
-        raise ScenarioError(source, chk.problems)
-    assert isinstance(name, str) and alpha is not None and itval is not None
-    ordered = tuple(sorted(jobs, key=lambda j: j.start))
-    return Scenario(name, alpha, itval, ordered, str(description), dict(agent))
+        return jobs
+    seen: dict[str, int] = {}
+    for i, raw in enumerate(jobs_raw):
+        job = _job(chk, f"jobs[{i}]", raw)
+        if job is None:
+            continue
+        if job.name in seen:
+            chk.bad(f"jobs[{i}].name", f"duplicate {job.name!r} (also jobs[{seen[job.name]}])")
+            continue
+        seen[job.name] = i
+        jobs.append(job)
+    return jobs
 
 
 def load_scenario(path: str | Path) -> Scenario:

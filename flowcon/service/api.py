@@ -52,119 +52,140 @@ class Service(Protocol):
     def ingest_measurements(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
 
-def _handler_class(service: Service, token: str) -> type[BaseHTTPRequestHandler]:
-    expected = f"Bearer {token}".encode()
+_JSON = "application/json"
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "flowcon-allocator/1"
-        protocol_version = "HTTP/1.1"
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-            log.debug("%s %s", self.address_string(), format % args)
+def _parse_body(raw: bytes, content_type: str) -> Any:
+    """A request body as YAML (``*yaml*`` content types) or JSON."""
+    if not raw.strip():
+        raise ApiError(HTTPStatus.BAD_REQUEST, "empty body")
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        raise ApiError(HTTPStatus.BAD_REQUEST, "body is not UTF-8") from None
+    if "yaml" in content_type.lower():
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"invalid YAML: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ApiError(HTTPStatus.BAD_REQUEST, f"invalid JSON: {exc}") from None
 
-        # -- helpers ----------------------------------------------------------------
 
-        def _send(self, status: int, body: Any, content_type: str = "application/json") -> None:
-            data = body if isinstance(body, bytes) else json.dumps(body, default=str).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+class _Handler(BaseHTTPRequestHandler):
+    """The routes of the allocator; ``_handler_class`` binds the service and the token."""
 
-        def _authorised(self) -> bool:
-            got = (self.headers.get("Authorization") or "").strip().encode()
-            return hmac.compare_digest(got, expected)
+    server_version = "flowcon-allocator/1"
+    protocol_version = "HTTP/1.1"
+    service: Service
+    expected: bytes  # the Authorization header that mutating requests must carry
 
-        def _body(self) -> Any:
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                raise ApiError(HTTPStatus.BAD_REQUEST, "bad Content-Length") from None
-            if length > MAX_BODY:
-                raise ApiError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large")
-            raw = self.rfile.read(length) if length > 0 else b""
-            if not raw.strip():
-                raise ApiError(HTTPStatus.BAD_REQUEST, "empty body")
-            ctype = (self.headers.get("Content-Type") or "application/json").lower()
-            try:
-                text = raw.decode()
-            except UnicodeDecodeError:
-                raise ApiError(HTTPStatus.BAD_REQUEST, "body is not UTF-8") from None
-            if "yaml" in ctype:
-                try:
-                    return yaml.safe_load(text)
-                except yaml.YAMLError as exc:
-                    raise ApiError(HTTPStatus.BAD_REQUEST, f"invalid YAML: {exc}") from None
-            try:
-                return json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ApiError(HTTPStatus.BAD_REQUEST, f"invalid JSON: {exc}") from None
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        log.debug("%s %s", self.address_string(), format % args)
 
-        def _route(self, method: str) -> None:
-            path = urlsplit(self.path).path.rstrip("/") or "/"
-            try:
-                if method in ("POST", "DELETE", "PUT", "PATCH") and not self._authorised():
-                    # Refuse without reading the body; the connection is closed after.
-                    self.close_connection = True
-                    raise ApiError(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
-                status, body, ctype = self._dispatch(method, path)
-            except ApiError as exc:
-                status, body, ctype = exc.status, exc.body, "application/json"
-            except Exception as exc:  # a bug must not kill the server thread
-                log.exception("%s %s failed", method, path)
-                status, body, ctype = 500, {"error": f"internal error: {exc}"}, "application/json"
-            self._send(status, body, ctype)
+    # -- helpers ----------------------------------------------------------------------
 
-        def _dispatch(self, method: str, path: str) -> tuple[int, Any, str]:
-            j = "application/json"
-            if path == "/healthz" and method == "GET":
-                return 200, service.health(), j
-            if path == "/metrics" and method == "GET":
-                return 200, service.metrics_text(), "text/plain; version=0.0.4; charset=utf-8"
-            if path == "/api/v1/jobs":
-                if method == "GET":
-                    return 200, {"jobs": service.list_jobs()}, j
-                if method == "POST":
-                    body = self._body()
-                    if isinstance(body, dict) and isinstance(body.get("spec"), dict):
-                        body = body["spec"]
-                    if not isinstance(body, dict):
-                        raise ApiError(400, "job spec must be a mapping", field="")
-                    status, out = service.submit(body)
-                    return status, out, j
-                raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
-            if path.startswith("/api/v1/jobs/"):
-                name = unquote(path[len("/api/v1/jobs/") :])
-                if not name or "/" in name:
-                    raise ApiError(404, "no such route")
-                if method == "GET":
-                    return 200, service.get_job(name), j
-                if method == "DELETE":
-                    return 200, service.cancel(name), j
-                raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
-            if path == "/api/v1/measurements":
-                if method == "POST":
-                    body = self._body()
-                    if not isinstance(body, dict):
-                        raise ApiError(400, "measurement body must be a JSON object")
-                    return 200, service.ingest_measurements(body), j
-                raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
+    def _send(self, status: int, body: Any, content_type: str = _JSON) -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body, default=str).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _authorised(self) -> bool:
+        got = (self.headers.get("Authorization") or "").strip().encode()
+        return hmac.compare_digest(got, self.expected)
+
+    def _body(self) -> Any:
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise ApiError(HTTPStatus.BAD_REQUEST, "bad Content-Length") from None
+        if length > MAX_BODY:
+            raise ApiError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large")
+        raw = self.rfile.read(length) if length > 0 else b""
+        return _parse_body(raw, self.headers.get("Content-Type") or _JSON)
+
+    def _route(self, method: str) -> None:
+        path = urlsplit(self.path).path.rstrip("/") or "/"
+        try:
+            if method in ("POST", "DELETE", "PUT", "PATCH") and not self._authorised():
+                # Refuse without reading the body; the connection is closed after.
+                self.close_connection = True
+                raise ApiError(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
+            status, body, ctype = self._dispatch(method, path)
+        except ApiError as exc:
+            status, body, ctype = exc.status, exc.body, _JSON
+        except Exception as exc:  # a bug must not kill the server thread
+            log.exception("%s %s failed", method, path)
+            status, body, ctype = 500, {"error": f"internal error: {exc}"}, _JSON
+        self._send(status, body, ctype)
+
+    # -- routes -----------------------------------------------------------------------
+
+    def _dispatch(self, method: str, path: str) -> tuple[int, Any, str]:
+        if path == "/healthz" and method == "GET":
+            return 200, self.service.health(), _JSON
+        if path == "/metrics" and method == "GET":
+            return 200, self.service.metrics_text(), "text/plain; version=0.0.4; charset=utf-8"
+        if path == "/api/v1/jobs":
+            return self._jobs(method)
+        if path.startswith("/api/v1/jobs/"):
+            return self._job(method, unquote(path[len("/api/v1/jobs/") :]))
+        if path == "/api/v1/measurements":
+            return self._measurements(method)
+        raise ApiError(404, "no such route")
+
+    def _jobs(self, method: str) -> tuple[int, Any, str]:
+        if method == "GET":
+            return 200, {"jobs": self.service.list_jobs()}, _JSON
+        if method == "POST":
+            body = self._body()
+            if isinstance(body, dict) and isinstance(body.get("spec"), dict):
+                body = body["spec"]
+            if not isinstance(body, dict):
+                raise ApiError(400, "job spec must be a mapping", field="")
+            status, out = self.service.submit(body)
+            return status, out, _JSON
+        raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
+
+    def _job(self, method: str, name: str) -> tuple[int, Any, str]:
+        if not name or "/" in name:
             raise ApiError(404, "no such route")
+        if method == "GET":
+            return 200, self.service.get_job(name), _JSON
+        if method == "DELETE":
+            return 200, self.service.cancel(name), _JSON
+        raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
 
-        def do_GET(self) -> None:  # noqa: N802
-            self._route("GET")
+    def _measurements(self, method: str) -> tuple[int, Any, str]:
+        if method == "POST":
+            body = self._body()
+            if not isinstance(body, dict):
+                raise ApiError(400, "measurement body must be a JSON object")
+            return 200, self.service.ingest_measurements(body), _JSON
+        raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
 
-        def do_POST(self) -> None:  # noqa: N802
-            self._route("POST")
+    def do_GET(self) -> None:  # noqa: N802
+        self._route("GET")
 
-        def do_DELETE(self) -> None:  # noqa: N802
-            self._route("DELETE")
+    def do_POST(self) -> None:  # noqa: N802
+        self._route("POST")
 
-        def do_PUT(self) -> None:  # noqa: N802
-            self._route("PUT")
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._route("DELETE")
 
-    return Handler
+    def do_PUT(self) -> None:  # noqa: N802
+        self._route("PUT")
+
+
+def _handler_class(service: Service, token: str) -> type[BaseHTTPRequestHandler]:
+    """A request handler class bound to ``service`` and the bearer ``token``."""
+    attrs = {"service": service, "expected": f"Bearer {token}".encode()}
+    return type("Handler", (_Handler,), attrs)
 
 
 class ApiServer:

@@ -162,18 +162,63 @@ def load_jobspec(path: str | Path, now: float | None = None) -> JobSpec:
     return parse_jobspec(text, base_dir=p.parent, now=now)
 
 
+def _load(source: str | Mapping[str, Any]) -> Any:
+    """The document: YAML text parsed, a mapping as it is."""
+    if not isinstance(source, str):
+        return source
+    try:
+        return yaml.safe_load(source)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise JobSpecError("yaml", f"not valid YAML{where}") from exc
+
+
+def _deadline(data: Mapping[str, Any], submit: float) -> tuple[bool, float | None]:
+    """(best_effort, absolute deadline): exactly one of the two."""
+    best_effort = data.get("best_effort", False)
+    if not isinstance(best_effort, bool):
+        raise JobSpecError("best_effort", "must be true or false")
+    deadline: float | None = None
+    if "deadline" in data and data["deadline"] is not None:
+        if best_effort:
+            raise JobSpecError("deadline", "give a deadline or best_effort: true, not both")
+        deadline = parse_deadline(data["deadline"], submit)
+        if deadline <= submit:
+            raise JobSpecError("deadline", "is in the past")
+    elif not best_effort:
+        raise JobSpecError("deadline", "required (or set best_effort: true)")
+    return best_effort, deadline
+
+
+def _gpu_bounds(data: Mapping[str, Any], gbs: int) -> tuple[int, int | None]:
+    """(min_gpus, max_gpus); the global batch must split over min_gpus."""
+    min_gpus = _positive_int(data.get("min_gpus", 1), "min_gpus")
+    max_gpus = None
+    if data.get("max_gpus") is not None:
+        max_gpus = _positive_int(data["max_gpus"], "max_gpus")
+        if max_gpus < min_gpus:
+            raise JobSpecError("max_gpus", f"{max_gpus} is below min_gpus {min_gpus}")
+    if gbs < min_gpus:
+        raise JobSpecError("global_batch_size", f"{gbs} cannot be split over min_gpus {min_gpus}")
+    return min_gpus, max_gpus
+
+
+def _profile(raw_profile: Any, base_dir: str | Path) -> tuple[ThroughputProfile | None, bool]:
+    """(profile, profile_auto): none or 'auto' is measured, a mapping or a file is given."""
+    if raw_profile is None or raw_profile == "auto":
+        return None, True  # nothing known: measure it
+    if isinstance(raw_profile, Mapping):
+        return ThroughputProfile.from_mapping(raw_profile), False
+    if isinstance(raw_profile, str):
+        return load_profile(Path(base_dir) / raw_profile), False
+    raise JobSpecError("profile", "must be 'auto', a file path or a mapping gpus -> iters/s")
+
+
 def parse_jobspec(
     source: str | Mapping[str, Any], base_dir: str | Path = ".", now: float | None = None
 ) -> JobSpec:
-    if isinstance(source, str):
-        try:
-            data = yaml.safe_load(source)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}" if mark is not None else ""
-            raise JobSpecError("yaml", f"not valid YAML{where}") from exc
-    else:
-        data = source
+    data = _load(source)
     if not isinstance(data, Mapping):
         raise JobSpecError("spec", "must be a mapping of fields")
     unknown = sorted(str(k) for k in data if k not in KNOWN_KEYS)
@@ -193,41 +238,9 @@ def parse_jobspec(
     gbs = _positive_int(_required(data, "global_batch_size"), "global_batch_size")
     iterations = _positive_int(_required(data, "iterations"), "iterations")
 
-    best_effort = data.get("best_effort", False)
-    if not isinstance(best_effort, bool):
-        raise JobSpecError("best_effort", "must be true or false")
-    deadline: float | None = None
-    if "deadline" in data and data["deadline"] is not None:
-        if best_effort:
-            raise JobSpecError("deadline", "give a deadline or best_effort: true, not both")
-        deadline = parse_deadline(data["deadline"], submit)
-        if deadline <= submit:
-            raise JobSpecError("deadline", "is in the past")
-    elif not best_effort:
-        raise JobSpecError("deadline", "required (or set best_effort: true)")
-
-    min_gpus = _positive_int(data.get("min_gpus", 1), "min_gpus")
-    max_gpus = None
-    if data.get("max_gpus") is not None:
-        max_gpus = _positive_int(data["max_gpus"], "max_gpus")
-        if max_gpus < min_gpus:
-            raise JobSpecError("max_gpus", f"{max_gpus} is below min_gpus {min_gpus}")
-    if gbs < min_gpus:
-        raise JobSpecError("global_batch_size", f"{gbs} cannot be split over min_gpus {min_gpus}")
-
-    profile: ThroughputProfile | None = None
-    profile_auto = False
-    raw_profile = data.get("profile")
-    if raw_profile is None:
-        profile_auto = True  # nothing known: measure it
-    elif raw_profile == "auto":
-        profile_auto = True
-    elif isinstance(raw_profile, Mapping):
-        profile = ThroughputProfile.from_mapping(raw_profile)
-    elif isinstance(raw_profile, str):
-        profile = load_profile(Path(base_dir) / raw_profile)
-    else:
-        raise JobSpecError("profile", "must be 'auto', a file path or a mapping gpus -> iters/s")
+    best_effort, deadline = _deadline(data, submit)
+    min_gpus, max_gpus = _gpu_bounds(data, gbs)
+    profile, profile_auto = _profile(data.get("profile"), base_dir)
 
     env = _env(data.get("env", {}))
     return JobSpec(

@@ -7,8 +7,12 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:  # rich is imported lazily: the CLI starts fast
+    from rich.console import Console
 
 SHARED = Path(
     os.environ.get("FLOWCON_SHARED", Path(__file__).resolve().parents[2].parent / "shared")
@@ -56,7 +60,7 @@ def run_simulation(
     return res, summary
 
 
-def _stderr_console() -> object:
+def _stderr_console() -> Console:
     from rich.console import Console
 
     return Console(stderr=True)

@@ -56,6 +56,20 @@ def _boundary(t: float, slot: float) -> float:
     return math.ceil(t / slot - 1e-9) * slot
 
 
+@dataclass
+class _Run:
+    """What one ``Simulator.run`` carries from decision to decision."""
+
+    state: ClusterState
+    results: dict[str, JobResult]
+    arrivals: list[Job]
+    ai: int = 0  # next arrival
+    placements: dict[str, Placement] = field(default_factory=dict)
+    busy_until: dict[str, float] = field(default_factory=dict)  # job -> its overhead's end
+    timeline: list[tuple[float, int, float, int]] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)
+
+
 class Simulator:
     def __init__(
         self,
@@ -76,142 +90,169 @@ class Simulator:
         self.on_progress = on_progress
 
     def run(self) -> SimResult:
+        """Decision after decision: advance progress to ``t`` (completions), admit the
+        arrivals up to ``t``, allocate and place, record metrics, pick the next decision."""
         wall0 = time.perf_counter()
-        slot = self.slot
-        total = self.topology.total_gpus
-        state = ClusterState(total_gpus=total, slot=slot)
-        results = {j.job_id: JobResult(j) for j in self.jobs}
         for j in self.jobs:
             j.done_iterations = 0.0
-        placements: dict[str, Placement] = {}
-        busy_until: dict[str, float] = {}  # job -> time its current overhead ends
-        timeline: list[tuple[float, int, float, int]] = []
-        latencies: list[float] = []
-        arrivals = list(self.jobs)
-        ai = 0
-        decisions = 0
-        t = _boundary(arrivals[0].submit_time, slot) if arrivals else 0.0
+        r = _Run(
+            state=ClusterState(total_gpus=self.topology.total_gpus, slot=self.slot),
+            results={j.job_id: JobResult(j) for j in self.jobs},
+            arrivals=list(self.jobs),
+        )
+        t = _boundary(r.arrivals[0].submit_time, self.slot) if r.arrivals else 0.0
         last_t = t
         while True:
-            # 1. advance progress from last_t to t
-            dt = t - last_t
-            done_now: list[tuple[float, str]] = []
-            if dt > 0:
-                for jid, n in state.allocation.items():
-                    if n <= 0:
-                        continue
-                    job = state.jobs[jid]
-                    start = max(last_t, busy_until.get(jid, last_t))
-                    rate = job.curve.at(n)
-                    run = max(0.0, t - start)
-                    need = job.remaining / rate if rate > 0 else math.inf
-                    r = results[jid]
-                    if need <= run + 1e-9:
-                        fin = start + need
-                        job.done_iterations = job.iterations
-                        r.finish = fin
-                        r.gpu_seconds += n * (fin - last_t)
-                        state.attained[jid] = state.attained.get(jid, 0.0) + n * (fin - last_t)
-                        done_now.append((fin, jid))
-                    else:
-                        job.done_iterations += rate * run
-                        r.gpu_seconds += n * dt
-                        state.attained[jid] = state.attained.get(jid, 0.0) + n * dt
-                for _, jid in sorted(done_now):
-                    del state.jobs[jid]
-                    state.allocation.pop(jid, None)
-                    placements.pop(jid, None)
-                    busy_until.pop(jid, None)
-                    self.policy.on_finish(jid, t, state)
-                    if self.on_progress:
-                        self.on_progress(1)
+            completed = self._advance(r, last_t, t)
             last_t = t
-            # 2. arrivals up to t
-            lat = 0.0
-            state.tick = not done_now and not (
-                ai < len(arrivals) and arrivals[ai].submit_time <= t + 1e-9
-            )
-            while ai < len(arrivals) and arrivals[ai].submit_time <= t + 1e-9:
-                job = arrivals[ai]
-                ai += 1
-                c0 = time.perf_counter()
-                dec = self.policy.on_submit(job, t, state)
-                lat += time.perf_counter() - c0
-                r = results[job.job_id]
-                r.admitted, r.reason = dec.admitted, dec.reason
-                if dec.admitted:
-                    state.jobs[job.job_id] = job
-                elif self.on_progress:
-                    self.on_progress(1)
-            if not state.jobs and ai >= len(arrivals):
+            # a decision only because time passed (no completion, no arrival): a slot tick
+            r.state.tick = not completed and not self._arrivals_due(r, t)
+            lat = self._arrive(r, t)
+            if not r.state.jobs and r.ai >= len(r.arrivals):
                 break
-            # 3. allocation + placement
             c0 = time.perf_counter()
-            alloc = self.policy.schedule(t, state)
-            lat += time.perf_counter() - c0
-            latencies.append(lat)
-            decisions += 1
-            alloc = {jid: n for jid, n in alloc.items() if n > 0 and jid in state.jobs}
-            if sum(alloc.values()) > total:
-                raise RuntimeError(f"policy {self.policy.name} over-allocated at t={t}")
-            changed: set[str]
-            if self.placer is not None:
-                plan = self.placer.place(alloc, placements)
-                placements = dict(plan.placements)
-                for jid in plan.rescaled:
-                    if jid in alloc:
-                        results[jid].rescales += 1
-                for jid in plan.migrated:
-                    results[jid].migrations += 1
-                changed = {j for j in plan.changed if j in alloc}
-            else:
-                changed = {j for j, n in alloc.items() if state.allocation.get(j, 0) != n}
-                for jid in changed:
-                    results[jid].rescales += 1
-            for jid in changed:
-                busy_until[jid] = t + self.overhead
-                if results[jid].start is None:
-                    results[jid].start = t
-            state.allocation = alloc
-            # 4. metrics at t, and the earliest completion under this allocation
-            ce = 0.0
-            first_fin = math.inf
-            jobs_now = state.jobs
-            for jid, n in alloc.items():
-                job = jobs_now[jid]
-                at = job.curve.at
-                rate, t1 = at(n), at(1)
-                if t1 > 0:
-                    ce += rate / t1
-                if rate > 0:
-                    fin = max(t, busy_until.get(jid, t)) + job.remaining / rate
-                    if fin < first_fin:
-                        first_fin = fin
-            timeline.append((t, sum(alloc.values()), ce / total, len(jobs_now)))
-            # 5. next decision
-            nxt = math.inf
-            if ai < len(arrivals):
-                nxt = _boundary(arrivals[ai].submit_time, slot)
-            if first_fin < math.inf:
-                nxt = min(nxt, _boundary(first_fin, slot))
-            wake = self.policy.next_wakeup(t, state)
-            if wake is not None:
-                nxt = min(nxt, _boundary(wake, slot))
-            if nxt <= t:
-                nxt = t + slot
-            if math.isinf(nxt):
-                # jobs left that can never run (e.g. bigger than the cluster)
-                for jid in list(state.jobs):
-                    results[jid].reason = results[jid].reason or "never scheduled"
+            alloc = self.policy.schedule(t, r.state)
+            r.latencies.append(lat + (time.perf_counter() - c0))
+            alloc = self._place(r, t, alloc)
+            first_fin = self._record(r, t, alloc)
+            nxt = self._next_decision(r, t, first_fin)
+            if nxt is None:
                 break
             t = nxt
         return SimResult(
             policy=self.policy.name,
             topology=self.topology,
-            slot=slot,
-            results=[results[j.job_id] for j in self.jobs],
-            timeline=timeline,
-            latencies=latencies,
+            slot=self.slot,
+            results=[r.results[j.job_id] for j in self.jobs],
+            timeline=r.timeline,
+            latencies=r.latencies,
             wall_seconds=time.perf_counter() - wall0,
-            decisions=decisions,
+            decisions=len(r.latencies),
         )
+
+    def _advance(self, r: _Run, last_t: float, t: float) -> bool:
+        """1. Progress from ``last_t`` to ``t`` under the allocation in force; completions.
+        Returns whether a job completed."""
+        dt = t - last_t
+        if dt <= 0:
+            return False
+        state, results, busy_until = r.state, r.results, r.busy_until
+        done_now: list[tuple[float, str]] = []
+        for jid, n in state.allocation.items():
+            if n <= 0:
+                continue
+            job = state.jobs[jid]
+            start = max(last_t, busy_until.get(jid, last_t))
+            rate = job.curve.at(n)
+            run = max(0.0, t - start)
+            need = job.remaining / rate if rate > 0 else math.inf
+            res = results[jid]
+            if need <= run + 1e-9:
+                fin = start + need
+                job.done_iterations = job.iterations
+                res.finish = fin
+                res.gpu_seconds += n * (fin - last_t)
+                state.attained[jid] = state.attained.get(jid, 0.0) + n * (fin - last_t)
+                done_now.append((fin, jid))
+            else:
+                job.done_iterations += rate * run
+                res.gpu_seconds += n * dt
+                state.attained[jid] = state.attained.get(jid, 0.0) + n * dt
+        for _, jid in sorted(done_now):
+            del state.jobs[jid]
+            state.allocation.pop(jid, None)
+            r.placements.pop(jid, None)
+            busy_until.pop(jid, None)
+            self.policy.on_finish(jid, t, state)
+            if self.on_progress:
+                self.on_progress(1)
+        return bool(done_now)
+
+    @staticmethod
+    def _arrivals_due(r: _Run, t: float) -> bool:
+        return r.ai < len(r.arrivals) and r.arrivals[r.ai].submit_time <= t + 1e-9
+
+    def _arrive(self, r: _Run, t: float) -> float:
+        """2. Admission of the arrivals up to ``t``; returns the seconds it took."""
+        lat = 0.0
+        arrivals = r.arrivals
+        while self._arrivals_due(r, t):
+            job = arrivals[r.ai]
+            r.ai += 1
+            c0 = time.perf_counter()
+            dec = self.policy.on_submit(job, t, r.state)
+            lat += time.perf_counter() - c0
+            res = r.results[job.job_id]
+            res.admitted, res.reason = dec.admitted, dec.reason
+            if dec.admitted:
+                r.state.jobs[job.job_id] = job
+            elif self.on_progress:
+                self.on_progress(1)
+        return lat
+
+    def _place(self, r: _Run, t: float, alloc: dict[str, int]) -> dict[str, int]:
+        """3. The policy's allocation checked and placed; rescales and overheads counted."""
+        state, results = r.state, r.results
+        alloc = {jid: n for jid, n in alloc.items() if n > 0 and jid in state.jobs}
+        if sum(alloc.values()) > self.topology.total_gpus:
+            raise RuntimeError(f"policy {self.policy.name} over-allocated at t={t}")
+        changed: set[str]
+        if self.placer is not None:
+            plan = self.placer.place(alloc, r.placements)
+            r.placements = dict(plan.placements)
+            for jid in plan.rescaled:
+                if jid in alloc:
+                    results[jid].rescales += 1
+            for jid in plan.migrated:
+                results[jid].migrations += 1
+            changed = {j for j in plan.changed if j in alloc}
+        else:
+            changed = {j for j, n in alloc.items() if state.allocation.get(j, 0) != n}
+            for jid in changed:
+                results[jid].rescales += 1
+        for jid in changed:
+            r.busy_until[jid] = t + self.overhead
+            if results[jid].start is None:
+                results[jid].start = t
+        state.allocation = alloc
+        return alloc
+
+    def _record(self, r: _Run, t: float, alloc: dict[str, int]) -> float:
+        """4. Metrics at ``t``; returns the earliest completion under this allocation."""
+        ce = 0.0
+        first_fin = math.inf
+        jobs_now = r.state.jobs
+        busy_until = r.busy_until
+        for jid, n in alloc.items():
+            job = jobs_now[jid]
+            at = job.curve.at
+            rate, t1 = at(n), at(1)
+            if t1 > 0:
+                ce += rate / t1
+            if rate > 0:
+                fin = max(t, busy_until.get(jid, t)) + job.remaining / rate
+                if fin < first_fin:
+                    first_fin = fin
+        total = self.topology.total_gpus
+        r.timeline.append((t, sum(alloc.values()), ce / total, len(jobs_now)))
+        return first_fin
+
+    def _next_decision(self, r: _Run, t: float, first_fin: float) -> float | None:
+        """5. The next slot boundary with something to decide; None: nothing ever will."""
+        slot = self.slot
+        nxt = math.inf
+        if r.ai < len(r.arrivals):
+            nxt = _boundary(r.arrivals[r.ai].submit_time, slot)
+        if first_fin < math.inf:
+            nxt = min(nxt, _boundary(first_fin, slot))
+        wake = self.policy.next_wakeup(t, r.state)
+        if wake is not None:
+            nxt = min(nxt, _boundary(wake, slot))
+        if nxt <= t:
+            nxt = t + slot
+        if math.isinf(nxt):
+            # jobs left that can never run (e.g. bigger than the cluster)
+            for jid in list(r.state.jobs):
+                r.results[jid].reason = r.results[jid].reason or "never scheduled"
+            return None
+        return nxt

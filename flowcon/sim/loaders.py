@@ -60,6 +60,23 @@ def _load_table(path: Path) -> dict[int, ThroughputCurve]:
     if not rows:
         raise InputError(path, None, None, "empty throughput table")
     header = [h.strip() for h in rows[0]]
+    counts = _table_counts(path, header)
+    out: dict[int, ThroughputCurve] = {}
+    for i, row in enumerate(rows[1:], start=2):
+        if not any(c.strip() for c in row):
+            continue
+        if len(row) > len(header):
+            raise InputError(path, i, None, f"{len(row)} cells but {len(header)} columns")
+        try:
+            bs = int(row[0])
+        except ValueError:
+            raise InputError(path, i, "global_batch_size", f"not an integer: {row[0]!r}") from None
+        out[bs] = ThroughputCurve(_table_points(path, i, counts, row[1:]))
+    return out
+
+
+def _table_counts(path: Path, header: list[str]) -> list[int]:
+    """The GPU counts of the header: ``global_batch_size,1,2,4,...``."""
     if not header or header[0] != "global_batch_size":
         raise InputError(
             path, 1, header[0] if header else None, "first column must be 'global_batch_size'"
@@ -73,33 +90,27 @@ def _load_table(path: Path) -> dict[int, ThroughputCurve]:
         if n < 1:
             raise InputError(path, 1, h, "GPU count must be >= 1")
         counts.append(n)
-    out: dict[int, ThroughputCurve] = {}
-    for i, row in enumerate(rows[1:], start=2):
-        if not any(c.strip() for c in row):
+    return counts
+
+
+def _table_points(path: Path, i: int, counts: list[int], cells: list[str]) -> dict[int, float]:
+    """Throughput per GPU count of row ``i``; empty, zero and NaN cells are left out."""
+    pts: dict[int, float] = {}
+    for n, cell in zip(counts, cells, strict=False):
+        cell = cell.strip()
+        if cell == "":
             continue
-        if len(row) > len(header):
-            raise InputError(path, i, None, f"{len(row)} cells but {len(header)} columns")
         try:
-            bs = int(row[0])
+            v = float(cell)
         except ValueError:
-            raise InputError(path, i, "global_batch_size", f"not an integer: {row[0]!r}") from None
-        pts: dict[int, float] = {}
-        for n, cell in zip(counts, row[1:], strict=False):
-            cell = cell.strip()
-            if cell == "":
-                continue
-            try:
-                v = float(cell)
-            except ValueError:
-                raise InputError(path, i, str(n), f"not a number: {cell!r}") from None
-            if v < 0 or math.isinf(v):
-                raise InputError(path, i, str(n), f"throughput must be >= 0, got {cell}")
-            if math.isfinite(v) and v > 0:
-                pts[n] = v
-        if not pts:
-            raise InputError(path, i, None, "no positive throughput in this row")
-        out[bs] = ThroughputCurve(pts)
-    return out
+            raise InputError(path, i, str(n), f"not a number: {cell!r}") from None
+        if v < 0 or math.isinf(v):
+            raise InputError(path, i, str(n), f"throughput must be >= 0, got {cell}")
+        if math.isfinite(v) and v > 0:
+            pts[n] = v
+    if not pts:
+        raise InputError(path, i, None, "no positive throughput in this row")
+    return pts
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,135 @@
+"""ElasticFlow's ProgressiveFilling (Algorithm 1, section 4.2) slot by slot, as printed.
+
+This is the slow reference for ``SlotLedger._fill`` (flowcon/alloc/admission.py), which
+computes the same minimum satisfactory share on step functions with a bisection over the
+GPU cap. It walks every slot for every cap ``j`` (O(G * slots)); only the tests use it.
+The line numbers cite the paper's Algorithm 1:
+
+    11: function ProgressiveFilling(i, startTime)
+    12:   isSatisfied <- False
+    13:   for j from 1 to G do
+    14:     for t from D_i to startTime do
+    15:       x_i(t) <- min(j, G - sum_{k<i} x_k(t))
+    16:       // Check if the job can be satisfied
+    17:       if sum_{t=0}^{D_i} T_i(x_i(t)) >= M_i then
+    18:         isSatisfied <- True
+    19:         Break
+    20:   if isSatisfied is True then
+    21:     Break
+    22:   return isSatisfied
+
+What FlowCon adds to the printed algorithm, the same in both versions:
+
+* x_i(t) is rounded down to the GPU count that is worth having (the smallest count, a power
+  of two unless ``power_of_two=False``, reaching the best throughput at most x_i(t)).
+* Time is continuous: ``now`` and the deadline may fall inside a slot, so the first and the
+  last slot count only their usable seconds, and M_i is iterations, T_i iterations/s.
+* ``overhead``: line 17 also asks for 2 * overhead seconds of work at the cap's speed (a
+  rescale at the start and one at the end).
+* The earliest reserved slot keeps only the smallest level that covers what the later slots
+  leave over (the share is minimal also there).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from flowcon.alloc.model import Job, powers_of_two
+
+_EPS = 1e-9  # the same slack as admission.py: a deadline on a boundary is that boundary
+
+
+def _usable(job: Job, cap: int, x: int, power_of_two: bool) -> tuple[int, float]:
+    """(GPUs worth using when ``x`` are offered, T_i there): the smallest allowed count up to
+    min(x, cap) that reaches the best throughput; (0, 0.0) when none fits."""
+    counts = powers_of_two(cap) if power_of_two else range(1, cap + 1)
+    best_n, best_t = 0, 0.0
+    for n in counts:
+        if n > x:
+            break
+        t = job.curve.at(n)
+        if t > best_t * (1.0 + 1e-12):
+            best_n, best_t = n, t
+    return best_n, best_t
+
+
+def _seconds(
+    job: Job, now: float, now_k: int, end_k: int, origin: float, slot: float
+) -> list[float]:
+    """Usable seconds of slots now_k .. end_k - 1 (``now`` cuts the first, D_i the last)."""
+    assert job.deadline is not None
+    n = end_k - now_k
+    w_last = min(slot, ((job.deadline - origin) / slot - (end_k - 1)) * slot)
+    cut = max(0.0, now - (origin + now_k * slot))
+    w = [slot] * n
+    w[-1] = w_last
+    w[0] = (w_last if n == 1 else slot) - cut
+    return w
+
+
+def progressive_filling_reference(
+    job: Job,
+    now: float,
+    occupied: Sequence[int],
+    total_gpus: int,
+    slot: float,
+    *,
+    origin: float = 0.0,
+    overhead: float = 0.0,
+    power_of_two: bool = True,
+) -> list[int] | None:
+    """x_i(t) for the slots from the one holding ``now`` to the one holding the deadline,
+    or None when the job cannot be satisfied (line 22 returns False).
+
+    ``occupied[t]``: GPUs the earlier-deadline jobs hold in the t-th of those slots
+    (sum_{k<i} x_k(t) of line 15); it must cover every slot up to the deadline.
+    """
+    assert job.deadline is not None
+    G = total_gpus
+    now_k = int(math.floor((now - origin) / slot + _EPS))
+    if job.remaining <= 0:
+        return []
+    end_k = int(math.ceil((job.deadline - origin) / slot - _EPS))  # D_i: first slot after it
+    if end_k <= now_k:
+        return None
+    n_slots = end_k - now_k
+    if len(occupied) < n_slots:
+        raise ValueError(f"occupied covers {len(occupied)} slots, the deadline needs {n_slots}")
+    w = _seconds(job, now, now_k, end_k, origin, slot)
+    cap = job.gpu_cap(G)
+    M = job.remaining * (1.0 - _EPS)
+    is_satisfied = False  # line 12
+    x: list[int] = [0] * n_slots
+    for j in range(1, G + 1):  # line 13
+        _, j_t = _usable(job, cap, j, power_of_two)  # a j between two levels acts as the lower
+        target = M + 2 * overhead * j_t
+        x = [0] * n_slots
+        total = 0.0  # sum_t T_i(x_i(t)) w(t) over the slots filled so far
+        for t in range(n_slots - 1, -1, -1):  # line 14: from D_i back to startTime
+            free = G - occupied[t]
+            x[t], tp = _usable(job, cap, min(j, free), power_of_two)  # line 15
+            later = total
+            total += tp * w[t]
+            if tp > 0 and total >= target:  # line 17
+                x[t] = _smallest_covering(job, cap, x[t], w[t], target - later, power_of_two)
+                is_satisfied = True  # line 18
+                break  # line 19
+        if is_satisfied:  # line 20
+            break  # line 21
+    return x if is_satisfied else None  # line 22
+
+
+def _smallest_covering(
+    job: Job, cap: int, x: int, w: float, residual: float, power_of_two: bool
+) -> int:
+    """The earliest reserved slot: the smallest worthwhile count up to ``x`` whose
+    iterations in its ``w`` seconds cover ``residual`` (``x`` itself if none does)."""
+    counts = powers_of_two(cap) if power_of_two else range(1, cap + 1)
+    for n in counts:
+        if n > x:
+            break
+        u, tp = _usable(job, cap, n, power_of_two)
+        if u == n and tp * w >= residual:
+            return n
+    return x
