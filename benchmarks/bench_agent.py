@@ -43,6 +43,55 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
+def timed_rounds(
+    ctls: dict[str, Controller], sources: list[str], rounds: int, gap: float
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """The controllers take turns, each one round every ``gap`` seconds (so each reads
+    ``gap`` seconds of output per round, under the same machine load). A first round each
+    (it reads the logs' tails) is not counted. Returns CPU and wall seconds per round."""
+    cpu: dict[str, list[float]] = {s: [] for s in sources}
+    wall: dict[str, list[float]] = {s: [] for s in sources}
+    offset = gap / len(sources)
+    for r in range(rounds + 1):
+        for source in sources:
+            time.sleep(offset)
+            c0, w0 = time.process_time(), time.monotonic()
+            ctls[source].round()
+            if r:
+                cpu[source].append(time.process_time() - c0)
+                wall[source].append(time.monotonic() - w0)
+    return cpu, wall
+
+
+def start_events(
+    run: str,
+    labels: dict[str, str],
+    events: int,
+    first_update: dict[str, float],
+    start_event: dict[str, float],
+) -> tuple[list[float], list[str]]:
+    """Start ``events`` labelled containers one at a time; the seconds from each one's start
+    event to its first limit, and their ids."""
+    latencies: list[float] = []
+    event_ids: list[str] = []
+    for k in range(events):
+        out = subprocess.run(
+            ["docker", "run", "-d", "--network", "none", "--name", f"bench-{run}-ev{k}"]
+            + [a for key, v in labels.items() for a in ("--label", f"{key}={v}")]
+            + [IMAGE, "sh", "-c", LOOP],
+            check=True, capture_output=True, text=True,
+        )  # fmt: skip
+        cid = out.stdout.strip()
+        event_ids.append(cid)
+        end = time.monotonic() + 10
+        while cid not in first_update and time.monotonic() < end:
+            time.sleep(0.01)
+        if cid in first_update and cid in start_event:
+            latencies.append(first_update[cid] - start_event[cid])
+        time.sleep(0.3)
+    return latencies, event_ids
+
+
 def run_size(
     n: int,
     rounds: int,
@@ -97,42 +146,14 @@ def run_size(
         resync_cpu = time.process_time() - c0
         for other in sources[1:]:
             ctls[other].resync()
-        # The controllers take turns, each one round every `gap` seconds (so each reads
-        # `gap` seconds of output per round, under the same machine load). A first
-        # round each (it reads the logs' tails) is not counted.
-        cpu: dict[str, list[float]] = {s: [] for s in sources}
-        wall: dict[str, list[float]] = {s: [] for s in sources}
-        offset = gap / len(sources)
-        for r in range(rounds + 1):
-            for source in sources:
-                time.sleep(offset)
-                c0, w0 = time.process_time(), time.monotonic()
-                ctls[source].round()
-                if r:
-                    cpu[source].append(time.process_time() - c0)
-                    wall[source].append(time.monotonic() - w0)
+        cpu, wall = timed_rounds(ctls, sources, rounds, gap)
         sample = next(iter(ctls[sources[0]].tracked.values()), None)
         cpu_from = sample.monitor.cpu_source if sample else None
         listener.start()
         listener.connected.wait(10)
         time.sleep(0.5)
-        latencies, event_ids = [], []
         c0 = time.process_time()
-        for k in range(events):
-            out = subprocess.run(
-                ["docker", "run", "-d", "--network", "none", "--name", f"bench-{run}-ev{k}"]
-                + [a for key, v in labels.items() for a in ("--label", f"{key}={v}")]
-                + [IMAGE, "sh", "-c", LOOP],
-                check=True, capture_output=True, text=True,
-            )  # fmt: skip
-            cid = out.stdout.strip()
-            event_ids.append(cid)
-            end = time.monotonic() + 10
-            while cid not in first_update and time.monotonic() < end:
-                time.sleep(0.01)
-            if cid in first_update and cid in start_event:
-                latencies.append(first_update[cid] - start_event[cid])
-            time.sleep(0.3)
+        latencies, event_ids = start_events(run, labels, events, first_update, start_event)
         start_cpu = (time.process_time() - c0) / max(events, 1)
         c0 = time.process_time()
         for cid in event_ids:

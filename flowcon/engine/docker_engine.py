@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 import docker
 import docker.errors
+import docker.utils
 import requests.exceptions
 
 from flowcon.core.limits import NANO, CpuLimit
@@ -229,7 +230,7 @@ class DockerEngine:
         cgroup_root: str | None = "/sys/fs/cgroup",
         pool_size: int = 48,
     ) -> None:
-        kwargs: dict[str, Any] = docker.utils.kwargs_from_env()
+        kwargs: dict[str, Any] = dict(docker.utils.kwargs_from_env())
         if base_url:
             kwargs["base_url"] = base_url
         kwargs.setdefault("base_url", "unix:///var/run/docker.sock")
