@@ -87,6 +87,23 @@ def _needs_engine(item: pytest.Item) -> bool:
     return any(item.get_closest_marker(m) is not None for m in _ENGINE_MARKERS)
 
 
+def misnamed(item: pytest.Item) -> str | None:
+    """Tests are laid out by the module they test (tests/<package>/test_<module>*.py) and
+    named for what they need: a file of engine tests ends in ``_engine.py``, of swarm tests
+    in ``_swarm.py``, and such a file holds nothing else; every other file is pure."""
+    stem = item.path.stem
+    swarm, docker = item.get_closest_marker("swarm"), item.get_closest_marker("docker")
+    if swarm is not None and not stem.endswith("_swarm"):
+        return "a swarm test belongs in a *_swarm.py file"
+    if swarm is None and docker is not None and not stem.endswith("_engine"):
+        return "an engine test belongs in a *_engine.py file"
+    if swarm is None and stem.endswith("_swarm"):
+        return "a *_swarm.py file holds only tests marked swarm"
+    if docker is None and stem.endswith("_engine"):
+        return "a *_engine.py file holds only tests marked docker"
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     unmarked = [
         item.nodeid
@@ -98,6 +115,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "tests that use the engine fixtures must be marked @pytest.mark.docker: "
             + ", ".join(unmarked)
         )
+    wrong = [f"{item.nodeid} ({why})" for item in items if (why := misnamed(item))]
+    if wrong:
+        raise pytest.UsageError("tests in the wrong file: " + ", ".join(wrong))
 
 
 @pytest.fixture(autouse=True)

@@ -127,7 +127,7 @@ def test_write_read_and_plot(tmp_path: Path) -> None:
 
 def test_agent_is_scoped_to_its_own_run(tmp_path: Path) -> None:
     """Regression: an unscoped replay agent managed every FlowCon container on the engine."""
-    scenario = load_scenario(str(Path(__file__).parent.parent / "scenarios" / "fixed.yaml"))
+    scenario = load_scenario(str(Path(__file__).resolve().parents[2] / "scenarios" / "fixed.yaml"))
     replay = Replay(None, scenario, "flowcon", tmp_path, run_id="abc123")
     settings = replay.agent_settings()
     assert settings["match_labels"] == {REPLAY_LABEL: "abc123"}

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TESTBOX_IMAGE = "flowcon/testbox:latest"
 
 pytestmark = pytest.mark.docker

@@ -17,7 +17,7 @@ from flowcon.replay.scenario import (
     parse_scenario,
 )
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "scenarios"
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
 def good() -> dict[str, Any]:
