@@ -163,7 +163,9 @@ def explain(
         allowed = _allowed_text(error, described, _known_keys(model, loc))
         origin = (sources or {}).get(dotted.split("[")[0], source)
         given = error.get("type") not in ("missing", "extra_forbidden")
-        problems.append(Problem(origin, dotted or "(top level)", error.get("input"), allowed, given))
+        problems.append(
+            Problem(origin, dotted or "(top level)", error.get("input"), allowed, given)
+        )
     return SchemaError(problems)
 
 
@@ -221,9 +223,7 @@ def _read_secret(var: str, path: str) -> str:
         ) from None
 
 
-def _one_var(
-    environ: Mapping[str, str], var: str, as_string: bool
-) -> tuple[bool, Any, str]:
+def _one_var(environ: Mapping[str, str], var: str, as_string: bool) -> tuple[bool, Any, str]:
     """(set?, value, variable name) for ``var`` or its ``var_FILE`` variant."""
     raw = environ.get(var)
     if raw:
@@ -262,7 +262,9 @@ def env_overrides(
             continue
         if top:
             continue
-        found, value, used = _one_var(env, env_name(name, prefix=prefix), _is_string_field(info.annotation))
+        found, value, used = _one_var(
+            env, env_name(name, prefix=prefix), _is_string_field(info.annotation)
+        )
         if found:
             data[name] = value
             where[name] = used

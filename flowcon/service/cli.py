@@ -40,7 +40,7 @@ def _fail(exc: Exception) -> None:
         msg = str(exc)
         field = exc.body.get("field")
         if field:
-            msg = f"invalid spec, field '{field}': {exc.body.get('error', msg)}"
+            msg = f"invalid spec: {exc.body.get('error', msg)}"
         elif exc.status == 401:
             msg = f"{msg} (give --token, {ENV_TOKEN}, or the config with the daemon's token)"
         raise click.ClickException(msg)
@@ -84,7 +84,7 @@ def read_spec_file(path: Path) -> dict[str, Any]:
         load_jobspec(path)
         data = yaml.safe_load(path.read_text())
     except JobSpecError as exc:
-        msg = f"invalid spec {path}, field '{exc.field}': {exc.message}"
+        msg = f"invalid spec {path}: {exc}"
         raise click.ClickException(msg) from None
     except (OSError, yaml.YAMLError) as exc:
         raise click.ClickException(f"cannot read {path}: {exc}") from None
