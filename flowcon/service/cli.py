@@ -43,6 +43,8 @@ def _fail(exc: Exception) -> None:
             msg = f"invalid spec: {exc.body.get('error', msg)}"
         elif exc.status == 401:
             msg = f"{msg} (give --token, {ENV_TOKEN}, or the config with the daemon's token)"
+        elif exc.status == 403:
+            msg = f"{msg} (submit and cancel need the user or operator token; reads any but agent)"
         raise click.ClickException(msg)
     raise exc
 

@@ -305,3 +305,23 @@ def test_bad_names_and_paths_are_400_naming_the_field(
     assert status == 400, out
     assert out["field"] == field and out["error"].startswith(field + ":"), out
     assert daemon.store.count("jobs") == before
+
+
+def test_cli_with_a_read_token_lists_but_cannot_submit(
+    daemon: Allocator, tmp_path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from flowcon.cli import main
+
+    for var in ("FLOWCON_ALLOCATOR_CONFIG", "FLOWCON_ALLOCATOR_TOKEN", "FLOWCON_ALLOCATOR_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("FLOWCON_TOKEN", TOKENS["read"])  # the short variable, as before
+    spec = tmp_path / "j.yaml"
+    spec.write_text(json.dumps(job("clijob")))
+    res = CliRunner().invoke(main, ["jobs", "--url", daemon.url])
+    assert res.exit_code == 0 and "keep" in res.output, res.output
+    res = CliRunner().invoke(main, ["submit", str(spec), "--url", daemon.url])
+    assert res.exit_code != 0 and "user or operator token" in res.output, res.output
+    assert daemon.store.get_job("clijob") is None
+    res = CliRunner().invoke(main, ["cancel", "keep", "--url", daemon.url])
+    assert res.exit_code != 0 and "user or operator token" in res.output, res.output
+    assert daemon.store.get_job("keep").state != "cancelled"  # type: ignore[union-attr]
