@@ -149,3 +149,18 @@ def test_token_file_env_file_variant_and_swarm_secret(
     assert load(None, {}).allocator.token is None
     monkeypatch.setattr(config_mod, "AGENT_SECRET", str(secret))
     assert load(None, {}).allocator.token == "s3cret"
+
+
+@pytest.mark.parametrize("text", ["docker_host: 5", "alpha: true", 'dry_run: "no"'])
+def test_the_agent_command_prints_the_message_not_a_traceback(tmp_path: Path, text: str) -> None:
+    from click.testing import CliRunner
+
+    from flowcon.cli import main
+
+    p = tmp_path / "flowcon.yaml"
+    p.write_text(text + "\n")
+    for args in (["agent", "--config", str(p), "--once"], ["status", "--config", str(p)]):
+        res = CliRunner().invoke(main, args)
+        assert res.exit_code == 1, res.output
+        assert f"{p}: {text.split(':')[0]}:" in res.output and "Traceback" not in res.output
+        assert res.exception is None or isinstance(res.exception, SystemExit)

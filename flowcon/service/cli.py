@@ -53,20 +53,24 @@ def _fail(exc: Exception) -> None:
 @_config_opt
 @click.option("--listen", help="HOST:PORT to serve the API on (overrides the config).")
 @click.option("--state-dir", type=click.Path(file_okay=False), help="Where the DB lives.")
-@click.option("--slot", type=float, help="Scheduling slot in seconds (overrides the config).")
+@click.option(
+    "--slot",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Scheduling slot in seconds (overrides the config).",
+)
 def allocator(
     config_path: str | None, listen: str | None, state_dir: str | None, slot: float | None
 ) -> None:
     """Run the elastic GPU allocator daemon (ElasticFlow admission + allocation)."""
-    from flowcon.service.config import load_config
+    from flowcon.service.config import check_listen, load_config
     from flowcon.service.daemon import run_daemon
 
     try:
         cfg = load_config(config_path)
+        if listen:
+            cfg.listen = check_listen(listen)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    if listen:
-        cfg.listen = listen
     if state_dir:
         cfg.state_dir = Path(state_dir).expanduser().resolve()
     if slot:

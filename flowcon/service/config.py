@@ -221,6 +221,14 @@ class AllocatorFile(Strict):
 SECTIONS = ("allocator", "gpus", "executor")
 
 
+def check_listen(value: str) -> str:
+    """``--listen`` as the config's ``allocator.listen`` is checked (ConfigError if bad)."""
+    try:
+        return schema_validate(AllocatorSection, {"listen": value}, "--listen").listen
+    except SchemaError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _read_mapping(p: Path) -> dict[str, Any]:
     """The YAML file's top-level mapping."""
     try:

@@ -145,3 +145,20 @@ def test_clients_take_flag_env_then_config(tmp_path: Path, monkeypatch: pytest.M
     secret.write_text("from-file\n")
     p.write_text(f"allocator: {{url: 'http://h:1', token_file: {secret}}}\n")
     assert client_settings(str(p), None, None) == ("http://h:1", "from-file")
+
+
+def test_the_allocator_command_prints_one_line_per_error(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from flowcon.cli import main
+
+    p = tmp_path / "allocator.yaml"
+    p.write_text("allocator: {ewma_alpha: 5}\nexecutor: {grace: 5}\n")
+    res = CliRunner().invoke(main, ["allocator", "--config", str(p)])
+    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert "allocator.ewma_alpha: 5 is not allowed: a fraction in (0, 1]" in res.output
+    assert "executor.grace: unknown key" in res.output
+    p.write_text("allocator: {listen: '127.0.0.1:0'}\n")
+    res = CliRunner().invoke(main, ["allocator", "--config", str(p), "--listen", "nope"])
+    assert res.exit_code == 1
+    assert '--listen: listen: "nope" is not allowed: HOST:PORT' in res.output
