@@ -434,7 +434,13 @@ def run_daemon(cfg: AllocatorConfig) -> None:
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
     alloc.start()
-    print(f"flowcon allocator listening on {alloc.url} (token file {cfg.token_path})", flush=True)
+    operator = "from the config" if cfg.token else f"in {cfg.token_path}"
+    roles = [r for r in ("user", "read", "agent") if getattr(cfg, f"{r}_token")]
+    print(
+        f"flowcon allocator listening on {alloc.url} (operator token {operator}; "
+        f"role tokens: {', '.join(roles) or 'none, the operator token serves every role'})",
+        flush=True,
+    )
     try:
         while not done.wait(1.0):
             pass
