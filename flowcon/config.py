@@ -195,6 +195,8 @@ def from_mapping(
     data: Mapping[str, Any], source: str = "", sources: Mapping[str, str] | None = None
 ) -> Config:
     """A Config from a mapping (a YAML document); ConfigError names each bad key."""
+    if "allocator" in data and data["allocator"] is None:
+        data = {**data, "allocator": {}}  # an empty section, as before
     try:
         return schema_validate(Config, data, source, sources)
     except SchemaError as exc:

@@ -77,6 +77,10 @@ def test_the_shipped_file_is_the_defaults() -> None:
     assert load(REPO / "agent" / "flowcon.yaml", {}) == load(None, {})
 
 
+def test_an_empty_allocator_section_is_the_defaults(tmp_path: Path) -> None:
+    assert _load(tmp_path, "allocator:\n").allocator == load(None, {}).allocator
+
+
 def test_good_values(tmp_path: Path) -> None:
     cfg = _load(
         tmp_path,
