@@ -3,154 +3,207 @@
 alpha 5% and itval 20 s are the settings the paper evaluates most (section 5.3);
 beta = 2 is what its section 5.3 example implies: with two containers the slow one
 in CL gets 1/(beta * 2) = 0.25 of the host.
+
+The schema is a strict pydantic model (flowcon.schema): unknown keys and wrong types are
+refused with a message naming the field, the value and what is allowed. Each key can be
+set from the environment (``FLOWCON_<KEY>``, ``FLOWCON_ALLOCATOR_<KEY>``, ``*_FILE``
+variants); ``FLOWCON_CONFIG`` names the file. See docs/agent.md.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, fields
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from pydantic import Field, ValidationInfo, field_validator
+
+from flowcon.schema import SchemaError, Strict, env_overrides, label_problem, merge, path_problem
+from flowcon.schema import validate as schema_validate
+
+ENV_CONFIG = "FLOWCON_CONFIG"
+# Swarm secret read for allocator.token when neither token nor token_file is set
+AGENT_SECRET = "/run/secrets/flowcon_agent_token"
+
+_HOST_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
+_DOCKER_HOST_RE = re.compile(r"^(unix|tcp|ssh|npipe|http|https)://\S+$")
 
 
 class ConfigError(ValueError):
     """The configuration file cannot be used; the message says which key and why."""
 
 
-def _positive(name: str, value: float) -> None:
-    if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"{name} must be a positive number, got {value!r}")
+def _finite(ge: float | None = None, gt: float | None = None, **kw: Any) -> Any:
+    return Field(ge=ge, gt=gt, allow_inf_nan=False, **kw)
 
 
-@dataclass
-class AllocatorConfig:
-    url: str | None = None  # e.g. http://manager:8080; None: do not report
-    token: str | None = None
-    timeout: float = 5.0
+class AllocatorConfig(Strict):
+    url: str | None = Field(
+        None, description="http(s)://HOST:PORT of the allocator, or null (do not report)"
+    )
+    token: str | None = Field(None, description="the allocator's agent (or operator) token")
+    token_file: str | None = Field(
+        None, description="a file holding the token (e.g. /run/secrets/flowcon_agent_token)"
+    )
+    timeout: float = _finite(gt=0, default=5.0, description="seconds > 0")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^\s/]+", value):
+            raise ValueError("http(s)://HOST:PORT of the allocator, or null")
+        return value
+
+    @field_validator("token_file")
+    @classmethod
+    def _token_file(cls, value: str | None) -> str | None:
+        why = path_problem(value) if value is not None else None
+        if why:
+            raise ValueError(why)
+        return value
 
 
-@dataclass
-class Config:
-    alpha: float = 0.05
-    itval: float = 20.0
-    itval_max: float = 320.0  # cap of the exponential back-off
-    beta: float = 2.0
-    reference_intervals: int = 3  # intervals that set a job's reference G
-    min_cpu_share: float = 0.01  # floor of R in G = P / R
-    min_update_cpus: float = 0.02  # limit changes smaller than this are not sent to the engine
-    state_file: str = "/var/lib/flowcon/agent-state.json"
-    docker_host: str | None = None  # None: DOCKER_HOST or the default socket
-    metrics_port: int | None = None  # Prometheus /metrics; None: off
-    metrics_addr: str = "0.0.0.0"
-    log_tail: int = 200  # lines read from a container's existing log when first seen
-    max_line_bytes: int = 64 * 1024
-    history: int = 120  # measurements kept per container (status, debugging)
-    reconnect_max: float = 10.0  # cap of the event-stream reconnect back-off, s
+class Config(Strict):
+    alpha: float = Field(0.05, gt=0, lt=1, description="a fraction in (0, 1)")
+    itval: float = _finite(gt=0, default=20.0, description="seconds > 0")
+    itval_max: float = _finite(  # cap of the exponential back-off
+        gt=0, default=320.0, description="seconds > 0, at least itval"
+    )
+    beta: float = _finite(gt=0, default=2.0, description="a number > 0")
+    reference_intervals: int = Field(  # intervals that set a job's reference G
+        3, ge=1, description="an integer >= 1"
+    )
+    min_cpu_share: float = Field(  # floor of R in G = P / R
+        0.01, gt=0, le=1, description="a share of the host in (0, 1]"
+    )
+    min_update_cpus: float = Field(  # limit changes smaller than this are not sent
+        0.02, ge=0, lt=1, description="CPUs in [0, 1)"
+    )
+    state_file: str = Field(
+        "/var/lib/flowcon/agent-state.json", description="a file path without '..'"
+    )
+    docker_host: str | None = Field(  # None: DOCKER_HOST or the default socket
+        None, description="an engine URL such as unix:///var/run/docker.sock or tcp://h:2375"
+    )
+    metrics_port: int | None = Field(  # Prometheus /metrics; None: off
+        None, ge=1, le=65535, description="a TCP port 1..65535, or null (off)"
+    )
+    metrics_addr: str = Field("0.0.0.0", description="an IP address or host name to listen on")
+    log_tail: int = Field(  # lines read from a container's existing log when first seen
+        200, ge=0, description="an integer >= 0"
+    )
+    max_line_bytes: int = Field(64 * 1024, ge=1, description="an integer >= 1")
+    history: int = Field(120, ge=1, description="an integer >= 1")  # measurements kept
+    reconnect_max: float = _finite(  # cap of the event-stream reconnect back-off, s
+        gt=0, default=10.0, description="seconds > 0"
+    )
     # CPU time: "auto" reads the containers' cgroup files under cgroup_root when they are
     # reachable (no engine call), else the engine's stats; "engine" always asks the engine.
-    cpu_source: str = "auto"
-    cgroup_root: str = "/sys/fs/cgroup"
+    cpu_source: Literal["auto", "engine"] = Field("auto", description="auto or engine")
+    cgroup_root: str = Field("/sys/fs/cgroup", description="an absolute directory path")
     # With CPU from cgroups, block/network I/O (shown by `flowcon status`) come from the
     # engine's stats at most this often, in seconds (0: every round).
-    io_stats_interval: float = 60.0
-    dry_run: bool = False
+    io_stats_interval: float = _finite(ge=0, default=60.0, description="seconds >= 0")
+    dry_run: bool = Field(False, description="true or false")
     # Only containers carrying all these labels (with these values) are considered: lets
     # several agents (tests, replays) share one engine without touching each other's jobs.
-    match_labels: dict[str, str] = field(default_factory=dict)
-    allocator: AllocatorConfig = field(default_factory=AllocatorConfig)
+    match_labels: dict[str, str] = Field(
+        default_factory=dict, description="a mapping of label names to string values"
+    )
+    allocator: AllocatorConfig = Field(
+        default_factory=AllocatorConfig, description="a mapping (url, token, token_file, timeout)"
+    )
 
-    def validate(self) -> None:
-        """Each field in turn; the first bad one raises ConfigError naming it."""
-        self._validate_timing()
-        self._validate_sources()
-        self._validate_counts()
-        self._validate_allocator()
+    @field_validator("itval_max")
+    @classmethod
+    def _itval_max(cls, value: float, info: ValidationInfo) -> float:
+        itval = info.data.get("itval")
+        if isinstance(itval, float | int) and value < itval:
+            raise ValueError(f"seconds, at least itval ({itval})")
+        return value
 
-    def _validate_timing(self) -> None:
-        for name in ("alpha", "itval", "itval_max", "beta", "min_cpu_share", "reconnect_max"):
-            _positive(name, getattr(self, name))
-        if self.itval_max < self.itval:
-            raise ConfigError(f"itval_max ({self.itval_max}) is below itval ({self.itval})")
-        if not isinstance(self.min_update_cpus, int | float) or not (0 <= self.min_update_cpus < 1):
-            raise ConfigError(f"min_update_cpus must be in [0, 1), got {self.min_update_cpus!r}")
+    @field_validator("docker_host")
+    @classmethod
+    def _docker_host(cls, value: str | None) -> str | None:
+        if value is not None and not _DOCKER_HOST_RE.match(value):
+            raise ValueError("an engine URL such as unix:///var/run/docker.sock or tcp://h:2375")
+        return value
 
-    def _validate_sources(self) -> None:
-        if self.cpu_source not in ("auto", "engine"):
-            raise ConfigError(f"cpu_source must be auto or engine, got {self.cpu_source!r}")
-        if not isinstance(self.cgroup_root, str) or not self.cgroup_root:
-            raise ConfigError(f"cgroup_root must be a directory path, got {self.cgroup_root!r}")
-        if (
-            not isinstance(self.io_stats_interval, int | float)
-            or isinstance(self.io_stats_interval, bool)
-            or not math.isfinite(self.io_stats_interval)
-            or self.io_stats_interval < 0
-        ):
-            value = self.io_stats_interval
-            raise ConfigError(f"io_stats_interval must be a number of seconds >= 0, got {value!r}")
-        if self.min_cpu_share > 1:
-            raise ConfigError("min_cpu_share is a share of the host: at most 1")
+    @field_validator("metrics_addr")
+    @classmethod
+    def _metrics_addr(cls, value: str) -> str:
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            if not _HOST_RE.match(value):
+                raise ValueError("an IP address or host name to listen on") from None
+        return value
 
-    def _validate_counts(self) -> None:
-        for name in ("reference_intervals", "history", "max_line_bytes"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.log_tail, int) or self.log_tail < 0:
-            raise ConfigError(f"log_tail must be an integer >= 0, got {self.log_tail!r}")
-        if self.metrics_port is not None and not (
-            isinstance(self.metrics_port, int) and 0 < self.metrics_port < 65536
-        ):
-            raise ConfigError(f"metrics_port must be a TCP port, got {self.metrics_port!r}")
+    @field_validator("state_file", "cgroup_root")
+    @classmethod
+    def _paths(cls, value: str, info: ValidationInfo) -> str:
+        why = path_problem(value, absolute=info.field_name == "cgroup_root")
+        if why:
+            raise ValueError(why)
+        return value
 
-    def _validate_allocator(self) -> None:
-        if self.allocator.url is not None and not str(self.allocator.url).startswith(
-            ("http://", "https://")
-        ):
-            raise ConfigError(f"allocator.url must be http(s)://..., got {self.allocator.url!r}")
-        _positive("allocator.timeout", self.allocator.timeout)
-        if not isinstance(self.match_labels, dict) or not all(
-            isinstance(k, str) and isinstance(v, str | int | float) and not isinstance(v, bool)
-            for k, v in self.match_labels.items()
-        ):
-            raise ConfigError("match_labels must map label names to string values")
-        self.match_labels = {k: str(v) for k, v in self.match_labels.items()}
+    @field_validator("match_labels", mode="before")
+    @classmethod
+    def _labels(cls, value: Any) -> Any:
+        """Numbers as label values are written as strings (``flowcon.test: 1``)."""
+        if not isinstance(value, Mapping):
+            return value
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                v = str(v)
+            if isinstance(k, str) and isinstance(v, str):
+                why = label_problem(k, v)
+                if why:
+                    raise ValueError(f"{why}: {k!r}")
+            out[k] = v
+        return out
 
 
-_INT_FIELDS = {"reference_intervals", "history", "max_line_bytes", "log_tail", "metrics_port"}
+def _error(exc: SchemaError) -> ConfigError:
+    return ConfigError(str(exc))
 
 
-def from_mapping(data: dict[str, Any]) -> Config:
-    known = {f.name for f in fields(Config)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"unknown key(s): {', '.join(unknown)}")
-    values = dict(data)
-    alloc_raw = values.pop("allocator", None) or {}
-    if not isinstance(alloc_raw, dict):
-        raise ConfigError("allocator must be a mapping with url and token")
-    alloc_known = {f.name for f in fields(AllocatorConfig)}
-    if set(alloc_raw) - alloc_known:
-        bad = ", ".join(sorted(set(alloc_raw) - alloc_known))
-        raise ConfigError(f"unknown allocator key(s): {bad}")
-    for name, value in values.items():
-        if name in _INT_FIELDS and isinstance(value, float) and value.is_integer():
-            values[name] = int(value)
+def _resolve_token(cfg: Config, source: str) -> Config:
+    """allocator.token from token_file, else the Swarm secret, when not given."""
+    alloc = cfg.allocator
+    if alloc.token:
+        return cfg
+    path = alloc.token_file or (AGENT_SECRET if Path(AGENT_SECRET).is_file() else None)
+    if path is None:
+        return cfg
     try:
-        cfg = Config(**values, allocator=AllocatorConfig(**alloc_raw))
-    except TypeError as exc:
-        raise ConfigError(str(exc)) from None
-    cfg.validate()
+        token = Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(
+            f"{source}allocator.token_file: cannot read {path}: {exc.strerror or exc}"
+        ) from None
+    alloc.token = token or None
     return cfg
 
 
-def load(path: str | Path | None) -> Config:
-    """Read a YAML file; None gives the defaults. Raises ConfigError with a clear message."""
-    if path is None:
-        cfg = Config()
-        cfg.validate()
-        return cfg
+def from_mapping(
+    data: Mapping[str, Any], source: str = "", sources: Mapping[str, str] | None = None
+) -> Config:
+    """A Config from a mapping (a YAML document); ConfigError names each bad key."""
+    if "allocator" in data and data["allocator"] is None:
+        data = {**data, "allocator": {}}  # an empty section, as before
+    try:
+        return schema_validate(Config, data, source, sources)
+    except SchemaError as exc:
+        raise _error(exc) from None
+
+
+def _read(path: str | Path) -> dict[str, Any]:
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -163,7 +216,20 @@ def load(path: str | Path | None) -> Config:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of settings")
+    return data
+
+
+def load(path: str | Path | None, environ: Mapping[str, str] | None = None) -> Config:
+    """Read a YAML file (None: ``FLOWCON_CONFIG``, else the defaults), then the
+    ``FLOWCON_*`` overrides. Raises ConfigError naming the key (or variable) and why."""
+    env = os.environ if environ is None else environ
+    if path is None and env.get(ENV_CONFIG):
+        path = env[ENV_CONFIG]
+    data = _read(path) if path is not None else {}
     try:
-        return from_mapping(data)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        over, sources = env_overrides(Config, env)
+    except SchemaError as exc:
+        raise _error(exc) from None
+    source = str(path) if path is not None else ""
+    cfg = from_mapping(merge(data, over), source, sources)
+    return _resolve_token(cfg, f"{source}: " if source else "")

@@ -1,21 +1,21 @@
 """The allocator's local HTTP JSON API (stdlib ThreadingHTTPServer).
 
-Routes (all JSON):
-  GET    /healthz                    liveness + schema version
-  GET    /metrics                    Prometheus text
-  GET    /api/v1/jobs                every job
-  GET    /api/v1/jobs/{name}         one job, with its admissions and events
-  POST   /api/v1/jobs                submit a job spec (JSON object or YAML text)   [token]
-  DELETE /api/v1/jobs/{name}         cancel                                         [token]
-  POST   /api/v1/measurements        agent measurements                             [token]
+Routes (all JSON), with the role each needs (flowcon.service.auth):
+  GET    /healthz                    liveness + schema version                      public
+  GET    /metrics                    Prometheus text                                public
+  GET    /api/v1/jobs                every job (env values as "***")                read
+  GET    /api/v1/jobs/{name}         one job, with its admissions and events        read
+  POST   /api/v1/jobs                submit a job spec (JSON object or YAML text)   user
+  DELETE /api/v1/jobs/{name}         cancel                                         user
+  POST   /api/v1/measurements        agent measurements                             agent
 
-Calls that change anything need ``Authorization: Bearer <token>``; the token is checked
-before the body is even read, so a refused call cannot change state.
+Calls carry ``Authorization: Bearer <token>``; the token and the body's declared size are
+checked before the body is read (401/403, 411 without Content-Length, 413 over 1 MiB), so
+a refused call cannot change state.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import threading
@@ -25,6 +25,8 @@ from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
 
 import yaml
+
+from flowcon.service.auth import Credentials, required_role
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ class Service(Protocol):
 
 
 _JSON = "application/json"
+_WITH_BODY = ("POST", "PUT", "PATCH")
 
 
 def _parse_body(raw: bytes, content_type: str) -> Any:
@@ -75,12 +78,13 @@ def _parse_body(raw: bytes, content_type: str) -> Any:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    """The routes of the allocator; ``_handler_class`` binds the service and the token."""
+    """The routes of the allocator; ``_handler_class`` binds the service and credentials."""
 
     server_version = "flowcon-allocator/1"
     protocol_version = "HTTP/1.1"
     service: Service
-    expected: bytes  # the Authorization header that mutating requests must carry
+    credentials: Credentials
+    _length = 0  # the request body's declared size, until the route reads it
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         log.debug("%s %s", self.address_string(), format % args)
@@ -95,33 +99,59 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _authorised(self) -> bool:
-        got = (self.headers.get("Authorization") or "").strip().encode()
-        return hmac.compare_digest(got, self.expected)
+    def _authorise(self, method: str, path: str) -> None:
+        """401 without a known token, 403 when the token lacks the route's role."""
+        status = self.credentials.check(
+            self.headers.get("Authorization"), required_role(method, path)
+        )
+        if status == 401:
+            raise ApiError(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
+        if status == 403:
+            raise ApiError(HTTPStatus.FORBIDDEN, "this token may not do that")
 
-    def _body(self) -> Any:
+    def _declared_length(self, method: str) -> int:
+        """The body's Content-Length, checked before anything is read."""
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            if method in _WITH_BODY:
+                raise ApiError(HTTPStatus.LENGTH_REQUIRED, "Content-Length required")
+            return 0
         try:
-            length = int(self.headers.get("Content-Length") or 0)
+            length = int(raw)
         except ValueError:
             raise ApiError(HTTPStatus.BAD_REQUEST, "bad Content-Length") from None
+        if length < 0:
+            raise ApiError(HTTPStatus.BAD_REQUEST, "bad Content-Length")
         if length > MAX_BODY:
-            raise ApiError(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "body too large")
-        raw = self.rfile.read(length) if length > 0 else b""
+            raise ApiError(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} bytes", limit=MAX_BODY
+            )
+        return length
+
+    def _body(self) -> Any:
+        raw = self.rfile.read(self._length) if self._length > 0 else b""
+        self._length = 0
         return _parse_body(raw, self.headers.get("Content-Type") or _JSON)
 
     def _route(self, method: str) -> None:
         path = urlsplit(self.path).path.rstrip("/") or "/"
+        self._length = 0
         try:
-            if method in ("POST", "DELETE", "PUT", "PATCH") and not self._authorised():
-                # Refuse without reading the body; the connection is closed after.
+            try:
+                self._authorise(method, path)
+                self._length = self._declared_length(method)
+            except ApiError:
+                # Refused without reading the body; the connection is closed after.
                 self.close_connection = True
-                raise ApiError(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
+                raise
             status, body, ctype = self._dispatch(method, path)
         except ApiError as exc:
             status, body, ctype = exc.status, exc.body, _JSON
         except Exception as exc:  # a bug must not kill the server thread
             log.exception("%s %s failed", method, path)
             status, body, ctype = 500, {"error": f"internal error: {exc}"}, _JSON
+        if self._length > 0:
+            self.close_connection = True  # a body the route did not read
         self._send(status, body, ctype)
 
     # -- routes -----------------------------------------------------------------------
@@ -181,17 +211,31 @@ class _Handler(BaseHTTPRequestHandler):
     def do_PUT(self) -> None:  # noqa: N802
         self._route("PUT")
 
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._route("PATCH")
 
-def _handler_class(service: Service, token: str) -> type[BaseHTTPRequestHandler]:
-    """A request handler class bound to ``service`` and the bearer ``token``."""
-    attrs = {"service": service, "expected": f"Bearer {token}".encode()}
+
+def _handler_class(
+    service: Service, credentials: Credentials | str
+) -> type[BaseHTTPRequestHandler]:
+    """A request handler class bound to ``service`` and its credentials (a plain string:
+    the operator token alone)."""
+    if isinstance(credentials, str):
+        credentials = Credentials(operator=credentials)
+    attrs = {"service": service, "credentials": credentials}
     return type("Handler", (_Handler,), attrs)
 
 
 class ApiServer:
     """The HTTP server on its own thread; ``port=0`` picks a free port."""
 
-    def __init__(self, service: Service, token: str, host: str = "127.0.0.1", port: int = 0):
+    def __init__(
+        self,
+        service: Service,
+        token: Credentials | str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ):
         self.httpd = ThreadingHTTPServer((host, port), _handler_class(service, token))
         self.httpd.daemon_threads = True
         self._thread: threading.Thread | None = None

@@ -40,9 +40,11 @@ def _fail(exc: Exception) -> None:
         msg = str(exc)
         field = exc.body.get("field")
         if field:
-            msg = f"invalid spec, field '{field}': {exc.body.get('error', msg)}"
+            msg = f"invalid spec: {exc.body.get('error', msg)}"
         elif exc.status == 401:
             msg = f"{msg} (give --token, {ENV_TOKEN}, or the config with the daemon's token)"
+        elif exc.status == 403:
+            msg = f"{msg} (submit and cancel need the user or operator token; reads any but agent)"
         raise click.ClickException(msg)
     raise exc
 
@@ -51,20 +53,24 @@ def _fail(exc: Exception) -> None:
 @_config_opt
 @click.option("--listen", help="HOST:PORT to serve the API on (overrides the config).")
 @click.option("--state-dir", type=click.Path(file_okay=False), help="Where the DB lives.")
-@click.option("--slot", type=float, help="Scheduling slot in seconds (overrides the config).")
+@click.option(
+    "--slot",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Scheduling slot in seconds (overrides the config).",
+)
 def allocator(
     config_path: str | None, listen: str | None, state_dir: str | None, slot: float | None
 ) -> None:
     """Run the elastic GPU allocator daemon (ElasticFlow admission + allocation)."""
-    from flowcon.service.config import load_config
+    from flowcon.service.config import check_listen, load_config
     from flowcon.service.daemon import run_daemon
 
     try:
         cfg = load_config(config_path)
+        if listen:
+            cfg.listen = check_listen(listen)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    if listen:
-        cfg.listen = listen
     if state_dir:
         cfg.state_dir = Path(state_dir).expanduser().resolve()
     if slot:
@@ -84,7 +90,7 @@ def read_spec_file(path: Path) -> dict[str, Any]:
         load_jobspec(path)
         data = yaml.safe_load(path.read_text())
     except JobSpecError as exc:
-        msg = f"invalid spec {path}, field '{exc.field}': {exc.message}"
+        msg = f"invalid spec {path}: {exc}"
         raise click.ClickException(msg) from None
     except (OSError, yaml.YAMLError) as exc:
         raise click.ClickException(f"cannot read {path}: {exc}") from None

@@ -19,6 +19,7 @@ from typing import Any, cast
 
 from flowcon.contract import Measurement
 from flowcon.service.api import ApiError, ApiServer
+from flowcon.service.auth import Credentials
 from flowcon.service.config import AllocatorConfig, ensure_token
 from flowcon.service.jobspec import JobSpec, JobSpecError, parse_jobspec
 from flowcon.service.metrics import AllocatorMetrics
@@ -43,7 +44,10 @@ class Allocator:
         self.cfg = cfg
         self.clock = clock
         self.store = Store(cfg.db_path)
-        self.token = ensure_token(cfg)
+        self.token = ensure_token(cfg)  # the operator's: valid for every role
+        self.credentials = Credentials(
+            operator=self.token, user=cfg.user_token, read=cfg.read_token, agent=cfg.agent_token
+        )
         self.target = target
         inventory = target.inventory if target is not None else None
         if total_gpus is None:
@@ -104,7 +108,7 @@ class Allocator:
             self._start_profiling(spec, spec.gpu_counts_to_profile(self.total_gpus))
         self.server = ApiServer(
             self,
-            self.token,
+            self.credentials,
             host=host or self.cfg.host,
             port=self.cfg.port if port is None else port,
         )
@@ -239,9 +243,9 @@ class Allocator:
     def submit(self, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         now = self.clock()
         try:
-            parsed = parse_jobspec(spec, now=now)
+            parsed = parse_jobspec(spec, now=now, allow_files=False)
         except JobSpecError as exc:
-            raise ApiError(400, exc.message, field=exc.field) from None
+            raise ApiError(400, str(exc), field=exc.field, errors=exc.problems) from None
         if parsed.profile_auto:
             return self._submit_auto(parsed, now)
         try:
@@ -430,7 +434,13 @@ def run_daemon(cfg: AllocatorConfig) -> None:
     signal.signal(signal.SIGINT, _stop)
     signal.signal(signal.SIGTERM, _stop)
     alloc.start()
-    print(f"flowcon allocator listening on {alloc.url} (token file {cfg.token_path})", flush=True)
+    operator = "from the config" if cfg.token else f"in {cfg.token_path}"
+    roles = [r for r in ("user", "read", "agent") if getattr(cfg, f"{r}_token")]
+    print(
+        f"flowcon allocator listening on {alloc.url} (operator token {operator}; "
+        f"role tokens: {', '.join(roles) or 'none, the operator token serves every role'})",
+        flush=True,
+    )
     try:
         while not done.wait(1.0):
             pass

@@ -4,8 +4,12 @@ A job names an image and a command written as single-device training; the platfo
 the GPU count and tells the job its local batch size. Termination is a maximum number of
 iterations; the deadline is absolute or relative to submission, or the job is best-effort.
 
-Parsing is strict: unknown keys are errors (a typo must not silently drop a deadline), and
-every error names the field, so a bad spec is rejected before anything is created.
+Parsing is strict (the schema is a flowcon.schema model): unknown keys are errors (a typo
+must not silently drop a deadline), types are not coerced, and every error names the
+field, so a bad spec is rejected before anything is created. The name becomes part of
+container names and labels, so it is a DNS label; the image must be an image reference; a
+profile path may not climb out with '..', and the daemon reads no file a client names
+(``allow_files=False``: the client inlines the points).
 
 Example::
 
@@ -35,29 +39,31 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import Field, field_validator
 
-NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
+from flowcon.schema import SchemaError, Strict, path_problem, show
+from flowcon.schema import validate as schema_validate
+
+# a DNS label of at most 40 characters, starting with a letter: safe in container,
+# service and network names and in label values
+NAME_RE = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
+NAME_RULE = (
+    "a DNS label: lowercase letters, digits and '-', 1-40 chars, starting with a letter "
+    "and ending with a letter or digit"
+)
+# registry[:port]/path:tag@digest, as docker accepts it
+IMAGE_RE = re.compile(
+    r"^(?:(?:localhost|[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+)(?::[0-9]{1,5})?/"
+    r"|[a-zA-Z0-9-]+:[0-9]{1,5}/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
+)
+IMAGE_RULE = "an image reference such as repo/name:tag (no spaces or shell characters)"
 _DURATION_RE = re.compile(
     r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?"
     r"(?:(\d+(?:\.\d+)?)s)?$"
 )
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-KNOWN_KEYS = frozenset(
-    {
-        "name",
-        "image",
-        "command",
-        "global_batch_size",
-        "iterations",
-        "deadline",
-        "best_effort",
-        "min_gpus",
-        "max_gpus",
-        "profile",
-        "env",
-    }
-)
 
 
 class JobSpecError(ValueError):
@@ -67,6 +73,7 @@ class JobSpecError(ValueError):
         super().__init__(f"{field_name}: {message}")
         self.field = field_name
         self.message = message
+        self.problems: list[str] = [f"{field_name}: {message}"]
 
 
 @dataclass(frozen=True)
@@ -191,17 +198,15 @@ def _deadline(data: Mapping[str, Any], submit: float) -> tuple[bool, float | Non
     return best_effort, deadline
 
 
-def _gpu_bounds(data: Mapping[str, Any], gbs: int) -> tuple[int, int | None]:
+def _gpu_bounds(f: SpecFields) -> tuple[int, int | None]:
     """(min_gpus, max_gpus); the global batch must split over min_gpus."""
-    min_gpus = _positive_int(data.get("min_gpus", 1), "min_gpus")
-    max_gpus = None
-    if data.get("max_gpus") is not None:
-        max_gpus = _positive_int(data["max_gpus"], "max_gpus")
-        if max_gpus < min_gpus:
-            raise JobSpecError("max_gpus", f"{max_gpus} is below min_gpus {min_gpus}")
-    if gbs < min_gpus:
-        raise JobSpecError("global_batch_size", f"{gbs} cannot be split over min_gpus {min_gpus}")
-    return min_gpus, max_gpus
+    if f.max_gpus is not None and f.max_gpus < f.min_gpus:
+        raise JobSpecError("max_gpus", f"{f.max_gpus} is below min_gpus {f.min_gpus}")
+    if f.global_batch_size < f.min_gpus:
+        raise JobSpecError(
+            "global_batch_size", f"{f.global_batch_size} cannot be split over min_gpus {f.min_gpus}"
+        )
+    return f.min_gpus, f.max_gpus
 
 
 def _profile(raw_profile: Any, base_dir: str | Path) -> tuple[ThroughputProfile | None, bool]:
@@ -215,40 +220,85 @@ def _profile(raw_profile: Any, base_dir: str | Path) -> tuple[ThroughputProfile 
     raise JobSpecError("profile", "must be 'auto', a file path or a mapping gpus -> iters/s")
 
 
+class SpecFields(Strict):
+    """The spec's fields as the schema checks them; deadline, profile, command and env
+    take several forms and are checked after, by the functions below (naming the field)."""
+
+    name: str = Field(description=NAME_RULE)
+    image: str = Field(description=IMAGE_RULE)
+    command: Any = Field(description="a string or a list of strings")
+    global_batch_size: int = Field(ge=1, description="an integer >= 1")
+    iterations: int = Field(ge=1, description="an integer >= 1")
+    deadline: Any = Field(None, description="an ISO time or a duration like 30m")
+    best_effort: bool = Field(False, description="true or false")
+    min_gpus: int = Field(1, ge=1, description="an integer >= 1")
+    max_gpus: int | None = Field(None, ge=1, description="an integer >= 1, or null")
+    profile: Any = Field(None, description="'auto', a file path or a mapping gpus -> iters/s")
+    env: Any = Field(default_factory=dict, description="a mapping NAME: value")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_RE.match(value):
+            raise ValueError(NAME_RULE)
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if len(value) > 255 or not IMAGE_RE.match(value):
+            raise ValueError(IMAGE_RULE)
+        return value
+
+
+KNOWN_KEYS = frozenset(SpecFields.model_fields)
+
+
+def _fields(data: Mapping[str, Any]) -> SpecFields:
+    """The schema's view of the spec; JobSpecError names the first bad field (all of them
+    are in ``problems``)."""
+    if any(not isinstance(k, str) for k in data):
+        bad = next(k for k in data if not isinstance(k, str))
+        raise JobSpecError(str(bad), "unknown field (field names are strings)")
+    try:
+        return schema_validate(SpecFields, data, "")
+    except SchemaError as exc:
+        first = exc.problems[0]
+        text = str(first).split(": ", 1)[1] if ": " in str(first) else first.allowed
+        err = JobSpecError(first.field, text)
+        err.problems = [str(p) for p in exc.problems]
+        raise err from None
+
+
 def parse_jobspec(
-    source: str | Mapping[str, Any], base_dir: str | Path = ".", now: float | None = None
+    source: str | Mapping[str, Any],
+    base_dir: str | Path = ".",
+    now: float | None = None,
+    allow_files: bool = True,
 ) -> JobSpec:
+    """A spec from YAML text or a mapping. ``allow_files=False`` (the daemon) refuses a
+    profile given as a file path: the client reads its own files."""
     data = _load(source)
     if not isinstance(data, Mapping):
         raise JobSpecError("spec", "must be a mapping of fields")
-    unknown = sorted(str(k) for k in data if k not in KNOWN_KEYS)
-    if unknown:
-        raise JobSpecError(unknown[0], f"unknown field (known: {', '.join(sorted(KNOWN_KEYS))})")
     submit = time.time() if now is None else now
-
-    name = _required(data, "name")
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise JobSpecError(
-            "name", "lowercase letters, digits and '-', 1-40 chars, not starting/ending in '-'"
-        )
-    image = _required(data, "image")
-    if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
-        raise JobSpecError("image", "must be an image reference such as repo/name:tag")
-    command = _command(_required(data, "command"))
-    gbs = _positive_int(_required(data, "global_batch_size"), "global_batch_size")
-    iterations = _positive_int(_required(data, "iterations"), "iterations")
-
+    f = _fields(data)
+    command = _command(f.command)
     best_effort, deadline = _deadline(data, submit)
-    min_gpus, max_gpus = _gpu_bounds(data, gbs)
-    profile, profile_auto = _profile(data.get("profile"), base_dir)
-
-    env = _env(data.get("env", {}))
+    min_gpus, max_gpus = _gpu_bounds(f)
+    if isinstance(f.profile, str) and f.profile != "auto":
+        why = path_problem(f.profile)
+        if why:
+            raise JobSpecError("profile", f"{show(f.profile)} is not allowed: {why}")
+        if not allow_files:
+            raise JobSpecError("profile", "a file path is read by the client: send the points")
+    profile, profile_auto = _profile(f.profile, base_dir)
     return JobSpec(
-        name=name,
-        image=image,
+        name=f.name,
+        image=f.image,
         command=command,
-        global_batch_size=gbs,
-        iterations=iterations,
+        global_batch_size=f.global_batch_size,
+        iterations=f.iterations,
         submit_time=submit,
         deadline=deadline,
         best_effort=best_effort,
@@ -256,7 +306,7 @@ def parse_jobspec(
         max_gpus=max_gpus,
         profile=profile,
         profile_auto=profile_auto,
-        env=env,
+        env=_env(f.env),
     )
 
 
@@ -332,12 +382,6 @@ def load_profile(path: Path) -> ThroughputProfile:
     return ThroughputProfile.from_mapping(rows)
 
 
-def _required(data: Mapping[str, Any], key: str) -> Any:
-    if key not in data or data[key] is None:
-        raise JobSpecError(key, "required")
-    return data[key]
-
-
 def _positive_int(value: Any, name: str) -> int:
     if isinstance(value, bool):
         raise JobSpecError(name, "must be a positive integer")
@@ -372,6 +416,8 @@ def _command(value: Any) -> tuple[str, ...]:
         raise JobSpecError("command", "must be a string or a list of strings")
     if not parts:
         raise JobSpecError("command", "is empty")
+    if any("\x00" in p for p in parts):
+        raise JobSpecError("command", "contains a NUL character")
     return tuple(parts)
 
 
@@ -387,6 +433,8 @@ def _env(value: Any) -> dict[str, str]:
         if isinstance(v, Mapping | list) or v is None:
             raise JobSpecError(f"env.{k}", "must be a scalar")
         out[k] = str(v).lower() if isinstance(v, bool) else str(v)
+        if "\x00" in out[k]:
+            raise JobSpecError(f"env.{k}", "contains a NUL character")
     return out
 
 

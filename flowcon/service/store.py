@@ -167,8 +167,20 @@ class JobRecord:
             "measured": {str(k): v for k, v in sorted(self.measured.items())},
             "measured_samples": {str(k): int(v) for k, v in sorted(self.measured_n.items())},
             "deadline_met": self.deadline_met,
-            "spec": self.spec,
+            "spec": redacted(self.spec),
         }
+
+
+REDACTED = "***"
+
+
+def redacted(spec: dict[str, Any]) -> dict[str, Any]:
+    """A stored spec as the API shows it: ``env`` names kept, values replaced by "***"
+    (they may hold credentials; only the containers get them)."""
+    env = spec.get("env")
+    if not isinstance(env, dict) or not env:
+        return spec
+    return {**spec, "env": {str(k): REDACTED for k in env}}
 
 
 @dataclass(frozen=True)

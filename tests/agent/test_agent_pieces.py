@@ -105,7 +105,7 @@ def test_config_defaults_and_errors(tmp_path: Path) -> None:
     for text, needle in [
         ("alpha: [1", "not valid YAML"),
         ("alpah: 0.1", "unknown key"),
-        ("itval: -3", "itval must be"),
+        ("itval: -3", "itval: -3 is not allowed: seconds > 0"),
         ("itval: 30\nitval_max: 10", "itval_max"),
         ("allocator: {url: ftp://x}", "allocator.url"),
         ("- 1\n- 2", "mapping"),

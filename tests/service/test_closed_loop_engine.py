@@ -7,6 +7,9 @@ the profile's rate). The agent runs as a subprocess (``flowcon agent --config X`
 allocator; the allocator must refine A's curve to the measured speed, log it, and decide a
 later marginal job B with it: dropped, where the profile alone admits it (checked with the
 core's admit() on the same progress at the same moment).
+
+Credentials are split as an operator deploys them: the agent holds only the agent token,
+read from a file (``allocator.token_file``); the user submits with the user token.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from test_allocator_engine import daemon_env, engine_config, wait_for
 
 from flowcon.alloc.admission import admit
 from flowcon.alloc.model import Job, ThroughputCurve
-from flowcon.service.client import AllocatorClient
+from flowcon.service.client import AllocatorClient, ClientError
 from flowcon.service.ratejob import rate_job_spec
 
 pytestmark = pytest.mark.docker
@@ -37,7 +40,8 @@ ACTUAL = {g: v / 2 for g, v in PROFILE.items()}
 A_ITERATIONS, A_DEADLINE, A_MAX_GPUS = 4800, 180, 4
 B_ITERATIONS, B_DEADLINE = 4200, 45
 
-CONFIG = engine_config(min_measurements=2)
+AGENT_TOKEN, USER_TOKEN = "agent-token-closed-loop", "user-token-closed-loop"
+CONFIG = engine_config(min_measurements=2, agent_token=AGENT_TOKEN, user_token=USER_TOKEN)
 
 
 @pytest.fixture
@@ -51,6 +55,8 @@ def agent(tmp_path, test_run_id):  # type: ignore[no-untyped-def]
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(url: str, token: str) -> tuple[subprocess.Popen[bytes], object]:
+        secret = tmp_path / "agent-token"
+        secret.write_text(token + "\n")
         conf = tmp_path / "agent.yaml"
         conf.write_text(
             yaml.safe_dump(
@@ -59,7 +65,7 @@ def agent(tmp_path, test_run_id):  # type: ignore[no-untyped-def]
                     "itval_max": 2,
                     "state_file": str(tmp_path / "agent-state.json"),
                     "match_labels": {TEST_LABEL: test_run_id},
-                    "allocator": {"url": url, "token": token, "timeout": 5},
+                    "allocator": {"url": url, "token_file": str(secret), "timeout": 5},
                 }
             )
         )
@@ -103,8 +109,8 @@ def core_decision(rec, curve: dict[int, float], b_spec: dict, now: float) -> boo
 def test_agent_measurements_refine_the_curve_and_drive_admission(env, agent, docker_client):
     cfg, start, rid = env
     alloc = start()
-    client = AllocatorClient(alloc.url, alloc.token)
-    proc, log_path = agent(alloc.url, alloc.token)
+    client = AllocatorClient(alloc.url, USER_TOKEN)
+    proc, log_path = agent(alloc.url, AGENT_TOKEN)
     a_name, b_name = f"slow{rid}", f"late{rid}"
 
     out = client.submit(
@@ -145,6 +151,9 @@ def test_agent_measurements_refine_the_curve_and_drive_admission(env, agent, doc
     assert core_decision(rec, PROFILE, b_spec, now) is True
     measured_curve = {int(g): v for g, v in rec["curve"].items()}
     assert core_decision(rec, measured_curve, b_spec, now) is False
+    with pytest.raises(ClientError) as err:  # the agent's token only reports
+        AllocatorClient(alloc.url, AGENT_TOKEN).submit(b_spec)
+    assert err.value.status == 403
     res = client.submit(b_spec)
     assert res["decision"] == "dropped", res
     assert res["measured_jobs"] == [a_name]

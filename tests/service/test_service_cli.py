@@ -22,7 +22,12 @@ profile: prof.csv
 
 @pytest.fixture
 def setup(tmp_path, monkeypatch):
-    for var in ("FLOWCON_ALLOCATOR_URL", "FLOWCON_ALLOCATOR_TOKEN", "FLOWCON_ALLOCATOR_CONFIG"):
+    for var in (
+        "FLOWCON_ALLOCATOR_URL",
+        "FLOWCON_ALLOCATOR_TOKEN",
+        "FLOWCON_ALLOCATOR_CONFIG",
+        "FLOWCON_TOKEN",
+    ):
         monkeypatch.delenv(var, raising=False)
     cfg_file = tmp_path / "allocator.yaml"
     cfg_file.write_text("allocator:\n  listen: 127.0.0.1:0\n  state_dir: state\n")
