@@ -42,7 +42,9 @@ class Config:
     min_update_cpus: float = 0.02  # limit changes smaller than this are not sent to the engine
     state_file: str = "/var/lib/flowcon/agent-state.json"
     docker_host: str | None = None  # None: DOCKER_HOST or the default socket
-    metrics_port: int | None = None  # Prometheus /metrics; None: off
+    # Prometheus /metrics, /healthz and the live view /ui; None: off. 9464 is the port
+    # OpenTelemetry's Prometheus exporter uses by default (docs/deploy-agent.md).
+    metrics_port: int | None = 9464
     metrics_addr: str = "0.0.0.0"
     log_tail: int = 200  # lines read from a container's existing log when first seen
     max_line_bytes: int = 64 * 1024

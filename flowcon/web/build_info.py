@@ -1,0 +1,20 @@
+"""``flowcon_build_info``: the usual constant-1 gauge naming the version that runs."""
+
+from __future__ import annotations
+
+import platform
+
+from prometheus_client import CollectorRegistry, Gauge
+
+import flowcon
+
+
+def register_build_info(registry: CollectorRegistry, component: str) -> Gauge:
+    info = Gauge(
+        "flowcon_build_info",
+        "FlowCon version and Python version of this process (always 1)",
+        ["version", "python", "component"],
+        registry=registry,
+    )
+    info.labels(flowcon.__version__, platform.python_version(), component).set(1)
+    return info
