@@ -101,6 +101,7 @@ class Allocator:
             if self.target is not None:
                 self.target.reconcile_on_start(self.store, self.planner)
             self._round()
+        self.liveness.beat()
         for rec in self.store.list_jobs(("profiling",)):
             # interrupted pre-run (its containers were removed above): run it again
             if self.target is None:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import platform
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Gauge, disable_created_metrics
 
 import flowcon
 
 
 def register_build_info(registry: CollectorRegistry, component: str) -> Gauge:
+    """Also turns off prometheus_client's ``*_created`` series (process-wide): they double
+    every counter's series and nothing here reads them."""
+    disable_created_metrics()
     info = Gauge(
         "flowcon_build_info",
         "FlowCon version and Python version of this process (always 1)",
