@@ -31,7 +31,7 @@
       el.innerHTML = `<h3>${el.querySelector("h3").innerHTML}</h3>` + (members.join("") || '<span class="empty">empty</span>');
     }
     document.querySelector("#containers tbody").innerHTML = current.length
-      ? current.map(([id, c]) => `<tr title="${esc(h.id_prefix + id)}"><td>${esc(c.name)}</td><td>${esc(c.job || "")}</td>` +
+      ? current.map(([id, c]) => `<tr data-row="${esc(c.name)}" title="${esc(h.id_prefix + id)}"><td>${esc(c.name)}</td><td>${esc(c.job || "")}</td>` +
           `<td>${esc(c.list || "–")}</td><td class="num">${num(c.g, 3)}</td><td class="num">${num(c.limit, 3)}</td>` +
           `<td class="num">${c.cpus === null || c.cpus === undefined ? "original" : num(c.cpus, 2)}</td>` +
           `<td class="num">${num(100 * (c.cpu_share || 0), 1)} %</td><td class="num">${esc(c.step ?? "–")}</td></tr>`).join("")
