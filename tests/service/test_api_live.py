@@ -106,5 +106,6 @@ def test_healthz_503_and_error_counter_when_rounds_fail(daemon) -> None:  # type
     assert "unix:///gone.sock" in body["last_round_error"]
     with urllib.request.urlopen(daemon.url + "/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    errors = [ln for ln in text.splitlines() if ln.startswith("flowcon_allocator_round_errors_total")]
+    name = "flowcon_allocator_round_errors_total"
+    errors = [ln for ln in text.splitlines() if ln.startswith(name)]
     assert errors and float(errors[0].split()[-1]) >= 1
