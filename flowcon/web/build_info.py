@@ -12,7 +12,7 @@ import flowcon
 def register_build_info(registry: CollectorRegistry, component: str) -> Gauge:
     """Also turns off prometheus_client's ``*_created`` series (process-wide): they double
     every counter's series and nothing here reads them."""
-    disable_created_metrics()
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
     info = Gauge(
         "flowcon_build_info",
         "FlowCon version and Python version of this process (always 1)",

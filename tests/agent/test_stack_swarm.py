@@ -7,8 +7,10 @@ nothing behind.
 The one-machine swarm shares one filesystem and one network namespace between its nodes,
 so the test sets two of the stack's variables: FLOWCON_DOCKER_SOCK to a per-node path
 (``{{.Node.ID}}`` is expanded by Swarm; a symlink per node points at that node's engine
-socket) and FLOWCON_AGENT_NETWORK=none (two agents on the host network would both want
-port 9464). Everything else is the file as an operator deploys it.
+socket) and FLOWCON_AGENT_NETWORK to a swarm-scoped bridge network with one local bridge
+per node (two agents on the one host network would both want port 9464; overlay networks
+need iptables, which node 2 runs without). Everything else is the file as an operator
+deploys it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -104,6 +107,23 @@ def _remove_stack(swarm: Any, stack: str) -> None:
                 v.remove(force=True)
 
 
+def _agent_network(name: str) -> list[list[str]]:
+    """A swarm-scoped bridge network: a config-only network per node (own subnet, own
+    bridge name) and the swarm network built from them (docker CLI: the SDK has no
+    --config-only). Returns the commands that remove them, in order."""
+    undo: list[list[str]] = []
+    for i, host in enumerate(("unix:///var/run/docker.sock", NODE2_SOCK), start=1):
+        _sh(
+            "docker", "-H", host, "network", "create", "--config-only",
+            "--subnet", f"172.30.{200 + i}.0/24",
+            "-o", f"com.docker.network.bridge.name={name[:8]}n{i}", f"{name}-cfg",
+        )  # fmt: skip
+        undo.append(["docker", "-H", host, "network", "rm", f"{name}-cfg"])
+    _sh("docker", "network", "create", "-d", "bridge", "--scope", "swarm",
+        "--config-from", f"{name}-cfg", name)  # fmt: skip
+    return [["docker", "network", "rm", name], *undo]
+
+
 def _stack_env(tmp: Path, swarm: Any, port: int, run_id: str) -> dict[str, str]:
     agent_cfg = yaml.safe_load((REPO / "agent" / "flowcon.yaml").read_text())
     # only this test's containers: other agents' tests share these engines
@@ -129,7 +149,7 @@ def _stack_env(tmp: Path, swarm: Any, port: int, run_id: str) -> dict[str, str]:
         "FLOWCON_ALLOCATOR_CONFIG": str(tmp / "allocator.yaml"),
         "FLOWCON_SECRETS_DIR": str(tmp / "secrets"),
         "FLOWCON_DOCKER_SOCK": f"{SOCK_DIR}/{{{{.Node.ID}}}}.sock",
-        "FLOWCON_AGENT_NETWORK": "none",
+        "FLOWCON_AGENT_NETWORK": f"fcnet{run_id[-6:]}",
         "FLOWCON_HEALTH_INTERVAL": "3s",
     }
 
@@ -138,6 +158,22 @@ def _agent_container(client: Any, stack: str) -> Any:
     flt = {"label": f"com.docker.swarm.service.name={stack}_agent"}
     running = client.containers.list(filters=flt)
     return running[0] if running else None
+
+
+def _series(c: Any, name: str) -> bool:
+    """The agent's /metrics (fetched inside its container) has a limit series of ``name``
+    with the cAdvisor-style full id."""
+    code = (
+        "import urllib.request as u;"
+        "print(u.urlopen('http://127.0.0.1:9464/metrics').read().decode())"
+    )
+    text = c.exec_run(["python3", "-c", code]).output.decode()
+    return any(
+        ln.startswith("flowcon_container_cpu_limit_cpus{")
+        and f'name="{name}"' in ln
+        and re.search(r'id="/docker/[0-9a-f]{64}"', ln) is not None
+        for ln in text.splitlines()
+    )
 
 
 def _health(c: Any) -> str:
@@ -152,7 +188,9 @@ def test_stack_deploys_manages_both_nodes_and_is_removed_cleanly(
     port = _free_port()
     env = _stack_env(tmp_path, swarm, port, test_run_id)
     jobs: list[Any] = []
+    networks: list[list[str]] = []
     try:
+        networks = _agent_network(env["FLOWCON_AGENT_NETWORK"])
         _sh("docker", "stack", "deploy", "-c", str(REPO / "agent" / "stack.yml"), stack, env=env)
         svc = swarm.manager.services.get(f"{stack}_agent")
         assert "Global" in svc.attrs["Spec"]["Mode"]
@@ -191,15 +229,8 @@ def test_stack_deploys_manages_both_nodes_and_is_removed_cleanly(
             assert out.exit_code == 0, out.output
             names = {x["name"] for x in json.loads(out.output)["containers"]}
             assert names == {f"{stack}-{label}-0", f"{stack}-{label}-1"}, (label, names)
-            metrics = c.exec_run(
-                [
-                    "python3",
-                    "-c",
-                    "import urllib.request as u;"
-                    "print(u.urlopen('http://127.0.0.1:9464/metrics').read().decode())",
-                ]
-            ).output.decode()
-            assert f'name="{stack}-{label}-0"' in metrics and 'id="/docker/' in metrics
+            # the series appear after the agent's next periodic round (itval 2 s)
+            wait_for(lambda c=c, label=label: _series(c, f"{stack}-{label}-0"), timeout=60)
         # the allocator: one task on the manager, /healthz answers on the host network
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
             body = json.loads(r.read())
@@ -209,6 +240,13 @@ def test_stack_deploys_manages_both_nodes_and_is_removed_cleanly(
             with contextlib.suppress(Exception):
                 c.remove(force=True)
         _remove_stack(swarm, stack)
+        for cmd in networks:
+            subprocess.run(cmd, capture_output=True, timeout=60)
         for link in SOCK_DIR.glob("*.sock"):
             link.unlink(missing_ok=True)
     assert _leftovers(swarm, stack) == []
+    for host in ("unix:///var/run/docker.sock", NODE2_SOCK):
+        nets = _sh(
+            "docker", "-H", host, "network", "ls", "-q", "-f", f"name=fcnet{test_run_id[-6:]}"
+        )
+        assert nets.strip() == "", host
