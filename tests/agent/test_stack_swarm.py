@@ -244,6 +244,8 @@ def test_stack_deploys_manages_both_nodes_and_is_removed_cleanly(
             subprocess.run(cmd, capture_output=True, timeout=60)
         for link in SOCK_DIR.glob("*.sock"):
             link.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            SOCK_DIR.rmdir()
     assert _leftovers(swarm, stack) == []
     for host in ("unix:///var/run/docker.sock", NODE2_SOCK):
         nets = _sh(
