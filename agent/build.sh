@@ -23,7 +23,7 @@ PIP_ROOT_USER_ACTION=ignore "$PY" -m pip install --quiet --disable-pip-version-c
     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux_2_28_x86_64 --platform any \
     "docker>=7.0,<8" "psutil>=5.9" "APScheduler>=3.10,<4" "PyYAML>=6.0" "click>=8.1" \
-    "rich>=13.0" "prometheus_client>=0.17" "pydantic>=2.6,<3"
+    "rich>=13.0" "prometheus_client>=0.17" "nvidia-ml-py>=12.0" "pydantic>=2.6,<3"
 rm -rf "$CTX"/lib/bin
 mkdir -p "$CTX/src"
 # flowcon/agent and flowcon/listeners are symlinks to ../agent and ../listeners: copy
@@ -31,7 +31,7 @@ mkdir -p "$CTX/src"
 tar --exclude=__pycache__ --exclude=flowcon/agent --exclude=flowcon/listeners -cf - flowcon \
     | tar -C "$CTX/src" -xf -
 tar --exclude=__pycache__ -C agent -cf - --exclude=Dockerfile --exclude=build.sh \
-    --exclude=stack.yml --exclude=flowcon.yaml . | (mkdir -p "$CTX/src/flowcon/agent" && tar -C "$CTX/src/flowcon/agent" -xf -)
+    --exclude=stack.yml --exclude=flowcon.yaml --exclude=allocator.yaml --exclude=secrets . | (mkdir -p "$CTX/src/flowcon/agent" && tar -C "$CTX/src/flowcon/agent" -xf -)
 tar --exclude=__pycache__ -C listeners -cf - . | (mkdir -p "$CTX/src/flowcon/listeners" && tar -C "$CTX/src/flowcon/listeners" -xf -)
 cp agent/Dockerfile agent/flowcon.yaml "$CTX/"
 log "docker build $IMAGE"

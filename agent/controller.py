@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from flowcon.agent.counters import AgentCounters
 from flowcon.agent.executor import Executor, Tracked
 from flowcon.agent.pool import WorkerPool, container_record, container_view
 from flowcon.agent.state import AgentState, StateStore
@@ -60,11 +61,16 @@ class Controller:
         self._engine_down = False
         # The engine answers a stats call on its next one-second tick: ask in parallel.
         self._threads = ThreadPoolExecutor(max_workers=32, thread_name_prefix="flowcon-measure")
-        self.executor = Executor(engine, config, host_cpus, self.itval, self._threads, dry_run)
+        self.counters = AgentCounters()
+        self.executor = Executor(
+            engine, config, host_cpus, self.itval, self._threads, dry_run, self.counters
+        )
         self.pool = WorkerPool(engine, config, host_cpus, self.executor, saved)
         # Hooks set by the daemon.
         self.on_itval: Callable[[float], None] = lambda _v: None
         self.after_round: Callable[[list[dict[str, Any]]], None] = lambda _views: None
+        # the engine answered (None) or not (the error) when listing containers (/healthz)
+        self.on_engine: Callable[[str | None], None] = lambda _error: None
 
     @property
     def tracked(self) -> dict[str, Tracked]:
@@ -145,6 +151,7 @@ class Controller:
         except ContainerGone:
             return t, None, None
         except EngineError as exc:
+            self.counters.engine_error("measure")
             return t, None, str(exc)
 
     def _engine_stats(self, t: Tracked) -> tuple[str, Stats | None]:
@@ -161,10 +168,15 @@ class Controller:
             if not self._engine_down:
                 log.warning("round skipped, engine unavailable: %s", exc)
             self._engine_down = True
+            self.counters.engine_error("list")
+            self.on_engine(str(exc))
             return None
         except EngineError as exc:
             log.warning("round skipped: %s", exc)
+            self.counters.engine_error("list")
+            self.on_engine(str(exc))
             return None
+        self.on_engine(None)
         if self._engine_down:
             log.info("engine answers again")
             self._engine_down = False

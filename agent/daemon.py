@@ -14,10 +14,14 @@ from flowcon.agent.controller import Controller
 from flowcon.agent.exporter import Exporter
 from flowcon.agent.reporter import AllocatorReporter
 from flowcon.agent.state import StateStore
+from flowcon.agent.webview import AgentWeb
 from flowcon.config import Config
 from flowcon.engine.docker_engine import DockerEngine
 from flowcon.engine.host import host_capacity
 from flowcon.listeners.events import EventListener
+from flowcon.web.health import Liveness
+from flowcon.web.history import History
+from flowcon.web.server import HttpServer
 
 log = logging.getLogger("flowcon.agent")
 
@@ -47,7 +51,14 @@ class Agent:
         self.controller = Controller(
             self.engine, config, cpus, StateStore(config.state_file), dry_run=self.dry_run
         )
-        self.exporter = Exporter() if config.metrics_port else None
+        # metrics, /healthz, /api/history and /ui share the metrics port
+        self.exporter = Exporter(self.controller.counters)
+        self.liveness = Liveness(self.controller.itval.value)
+        self.web = AgentWeb(
+            self.exporter, self.liveness, History(), cpus, node=self.controller.node
+        )
+        self.http: HttpServer | None = None
+        self.controller.on_engine = self._on_engine
         self.reporter = (
             AllocatorReporter(
                 config.allocator.url,
@@ -70,9 +81,14 @@ class Agent:
         )
         self._stop = threading.Event()
 
+    def _on_engine(self, error: str | None) -> None:
+        if error is None:
+            self.liveness.engine_ok()
+        else:
+            self.liveness.engine_failed(error)
+
     def _after_round(self, views: list[dict[str, Any]]) -> None:
-        if self.exporter is not None:
-            self.exporter.update(views, self.controller.itval.value)
+        self.web.record_round(views, self.controller.itval.value)
         if self.reporter is not None:
             self.reporter.send(views)
 
@@ -88,6 +104,25 @@ class Agent:
             self.controller.round()
         except Exception:  # a round may fail; the next one runs anyway
             log.exception("round failed")
+
+    def _serve_http(self) -> None:
+        """/metrics, /healthz, /api/history and /ui on the metrics port (a port in use is
+        logged, not fatal: the agent's work does not depend on it)."""
+        port = self.cfg.metrics_port
+        if not port:
+            return
+        try:
+            self.http = HttpServer(self.web.route, self.cfg.metrics_addr, port)
+        except OSError as exc:
+            log.error(
+                "cannot serve metrics on %s:%d (%s): /metrics, /healthz and /ui are off",
+                self.cfg.metrics_addr,
+                port,
+                exc.strerror or exc,
+            )
+            return
+        self.http.start()
+        log.info("metrics on :%d/metrics, health on /healthz, live view on /ui", port)
 
     def run_once(self) -> None:
         log.info("one round: host_cpus=%d dry_run=%s", self.host_cpus, self.dry_run)
@@ -107,9 +142,7 @@ class Agent:
             self.dry_run,
             self.cfg.state_file,
         )
-        if self.exporter is not None and self.cfg.metrics_port:
-            self.exporter.serve(self.cfg.metrics_port, self.cfg.metrics_addr)
-            log.info("Prometheus metrics on :%d/metrics", self.cfg.metrics_port)
+        self._serve_http()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self._stop.set())
         itval = self.controller.itval.value
@@ -135,6 +168,8 @@ class Agent:
         log.info("stopping: restoring original CPU settings of managed containers")
         self.scheduler.shutdown(wait=False)
         self.listener.stop()
+        if self.http is not None:
+            self.http.stop()
         with self.controller.lock:  # a round in progress finishes first
             n = self.controller.restore_all()
         log.info("stopped; restored %d container(s)", n)

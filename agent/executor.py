@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from flowcon.agent.counters import AgentCounters
 from flowcon.agent.monitor import ContainerMonitor
 from flowcon.config import Config
 from flowcon.core.algorithm1 import Decision, algorithm1
@@ -67,8 +68,10 @@ class Executor:
         itval: Itval,
         threads: ThreadPoolExecutor,
         dry_run: bool = False,
+        counters: AgentCounters | None = None,
     ) -> None:
         self.engine = engine
+        self.counters = counters or AgentCounters()
         self.cfg = config
         self.host_cpus = host_cpus
         self.itval = itval
@@ -127,8 +130,10 @@ class Executor:
             return "vanished"
         except EngineError as exc:
             log.warning("update of %s failed: %s", t.name, exc)
+            self.counters.engine_error("update")
             return "failed"
         t.applied_cpus = target.cpus
+        self.counters.cpu_update()
         return "updated"
 
     def apply(
@@ -183,5 +188,6 @@ class Executor:
             except ContainerGone:
                 tracked.pop(cid, None)
             except EngineError as exc:
+                self.counters.engine_error("restore")
                 log.error("restore of %s failed: %s (state keeps its originals)", t.name, exc)
         return restored

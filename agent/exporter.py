@@ -1,59 +1,133 @@
-"""A few Prometheus metrics on an optional port (prometheus_client)."""
+"""The agent's Prometheus metrics (prometheus_client), named by Prometheus' conventions.
+
+Per container (labels ``id``, ``name``, ``job``, ``list``): ``id`` is cAdvisor's
+``/docker/<full container id>`` and ``name`` the container's name, so these series join
+with cAdvisor's ``container_*`` series on ``id`` or ``name``; ``job`` is the container's
+``flowcon.job`` label (Prometheus stores it as ``exported_job`` unless the scrape sets
+``honor_labels``), ``list`` its Algorithm 1 list (NL, WL, CL; ``none`` while unmanaged).
+The full list with types is in docs/deploy-agent.md ("Metrics").
+"""
 
 from __future__ import annotations
 
 import contextlib
+import time
+from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from flowcon.agent.counters import AgentCounters
+from flowcon.web.build_info import register_build_info
+
+CONTAINER_LABELS = ["id", "name", "job", "list"]
+LISTS = ("NL", "WL", "CL", "none")
+
+
+def cadvisor_id(container_id: str) -> str:
+    """cAdvisor's ``id`` label of a Docker container (cgroupfs driver)."""
+    return f"/docker/{container_id}"
+
+
+def container_labels(view: dict[str, Any]) -> tuple[str, str, str, str]:
+    return (
+        cadvisor_id(str(view["container_id"])),
+        str(view.get("name") or ""),
+        str(view.get("job") or ""),
+        str(view.get("list") or "none"),
+    )
+
+
+class _CountersCollector(Collector):
+    """Engine errors and CPU updates, read from the agent's counters at scrape time."""
+
+    def __init__(self, counters: AgentCounters) -> None:
+        self.counters = counters
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        errors, updates = self.counters.snapshot()
+        fam = CounterMetricFamily(
+            "flowcon_agent_engine_errors",
+            "Engine calls that failed, by operation (list, measure, update, restore)",
+            labels=["operation"],
+        )
+        for op, n in sorted(errors.items()):
+            fam.add_metric([op], n)
+        yield fam
+        yield CounterMetricFamily(
+            "flowcon_agent_cpu_updates",
+            "CPU limit changes applied to containers with docker update",
+            value=updates,
+        )
 
 
 class Exporter:
-    def __init__(self) -> None:
+    def __init__(self, counters: AgentCounters | None = None) -> None:
         self.registry = CollectorRegistry()
-        labels = ["container", "name"]
+        r = self.registry
+        labels = CONTAINER_LABELS
         self.limit = Gauge(
-            "flowcon_container_cpu_limit",
-            "CPU limit FlowCon applied, in CPUs (0: original settings in effect)",
+            "flowcon_container_cpu_limit_cpus",
+            "CPU limit FlowCon applied, in CPUs (0: the container's original settings)",
             labels,
-            registry=self.registry,
+            registry=r,
         )
         self.share = Gauge(
-            "flowcon_container_limit_share",
-            "Algorithm 1 limit L, a share of the host",
+            "flowcon_container_limit_ratio",
+            "Algorithm 1 limit L, a fraction of the host's CPUs",
             labels,
-            registry=self.registry,
+            registry=r,
         )
         self.g = Gauge(
             "flowcon_container_growth_efficiency",
-            "Normalized growth efficiency G",
+            "Normalized growth efficiency G (progress per second per CPU share, over the "
+            "job's early G)",
             labels,
-            registry=self.registry,
+            registry=r,
         )
         self.cpu = Gauge(
-            "flowcon_container_cpu_share",
-            "CPU used over the last interval, share of the host",
+            "flowcon_container_cpu_usage_ratio",
+            "CPU used over the last interval, a fraction of the host's CPUs",
             labels,
-            registry=self.registry,
+            registry=r,
         )
-        self.rounds = Counter(
-            "flowcon_agent_rounds", "Algorithm 1 rounds run", registry=self.registry
-        )
+        self.rounds = Counter("flowcon_agent_rounds", "Algorithm 1 rounds run", registry=r)
         self.itval = Gauge(
-            "flowcon_agent_itval_seconds", "Current Algorithm 1 interval", registry=self.registry
+            "flowcon_agent_itval_seconds", "Current Algorithm 1 interval", registry=r
         )
-        self._known: set[tuple[str, str]] = set()
+        self.last_round = Gauge(
+            "flowcon_agent_last_round_timestamp_seconds",
+            "Unix time the last round completed",
+            registry=r,
+        )
+        self.containers = Gauge(
+            "flowcon_agent_containers",
+            "Containers the agent follows, by list (none: watched, not managed)",
+            ["list"],
+            registry=r,
+        )
+        self.counters = counters or AgentCounters()
+        r.register(_CountersCollector(self.counters))
+        register_build_info(r, "agent")
+        for name in LISTS:
+            self.containers.labels(name).set(0)
+        self._known: set[tuple[str, str, str, str]] = set()
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        start_http_server(port, addr=addr, registry=self.registry)
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
 
-    def update(self, views: list[dict[str, Any]], itval: float) -> None:
+    def update(self, views: list[dict[str, Any]], itval: float, now: float | None = None) -> None:
         self.rounds.inc()
         self.itval.set(itval)
+        self.last_round.set(time.time() if now is None else now)
         seen = set()
+        counts = dict.fromkeys(LISTS, 0)
         for v in views:
-            key = (v["container_id"][:12], v["name"])
+            key = container_labels(v)
             seen.add(key)
+            counts[key[3]] = counts.get(key[3], 0) + 1
             self.limit.labels(*key).set(v.get("cpus") or 0.0)
             if v.get("limit") is not None:
                 self.share.labels(*key).set(v["limit"])
@@ -61,6 +135,9 @@ class Exporter:
                 self.g.labels(*key).set(v["g"])
             if v.get("cpu_share") is not None:
                 self.cpu.labels(*key).set(v["cpu_share"])
+        for name, n in counts.items():
+            self.containers.labels(name).set(n)
+        # a container that left, or moved to another list: its old series go away
         for key in self._known - seen:
             for gauge in (self.limit, self.share, self.g, self.cpu):
                 with contextlib.suppress(KeyError):

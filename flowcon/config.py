@@ -89,8 +89,10 @@ class Config(Strict):
     docker_host: str | None = Field(  # None: DOCKER_HOST or the default socket
         None, description="an engine URL such as unix:///var/run/docker.sock or tcp://h:2375"
     )
-    metrics_port: int | None = Field(  # Prometheus /metrics; None: off
-        None, ge=1, le=65535, description="a TCP port 1..65535, or null (off)"
+    # Prometheus /metrics, /healthz and the live view /ui; None: off. 9464 is the port
+    # OpenTelemetry's Prometheus exporter uses by default (docs/deploy-agent.md).
+    metrics_port: int | None = Field(
+        9464, ge=1, le=65535, description="a TCP port 1..65535, or null (off)"
     )
     metrics_addr: str = Field("0.0.0.0", description="an IP address or host name to listen on")
     log_tail: int = Field(  # lines read from a container's existing log when first seen

@@ -140,6 +140,9 @@ def swarm() -> Iterator[Swarm]:
         timeout=480,  # a first copy of elastic-example into node 2 moves ~1 GB
     )
     if up.returncode != 0:
+        # A half-failed swarm-up (node 2's dockerd started, the join failed, ...) is torn
+        # down: swarm-down.sh undoes only what swarm-up recorded in its state file.
+        _swarm_down()
         pytest.skip(f"scripts/swarm-up.sh failed: {(up.stderr or up.stdout).strip()[-600:]}")
     brought_up = "already up" not in up.stderr
     manager = docker.from_env(timeout=60)
@@ -155,8 +158,10 @@ def swarm() -> Iterator[Swarm]:
         sweep(manager, f"{SESSION_LABEL}={SESSION_ID}")
         sweep(node2, f"{SESSION_LABEL}={SESSION_ID}")
         if brought_up and not os.environ.get("FLOWCON_KEEP_SWARM"):
-            subprocess.run(
-                ["bash", str(REPO / "scripts" / "swarm-down.sh")],
-                capture_output=True,
-                timeout=120,
-            )
+            _swarm_down()
+
+
+def _swarm_down() -> None:
+    subprocess.run(
+        ["bash", str(REPO / "scripts" / "swarm-down.sh")], capture_output=True, timeout=120
+    )

@@ -108,8 +108,13 @@ class AgentProcess:
     def __init__(self, config: dict[str, Any], out_dir: Path, command: list[str] | None) -> None:
         self.config_path = out_dir / "agent.yaml"
         self.log_path = out_dir / "agent.log"
-        # A private state file: other agents on this host must not share ours.
-        config = {"state_file": str((out_dir / "agent-state.json").resolve()), **config}
+        # A private state file: other agents on this host must not share ours; no metrics
+        # port (several replays may run on one host, and 9464 belongs to a real agent).
+        config = {
+            "state_file": str((out_dir / "agent-state.json").resolve()),
+            "metrics_port": None,
+            **config,
+        }
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         self.command = (command or [sys.executable, "-m", "flowcon.cli", "agent"]) + [
             "--config",

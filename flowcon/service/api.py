@@ -1,8 +1,10 @@
 """The allocator's local HTTP JSON API (stdlib ThreadingHTTPServer).
 
 Routes (all JSON), with the role each needs (flowcon.service.auth):
-  GET    /healthz                    liveness + schema version                      public
+  GET    /healthz                    200 ok / 503 unhealthy (loop stuck, engine failing)  public
   GET    /metrics                    Prometheus text                                public
+  GET    /ui, /static/*              the live view (HTML, JS, CSS)                  public
+  GET    /api/v1/history             jobs, GPUs per job over time, admissions       read
   GET    /api/v1/jobs                every job (env values as "***")                read
   GET    /api/v1/jobs/{name}         one job, with its admissions and events        read
   POST   /api/v1/jobs                submit a job spec (JSON object or YAML text)   user
@@ -22,11 +24,12 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
 from flowcon.service.auth import Credentials, required_role
+from flowcon.web.static import static_response
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,7 @@ class Service(Protocol):
     """What the HTTP layer needs from the daemon."""
 
     def health(self) -> dict[str, Any]: ...
+    def history(self, since: float | None = None) -> dict[str, Any]: ...
     def metrics_text(self) -> bytes: ...
     def list_jobs(self) -> list[dict[str, Any]]: ...
     def get_job(self, name: str) -> dict[str, Any]: ...
@@ -158,7 +162,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str, path: str) -> tuple[int, Any, str]:
         if path == "/healthz" and method == "GET":
-            return 200, self.service.health(), _JSON
+            health = self.service.health()
+            return (200 if health.get("status") == "ok" else 503), health, _JSON
+        view = self._view(method, path)
+        if view is not None:
+            return view
         if path == "/metrics" and method == "GET":
             return 200, self.service.metrics_text(), "text/plain; version=0.0.4; charset=utf-8"
         if path == "/api/v1/jobs":
@@ -168,6 +176,19 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/api/v1/measurements":
             return self._measurements(method)
         raise ApiError(404, "no such route")
+
+    def _view(self, method: str, path: str) -> tuple[int, Any, str] | None:
+        """The live view: its page and files, and the history it polls."""
+        if method != "GET":
+            return None
+        if path == "/api/v1/history":
+            query = parse_qs(urlsplit(self.path).query)
+            try:
+                since = float(query["since"][0]) if query.get("since") else None
+            except ValueError:
+                raise ApiError(400, "since must be a Unix time", field="since") from None
+            return 200, self.service.history(since), _JSON
+        return static_response(path, "allocator.html")
 
     def _jobs(self, method: str) -> tuple[int, Any, str]:
         if method == "GET":

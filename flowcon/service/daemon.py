@@ -27,6 +27,8 @@ from flowcon.service.planner import Plan, PlanError, Planner
 from flowcon.service.records import spec_from_dict
 from flowcon.service.store import SCHEMA_VERSION, Store
 from flowcon.service.target import ExecutorTarget, build_placer, build_target
+from flowcon.web.health import Liveness
+from flowcon.web.history import History
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,11 @@ class Allocator:
         self.server: ApiServer | None = None
         self.rounds = 0
         self.last_round_error: str | None = None
+        # /healthz: the loop polls every poll_seconds and plans every slot; unhealthy when
+        # no iteration completed for 3 slots, or the last one failed (engine, executor)
+        self.liveness = Liveness(max(cfg.slot_seconds, 10.0))
+        # /api/v1/history: GPUs per job after each planning round (the store keeps the rest)
+        self.gpu_history = History()
         self._profilers: dict[str, threading.Thread] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -98,6 +105,7 @@ class Allocator:
             if self.target is not None:
                 self.target.reconcile_on_start(self.store, self.planner)
             self._round()
+        self.liveness.beat()
         for rec in self.store.list_jobs(("profiling",)):
             # interrupted pre-run (its containers were removed above): run it again
             if self.target is None:
@@ -167,8 +175,12 @@ class Allocator:
                         self._round(polled=True, force=woken or bool(ended))
                         next_plan = time.monotonic() + self.cfg.slot_seconds
                 self.last_round_error = None
+                self.liveness.engine_ok()
+                self.liveness.beat()
             except Exception as exc:  # keep planning; the next round retries
                 self.last_round_error = str(exc)
+                self.liveness.engine_failed(str(exc))
+                self.metrics.round_error()
                 log.exception("planning round failed")
 
     def _poll(self) -> list[str]:
@@ -207,19 +219,52 @@ class Allocator:
             self.target.apply(self.store, self.planner)
         self.rounds += 1
         self.metrics.observe_round(time.perf_counter() - t0)
+        self.gpu_history.append(
+            self.clock(), jobs={r.name: r.gpus for r in self.store.active_jobs()}
+        )
         return plan
 
     # -- Service (HTTP) ----------------------------------------------------------------
 
     def health(self) -> dict[str, Any]:
+        """``status`` "ok" (HTTP 200) or "unhealthy" (503): the planning loop completed no
+        iteration for 3 slots, or its last one failed."""
+        body = self.liveness.check(
+            component="allocator",
+            schema_version=SCHEMA_VERSION,
+            total_gpus=self.total_gpus,
+            slot_seconds=self.cfg.slot_seconds,
+            executor=self.target.kind if self.target else "none",
+            last_round_error=self.last_round_error,
+        ).body
+        body["rounds"] = self.rounds
+        return body
+
+    def history(self, since: float | None = None) -> dict[str, Any]:
+        """What the live view polls: jobs (no spec, no env), GPUs per job over time and
+        the admission decisions with their reasons."""
+        keep = (
+            "name",
+            "state",
+            "submit_time",
+            "deadline",
+            "soft_deadline",
+            "predicted_finish",
+            "finish_time",
+            "iterations",
+            "done_iterations",
+            "progress",
+            "gpus",
+            "reason",
+        )
+        jobs = [{k: r.to_json().get(k) for k in keep} for r in self.store.list_jobs()]
         return {
-            "status": "ok" if self.last_round_error is None else "degraded",
-            "schema_version": SCHEMA_VERSION,
+            "now": self.clock(),
             "total_gpus": self.total_gpus,
             "slot_seconds": self.cfg.slot_seconds,
-            "executor": self.target.kind if self.target else "none",
-            "rounds": self.rounds,
-            "last_round_error": self.last_round_error,
+            "jobs": jobs,
+            "gpus": self.gpu_history.points(since),
+            "admissions": self.store.admissions()[-200:],
         }
 
     def metrics_text(self) -> bytes:

@@ -1,5 +1,11 @@
 """Prometheus metrics of the allocator: counters kept live, job gauges read from the store
-at scrape time (so they can never drift from the state the API reports)."""
+at scrape time (so they can never drift from the state the API reports).
+
+Names follow Prometheus' conventions: counters end in ``_total``, gauges never do;
+fractions end in ``_ratio``, times in ``_seconds`` (instants in ``_timestamp_seconds``).
+Per-job series carry the label ``job`` (stored by Prometheus as ``exported_job`` unless the
+scrape sets ``honor_labels``). The list with types is in docs/allocator.md ("Metrics").
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from flowcon.service.store import ALL_STATES, Store
+from flowcon.service.store import ALL_STATES, JobRecord, Store
+from flowcon.web.build_info import register_build_info
 
 
 class _StoreCollector(Collector):
@@ -24,7 +31,7 @@ class _StoreCollector(Collector):
             by_state.add_metric([state], sum(1 for j in jobs if j.state == state))
         yield by_state
         yield GaugeMetricFamily(
-            "flowcon_allocator_gpus_total", "GPUs in the inventory", value=self.total_gpus
+            "flowcon_allocator_gpus", "GPUs in the inventory", value=self.total_gpus
         )
         yield GaugeMetricFamily(
             "flowcon_allocator_gpus_allocated",
@@ -50,6 +57,7 @@ class _StoreCollector(Collector):
         yield gpus
         yield prog
         yield speed
+        yield from _job_times(jobs)
         done = [j for j in jobs if j.deadline_met is not None]
         met = GaugeMetricFamily(
             "flowcon_allocator_deadline_satisfactory_ratio",
@@ -60,6 +68,29 @@ class _StoreCollector(Collector):
             ),
         )
         yield met
+
+
+def _job_times(jobs: list[JobRecord]) -> Iterator[GaugeMetricFamily]:
+    """Deadline and predicted finish of each active job, as Unix times."""
+    deadline = GaugeMetricFamily(
+        "flowcon_allocator_job_deadline_timestamp_seconds",
+        "Deadline of an active job (Unix time; jobs without one have no series)",
+        labels=["job"],
+    )
+    finish = GaugeMetricFamily(
+        "flowcon_allocator_job_predicted_finish_timestamp_seconds",
+        "Predicted finish of an active job at its planned GPUs (Unix time)",
+        labels=["job"],
+    )
+    for j in jobs:
+        if not j.active:
+            continue
+        if j.deadline is not None:
+            deadline.add_metric([j.name], j.deadline)
+        if j.predicted_finish is not None:
+            finish.add_metric([j.name], j.predicted_finish)
+    yield deadline
+    yield finish
 
 
 class AllocatorMetrics:
@@ -83,6 +114,12 @@ class AllocatorMetrics:
             "Wall time of one planning round (plan + executor)",
             registry=self.registry,
         )
+        self._round_errors = Counter(
+            "flowcon_allocator_round_errors",
+            "Planning-loop iterations that failed (executor or engine errors included)",
+            registry=self.registry,
+        )
+        register_build_info(self.registry, "allocator")
 
     def admission(self, admitted: bool) -> None:
         self._admissions.labels("admitted" if admitted else "dropped").inc()
@@ -92,6 +129,9 @@ class AllocatorMetrics:
 
     def observe_round(self, seconds: float) -> None:
         self._round.observe(seconds)
+
+    def round_error(self) -> None:
+        self._round_errors.inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -211,8 +211,9 @@ def test_prometheus_metrics() -> None:
     view = {"container_id": "abc", "name": "w", "cpus": 0.5, "limit": 0.25, "g": 0.1}
     exp.update([view], 40.0)
     text = generate_latest(exp.registry).decode()
-    assert 'flowcon_container_cpu_limit{container="abc",name="w"} 0.5' in text
-    assert 'flowcon_container_growth_efficiency{container="abc",name="w"} 0.1' in text
+    labels = 'id="/docker/abc",job="",list="none",name="w"'
+    assert f"flowcon_container_cpu_limit_cpus{{{labels}}} 0.5" in text
+    assert f"flowcon_container_growth_efficiency{{{labels}}} 0.1" in text
     assert "flowcon_agent_rounds_total 1.0" in text
     exp.update([], 40.0)  # the container left: its series go away
     assert 'name="w"' not in generate_latest(exp.registry).decode()

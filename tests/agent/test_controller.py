@@ -345,3 +345,24 @@ def test_overflowing_metric_values_keep_the_state_file_writable(
     assert "cannot write state file" not in caplog.text
     saved = StateStore(tmp_path / "state.json").load()
     assert saved.rounds == ctl.rounds == 5
+
+
+def test_engine_state_and_counters_for_health_and_metrics(tmp_path: Path) -> None:
+    """/healthz hears of a failing engine (on_engine) and the counters count the errors
+    and the CPU updates applied."""
+    eng = FakeEngine()
+    eng.add("a", ON)
+    eng.add("b", ON)
+    ctl = make(eng, tmp_path)
+    heard: list[str | None] = []
+    ctl.on_engine = heard.append
+    ctl.resync()
+    errors, updates = ctl.counters.snapshot()
+    assert updates == 2 and sum(errors.values()) == 0  # a's and b's first limits
+    eng.down = True
+    ctl.round()
+    eng.down = False
+    ctl.round()
+    assert heard == ["down", None]
+    errors, _ = ctl.counters.snapshot()
+    assert errors["list"] == 1

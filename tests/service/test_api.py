@@ -58,7 +58,7 @@ def test_health_and_metrics_without_token(daemon):
     assert h["status"] == "ok" and h["total_gpus"] == 8 and h["schema_version"] >= 1
     with urllib.request.urlopen(daemon.url + "/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    assert "flowcon_allocator_gpus_total 8.0" in text
+    assert "flowcon_allocator_gpus 8.0" in text and "flowcon_allocator_gpus_total" not in text
     assert 'flowcon_allocator_jobs{state="running"}' in text
 
 

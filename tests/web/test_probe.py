@@ -1,0 +1,37 @@
+"""flowcon.web.probe against a real local HTTP server."""
+
+from __future__ import annotations
+
+import socket
+
+from flowcon.web.probe import main, probe
+from flowcon.web.server import HttpServer
+
+
+def test_probe_follows_the_status() -> None:
+    state = {"status": 200}
+
+    def route(path: str, query: dict[str, list[str]]) -> tuple[int, bytes, str]:
+        if path == "/healthz":
+            return state["status"], b'{"status": "x"}', "application/json"
+        raise RuntimeError("boom")
+
+    srv = HttpServer(route, "127.0.0.1", 0)
+    srv.start()
+    try:
+        url = f"http://127.0.0.1:{srv.port}/healthz"
+        assert probe(url) == (True, '200 {"status": "x"}')
+        assert main([url]) == 0
+        state["status"] = 503
+        ok, line = probe(url)
+        assert not ok and line.startswith("503")
+        assert main([url]) == 1
+        ok, line = probe(f"http://127.0.0.1:{srv.port}/other")  # a route that raises
+        assert not ok and line.startswith("500")
+    finally:
+        srv.stop()
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    ok, line = probe(f"http://127.0.0.1:{free}/healthz", timeout=2)
+    assert not ok and f"127.0.0.1:{free}" in line
