@@ -18,9 +18,12 @@ from flowcon.service.daemon import Allocator
 PROFILE = {"1": 10.0, "2": 18.0, "4": 32.0}
 
 
-def get(url: str) -> tuple[int, Any]:
+def get(url: str, token: str | None = None) -> tuple[int, Any]:
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(url, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=10) as r:
             body = r.read()
             ctype = r.headers["Content-Type"]
             return r.status, json.loads(body) if "json" in ctype else body
@@ -60,7 +63,7 @@ def test_history_has_jobs_gpus_over_time_and_decisions(daemon) -> None:  # type:
     client.submit(job("impossible", 10**7, 60))
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        status, hist = get(daemon.url + "/api/v1/history")
+        status, hist = get(daemon.url + "/api/v1/history", daemon.token)
         if any("fits" in p["jobs"] for p in hist["gpus"]):
             break
         time.sleep(0.2)
@@ -76,8 +79,10 @@ def test_history_has_jobs_gpus_over_time_and_decisions(daemon) -> None:  # type:
     assert decisions["impossible"]["reason"]
     assert any(p["jobs"].get("fits", 0) >= 1 for p in hist["gpus"])
     last = hist["gpus"][-1]["ts"]
-    assert get(daemon.url + f"/api/v1/history?since={last}")[1]["gpus"] == []
-    assert get(daemon.url + "/api/v1/history?since=soon")[0] == 400
+    assert get(daemon.url + f"/api/v1/history?since={last}", daemon.token)[1]["gpus"] == []
+    assert get(daemon.url + "/api/v1/history?since=soon", daemon.token)[0] == 400
+    # the history is a read like the job list: no token, no history
+    assert get(daemon.url + "/api/v1/history")[0] == 401
     status, page = get(daemon.url + "/ui")
     assert status == 200 and b"FlowCon allocator" in page
     assert get(daemon.url + "/static/allocator.js")[0] == 200

@@ -119,7 +119,12 @@ def job(name: str, iterations: int, deadline: float | None) -> dict[str, Any]:
 
 @pytest.fixture
 def allocator(tmp_path: Path) -> Any:
-    cfg = AllocatorConfig(state_dir=tmp_path / "state", slot_seconds=1.0, listen="127.0.0.1:0")
+    cfg = AllocatorConfig(
+        state_dir=tmp_path / "state",
+        slot_seconds=1.0,
+        listen="127.0.0.1:0",
+        read_token="a-read-only-token",
+    )
     alloc = Allocator(cfg, target=None, total_gpus=8)
     alloc.start(port=0)
     yield alloc
@@ -134,7 +139,9 @@ def test_allocator_view_shows_the_jobs_and_their_numbers(allocator: Any, tmp_pat
     client.submit(job("too-tight-c", 10**7, 120))  # dropped: cannot meet its deadline
     time.sleep(2.5)
     jobs = {j["name"]: j for j in client.jobs()}
-    dom = chromium(allocator.url + "/ui", "--dump-dom")
+    # reads need a token: the page takes a read token from its URL's fragment
+    read_token = "a-read-only-token"
+    dom = chromium(allocator.url + f"/ui#token={read_token}", "--dump-dom")
     assert 'data-loaded="1"' in dom, dom[-1500:]
     rows = Cells("data-job")
     rows.feed(dom)
@@ -152,7 +159,7 @@ def test_allocator_view_shows_the_jobs_and_their_numbers(allocator: Any, tmp_pat
     assert "dropped" in dom and "admitted" in dom  # the decisions table
     assert dom.count("<canvas") >= 1  # uPlot drew the GPUs-per-job chart
     shot = tmp_path / "dashboard.png"
-    chromium(allocator.url + "/ui", f"--screenshot={shot}")
+    chromium(allocator.url + f"/ui#token={read_token}", f"--screenshot={shot}")
     assert shot.stat().st_size > 10_000
     keep_screenshot(shot, "dashboard.png")
 
