@@ -42,7 +42,17 @@ class Exporter:
         self.itval = Gauge(
             "flowcon_agent_itval_seconds", "Current Algorithm 1 interval", registry=self.registry
         )
+        self.label_errors = Counter(
+            "flowcon_agent_label_errors",
+            "Containers skipped for a bad flowcon.* label (once per container and error)",
+            ["container", "name"],  # container: the full id, as cAdvisor's series
+            registry=self.registry,
+        )
         self._known: set[tuple[str, str]] = set()
+
+    def label_error(self, cid: str, name: str, error: str) -> None:
+        """A container's labels could not be used (the pool reports each error once)."""
+        self.label_errors.labels(cid, name).inc()
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         start_http_server(port, addr=addr, registry=self.registry)
