@@ -269,7 +269,8 @@ class DockerEngine:
         self.cgroups = CgroupReader(cgroup_root) if cgroup_root else None
         self._cg_files: dict[str, CgroupFiles | None] = {}
         self._cg_lock = threading.Lock()
-        self._version: EngineVersion | None = None
+        self._version: EngineVersion | None = None  # None: to be negotiated
+        self._last_version: EngineVersion | None = None
         self._version_lock = threading.Lock()
         self._reconnects_seen = 0
         self._services: dict[str, tuple[float, dict[str, str]]] = {}
@@ -308,8 +309,9 @@ class DockerEngine:
                 if isinstance(exc, UnsupportedEngine):
                     raise EngineVersionError(str(exc)) from None
                 raise EngineError(f"version: engine sent no JSON ({exc})") from exc
-            if self._version is None or found != self._version:
-                log.info(
+            if found != self._last_version:  # the first at DEBUG: the agent says it at start
+                log.log(
+                    logging.INFO if self._last_version else logging.DEBUG,
                     "Docker engine at %s: Docker %s, API %s (min %s); speaking API %s",
                     self.base_url,
                     found.version,
@@ -318,6 +320,7 @@ class DockerEngine:
                     found.api,
                 )
             self._version, self._reconnects_seen = found, self.http.reconnects
+            self._last_version = found
             return found
 
     def _path(self, path: str) -> str:
