@@ -395,6 +395,10 @@ class DockerEngine:
                 )
             labels = {}
         with self._services_lock:
+            for old in [
+                k for k, (at, _) in self._services.items() if now - at >= SERVICE_LABELS_TTL
+            ]:
+                del self._services[old]  # services gone meanwhile do not pile up
             self._services[sid] = (now, labels)
         return labels
 
