@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from flowcon.config import Config, ConfigError, load
+from flowcon.logsetup import LogLevelError, setup_logging
 
 log = logging.getLogger("flowcon.agent")
 
@@ -27,11 +28,15 @@ def _config(path: str | None) -> Config:
 @click.option("--dry-run", is_flag=True, help="Log decisions; change no container.")
 @click.option("--once", is_flag=True, help="Run one round and exit (limits stay applied).")
 def agent(config_path: str | None, dry_run: bool, once: bool) -> None:
-    """Run the FlowCon agent on this host's Docker engine."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-        )
+    """Run the FlowCon agent on this host's Docker engine.
+
+    With --once, exits 1 when the round could not run (the engine does not answer, or
+    speaks no API version FlowCon knows), naming the engine and why."""
+    if not logging.getLogger().handlers:  # not started through `flowcon` (its group sets up)
+        try:
+            setup_logging(logging.INFO)
+        except LogLevelError as exc:
+            raise click.UsageError(str(exc)) from None
     from flowcon.agent.daemon import Agent
 
     cfg = _config(config_path)
@@ -40,7 +45,8 @@ def agent(config_path: str | None, dry_run: bool, once: bool) -> None:
     except PermissionError as exc:
         raise click.ClickException(f"cannot reach the engine or state file: {exc}") from None
     if once:
-        daemon.run_once()
+        if not daemon.run_once():
+            raise click.ClickException(f"round not run: {daemon.controller.skipped}")
         return
     daemon.run()
 
@@ -108,6 +114,9 @@ def status(config_path: str | None, state_path: str | None, as_json: bool, no_en
             "state_age_s": age,
             "engine": {"answered": engine_error is None, "error": engine_error},
             "containers": views,
+            "label_errors": [
+                {"container_id": cid, **err} for cid, err in sorted(state.label_errors.items())
+            ],
         }
         click.echo(json.dumps(out, indent=1))
         return
@@ -164,6 +173,13 @@ def status(config_path: str | None, state_path: str | None, as_json: bool, no_en
     # Piped output (no terminal): do not squeeze the table into 80 columns.
     console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 200)
     console.print(table)
+    for cid, err in sorted(state.label_errors.items(), key=lambda kv: kv[1].get("name", "")):
+        console.print(
+            f"label error: {cid[:12]} {err.get('name', '?')}: {err.get('error', '?')} "
+            "(container skipped)",
+            markup=False,
+            soft_wrap=True,
+        )
     if engine_error is not None:
         console.print(
             f"note: engine not answering ({engine_error}); CPU %, MEM and CPUS are the "

@@ -59,6 +59,7 @@ class Controller:
             self.itval.value = min(max(saved.itval, config.itval), config.itval_max)
         self.rounds = saved.rounds
         self._engine_down = False
+        self.skipped: str | None = None  # why the last round did not run (None: it ran)
         # The engine answers a stats call on its next one-second tick: ask in parallel.
         self._threads = ThreadPoolExecutor(max_workers=32, thread_name_prefix="flowcon-measure")
         self.counters = AgentCounters()
@@ -161,18 +162,16 @@ class Controller:
             return t.monitor.cid, None
 
     def _listing(self) -> dict[str, ContainerInfo] | None:
-        """The running containers, or None (logged once while the engine is down)."""
+        """The running containers, or None (``skipped`` says why; logged once per
+        reason while the engine is down or refuses, not every round)."""
         try:
             present = self._present()
-        except EngineUnavailable as exc:
-            if not self._engine_down:
-                log.warning("round skipped, engine unavailable: %s", exc)
-            self._engine_down = True
-            self.counters.engine_error("list")
-            self.on_engine(str(exc))
-            return None
         except EngineError as exc:
-            log.warning("round skipped: %s", exc)
+            down = isinstance(exc, EngineUnavailable)
+            if (down and not self._engine_down) or (not down and str(exc) != self.skipped):
+                log.warning("round skipped: %s", exc)
+            self._engine_down = down
+            self.skipped = str(exc)
             self.counters.engine_error("list")
             self.on_engine(str(exc))
             return None
@@ -180,10 +179,12 @@ class Controller:
         if self._engine_down:
             log.info("engine answers again")
             self._engine_down = False
+        self.skipped = None
         return present
 
-    def round(self) -> None:
+    def round(self) -> bool:
         """Measure every tracked container, then run Algorithm 1 (the interval job).
+        False when the round could not run (the engine did not list its containers).
 
         Measuring happens outside the lock (the engine's stats take about a second), so a
         listener's start/finish is handled at once even while a round measures.
@@ -191,7 +192,7 @@ class Controller:
         listed_at = time.monotonic()
         present = self._listing()
         if present is None:
-            return
+            return False
         with self.lock:
             todo = [t for cid, t in self.tracked.items() if cid in present]
         now = self.clock()
@@ -219,6 +220,7 @@ class Controller:
             self._save()
             views = self.views()
         self.after_round(views)
+        return True
 
     # ----- restore, state, views --------------------------------------------------------
 
@@ -238,6 +240,10 @@ class Controller:
             node=self.node,
             host_cpus=self.host_cpus,
             containers={cid: container_record(cid, t) for cid, t in self.tracked.items()},
+            label_errors={
+                cid: {"name": name, "error": err}
+                for cid, (name, err) in self.pool.label_errors.items()
+            },
         )
         # Keep records of managed containers we have not seen again yet (engine down).
         for cid, rec in self.pool.saved.containers.items():

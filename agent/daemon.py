@@ -16,7 +16,8 @@ from flowcon.agent.reporter import AllocatorReporter
 from flowcon.agent.state import StateStore
 from flowcon.agent.webview import AgentWeb
 from flowcon.config import Config
-from flowcon.engine.docker_engine import DockerEngine
+from flowcon.contract import LABEL_ENABLE, LABEL_JOB, LABEL_METRIC
+from flowcon.engine.docker_engine import DockerEngine, EngineError
 from flowcon.engine.host import host_capacity
 from flowcon.listeners.events import EventListener
 from flowcon.web.health import Liveness
@@ -26,6 +27,29 @@ from flowcon.web.server import HttpServer
 log = logging.getLogger("flowcon.agent")
 
 JOB_ID = "algorithm1"
+
+
+def _label_args(labels: dict[str, str]) -> str:
+    return " ".join(f"--label {k}={v}" for k, v in labels.items())
+
+
+def watching_line(url: str, engine: str, match_labels: dict[str, str]) -> str:
+    """The start-up line: which engine, and which containers the agent looks at."""
+    among = ""
+    if match_labels:
+        among = ", among those labelled " + ", ".join(f"{k}={v}" for k, v in match_labels.items())
+    return (
+        f"watching the Docker engine at {url} ({engine}) for containers labelled "
+        f"{LABEL_ENABLE}=true (CPU limits managed) or {LABEL_JOB}=NAME (measured only){among}"
+    )
+
+
+def opt_in_hint(match_labels: dict[str, str]) -> str:
+    """What to say while no container is opted in: the one command that opts one in."""
+    labels = {**match_labels, LABEL_ENABLE: "true", LABEL_METRIC: "loss"}
+    return (
+        f"no container is opted in yet; opt one in with: docker run -d {_label_args(labels)} IMAGE"
+    )
 
 
 class Agent:
@@ -38,6 +62,7 @@ class Agent:
         )
         self.host = host_capacity()
         cpus = self.host.cpus
+        self.engine_error: str | None = None  # why the engine did not answer at start
         try:
             engine_cpus = self.engine.ncpu()
             if engine_cpus and engine_cpus != cpus:
@@ -45,8 +70,8 @@ class Agent:
                     "engine reports %d CPUs, psutil %d: using the engine's", engine_cpus, cpus
                 )
                 cpus = engine_cpus
-        except Exception as exc:  # the engine may come up later
-            log.warning("engine not answering yet (%s); host CPUs from psutil: %d", exc, cpus)
+        except EngineError as exc:  # the engine may come up later (run) or not (run_once)
+            self.engine_error = str(exc)
         self.host_cpus = cpus
         self.controller = Controller(
             self.engine, config, cpus, StateStore(config.state_file), dry_run=self.dry_run
@@ -70,6 +95,7 @@ class Agent:
             else None
         )
         self.controller.after_round = self._after_round
+        self.controller.pool.on_label_error = self.exporter.label_error
         self.controller.on_itval = self._reschedule
         self.scheduler = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1})
         self.listener = EventListener(
@@ -124,10 +150,45 @@ class Agent:
         self.http.start()
         log.info("metrics on :%d/metrics, health on /healthz, live view on /ui", port)
 
-    def run_once(self) -> None:
-        log.info("one round: host_cpus=%d dry_run=%s", self.host_cpus, self.dry_run)
+    def run_once(self) -> bool:
+        """One round; False when it could not run (``controller.skipped`` says why)."""
+        try:
+            engine = self.engine.version().describe()
+        except EngineError as exc:
+            self.controller.skipped = str(exc)
+            return False
+        log.info(
+            "one round on the Docker engine at %s (%s): host_cpus=%d dry_run=%s",
+            self.engine.base_url,
+            engine,
+            self.host_cpus,
+            self.dry_run,
+        )
         self.controller.resync("start")
-        self.controller.round()
+        return self.controller.round()
+
+    def _greet(self) -> None:
+        """Say what is watched, and how to opt a container in when none is yet."""
+        try:
+            engine = self.engine.version().describe()
+        except EngineError as exc:
+            log.warning(
+                "%s; host CPUs from psutil: %d; the agent keeps trying", exc, self.host_cpus
+            )
+            return
+        log.info(watching_line(self.engine.base_url, engine, self.cfg.match_labels))
+        self.controller.resync("start")
+        tracked = list(self.controller.tracked.values())
+        if not tracked:
+            log.info(opt_in_hint(self.cfg.match_labels))
+            return
+        managed = sum(1 for t in tracked if t.managed)
+        log.info(
+            "%d container(s) opted in: %d managed, %d measured only",
+            len(tracked),
+            managed,
+            len(tracked) - managed,
+        )
 
     def run(self) -> None:
         log.info(
@@ -153,6 +214,7 @@ class Agent:
             id=JOB_ID,
             next_run_time=datetime.now() + timedelta(seconds=itval),
         )
+        self._greet()
         self.scheduler.start()
         self.listener.start()  # connects, resyncs, then follows start/die events
         try:

@@ -108,12 +108,22 @@ class Exporter:
             ["list"],
             registry=r,
         )
+        self.label_errors = Counter(
+            "flowcon_agent_label_errors",
+            "Containers skipped for a bad flowcon.* label (once per container and error)",
+            ["id", "name"],  # id="/docker/<full id>", as cAdvisor's series
+            registry=r,
+        )
         self.counters = counters or AgentCounters()
         r.register(_CountersCollector(self.counters))
         register_build_info(r, "agent")
         for name in LISTS:
             self.containers.labels(name).set(0)
         self._known: set[tuple[str, str, str, str]] = set()
+
+    def label_error(self, cid: str, name: str, error: str) -> None:
+        """A container's labels could not be used (the pool reports each error once)."""
+        self.label_errors.labels(f"/docker/{cid}", name).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +50,10 @@ class WorkerPool:
         self.executor = executor
         self.saved = saved  # the state file's records: resumed containers keep originals
         self.tracked: dict[str, Tracked] = {}
-        self._bad_labels: set[str] = set()
+        # Containers skipped for a bad label: id -> (name, error), shown by `flowcon
+        # status` (state file) and counted by the exporter (on_label_error, once each).
+        self.label_errors: dict[str, tuple[str, str]] = {}
+        self.on_label_error: Callable[[str, str, str], None] = lambda _cid, _name, _err: None
         # Containers whose die event we saw: a racy list of running containers must not
         # bring them back (their current settings are our limits, not their originals).
         self._finished: set[str] = set()
@@ -62,12 +66,15 @@ class WorkerPool:
             if info.labels.get(key) != value:
                 return None
         try:
-            return parse_policy(info.labels)
+            policy = parse_policy(info.labels)
         except LabelError as exc:
-            if info.id not in self._bad_labels:
-                self._bad_labels.add(info.id)
+            if self.label_errors.get(info.id, ("", ""))[1] != str(exc):
+                self.label_errors[info.id] = (info.name, str(exc))
                 log.warning("skipping container=%s id=%s: %s", info.name, info.id[:12], exc)
+                self.on_label_error(info.id, info.name, str(exc))
             return None
+        self.label_errors.pop(info.id, None)  # fixed (a Swarm service's labels can change)
+        return policy
 
     def track(self, info: ContainerInfo, policy: Policy) -> Tracked | None:
         """A new container joins (NL if managed), resumed from the state file if known."""
@@ -118,6 +125,8 @@ class WorkerPool:
         """
         wanted: dict[str, Policy] = {}
         self._finished.intersection_update(present)  # bounded: only ids still listed
+        for cid in set(self.label_errors) - set(present):
+            del self.label_errors[cid]
         for cid, info in present.items():
             policy = None if cid in self._finished else self.policy(info)
             if policy is not None and policy.monitored:

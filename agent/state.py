@@ -45,6 +45,8 @@ class AgentState:
     node: str = ""
     host_cpus: int = 0
     containers: dict[str, ContainerRecord] = field(default_factory=dict)
+    # Containers skipped for a bad flowcon.* label: id -> {"name": ..., "error": ...}.
+    label_errors: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def to_json(state: AgentState) -> str:
@@ -57,6 +59,7 @@ def to_json(state: AgentState) -> str:
         "node": state.node,
         "host_cpus": state.host_cpus,
         "containers": {cid: vars(rec) for cid, rec in state.containers.items()},
+        "label_errors": state.label_errors,
     }
     return json.dumps(data, separators=(",", ":"), allow_nan=False, default=str)
 
@@ -70,6 +73,11 @@ def from_json(text: str) -> AgentState:
         if not isinstance(raw, dict):
             raise ValueError(f"container {cid!r} is not a mapping")
         records[cid] = ContainerRecord(**raw)
+    label_errors = {
+        str(cid): {"name": str(e.get("name", "")), "error": str(e.get("error", ""))}
+        for cid, e in (data.get("label_errors") or {}).items()
+        if isinstance(e, dict)
+    }
     return AgentState(
         itval=data.get("itval"),
         rounds=int(data.get("rounds") or 0),
@@ -77,6 +85,7 @@ def from_json(text: str) -> AgentState:
         node=str(data.get("node") or ""),
         host_cpus=int(data.get("host_cpus") or 0),
         containers=records,
+        label_errors=label_errors,
     )
 
 

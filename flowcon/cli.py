@@ -9,10 +9,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
-import os
-import sys
 
 import click
+
+from flowcon import logsetup
 
 # name -> "module:attribute" of a click.Command
 SUBCOMMANDS: dict[str, str] = {
@@ -52,12 +52,11 @@ class LazyGroup(click.Group):
 
 
 def setup_logging(verbose: int) -> None:
-    level = logging.DEBUG if verbose > 1 else logging.INFO
-    logging.basicConfig(
-        level=os.environ.get("FLOWCON_LOG_LEVEL", logging.getLevelName(level)),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
+    """FLOWCON_LOG_LEVEL (any case), else INFO (-vv: DEBUG); a bad value is a usage error."""
+    try:
+        logsetup.setup_logging(logging.DEBUG if verbose > 1 else logging.INFO)
+    except logsetup.LogLevelError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flowcon.contract import LABEL_ENABLE, LABEL_JOB
+from flowcon.core.labels import SERVICE_ID
 from flowcon.engine.docker_engine import DockerEngine, EngineError
 
 log = logging.getLogger("flowcon.listeners")
@@ -25,9 +26,10 @@ FINISH_ACTIONS = frozenset({"die", "destroy"})
 
 
 def interesting(event: dict[str, Any]) -> bool:
-    """A container event that may concern FlowCon (labels travel with the event)."""
+    """A container event that may concern FlowCon (labels travel with the event; a Swarm
+    task's may be on its service, looked up when the pool inspects it)."""
     attrs = (event.get("Actor") or {}).get("Attributes") or {}
-    return LABEL_ENABLE in attrs or LABEL_JOB in attrs
+    return LABEL_ENABLE in attrs or LABEL_JOB in attrs or SERVICE_ID in attrs
 
 
 class EventListener:

@@ -49,6 +49,43 @@ def docker_client():  # type: ignore[no-untyped-def]
     remove_labeled(client, f"{SESSION_LABEL}={SESSION_ID}")
 
 
+TRIXIE_SCRIPT = REPO / "scripts" / "engine-trixie.sh"
+
+
+@pytest.fixture(scope="session")
+def trixie_engine(docker_client) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    """Debian trixie's dockerd (Docker 26.1, API 1.45) as a private second engine
+    (scripts/engine-trixie.sh); yields its DOCKER_HOST. Skips, with the reason, only
+    where trixie's docker.io cannot be fetched, and never in CI (CI is set): there it
+    fails. Stopped at the end if this session started it."""
+    import subprocess
+
+    def sh(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", str(TRIXIE_SCRIPT), *args], capture_output=True, text=True, timeout=timeout
+        )
+
+    if os.geteuid() != 0:
+        pytest.skip("the trixie engine needs root (it starts a second dockerd)")
+    fetch = sh("fetch", timeout=600)
+    if fetch.returncode != 0:
+        why = f"trixie's docker.io cannot be fetched: {fetch.stderr.strip()[-400:]}"
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+    url = sh("host", timeout=10).stdout.strip()
+    was_up = (
+        subprocess.run(["docker", "-H", url, "version"], capture_output=True, timeout=30).returncode
+        == 0
+    )
+    up = sh("up", timeout=300)
+    if up.returncode != 0:
+        pytest.fail(f"scripts/engine-trixie.sh up failed: {up.stderr.strip()[-800:]}")
+    yield url
+    if not was_up:
+        sh("down", timeout=120)
+
+
 @pytest.fixture
 def test_run_id() -> str:
     return uuid.uuid4().hex[:8]
@@ -79,7 +116,7 @@ def cleanup_containers(docker_client, test_run_id: str) -> Iterator[None]:  # ty
 # late; both are caught here instead: at collection (an unmarked test using the engine
 # fixtures) and, in the pure lane (FLOWCON_PURE_LANE=1), at run time (an unmarked test that
 # opens a Docker client).
-_ENGINE_FIXTURES = {"docker_client", "cleanup_containers"}
+_ENGINE_FIXTURES = {"docker_client", "cleanup_containers", "trixie_engine"}
 _ENGINE_MARKERS = ("docker", "swarm")
 
 

@@ -18,8 +18,15 @@ METRIC = contract.LABEL_METRIC
 GOAL = contract.LABEL_METRIC_GOAL
 REGEX = contract.LABEL_METRIC_REGEX
 
+# What a Swarm task's container carries instead of its service's labels.
+SERVICE_ID = "com.docker.swarm.service.id"
+
 # Docker refuses --cpus below 0.01.
 MIN_CPUS = 0.01
+
+# Go's strconv.ParseBool, which Traefik (and Docker) read boolean labels with.
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
 
 class LabelError(ValueError):
@@ -41,6 +48,24 @@ class Policy:
         return self.managed or self.job is not None
 
 
+def parse_bool(key: str, raw: str) -> bool:
+    """A boolean label as Go's strconv.ParseBool reads it: 1 t T TRUE true True, 0 f F
+    FALSE false False; anything else (``yes``, `` true``, ``tRUE``) is a LabelError."""
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise LabelError(f"{key}={raw!r} is not a boolean: use true or false (or 1/0, t/f)")
+
+
+def merge_service_labels(
+    container: Mapping[str, str], service: Mapping[str, str]
+) -> dict[str, str]:
+    """A Swarm task's labels: its service's (``deploy.labels``) under its container's own
+    (``labels``), the container's winning where both set a key."""
+    return {**service, **container}
+
+
 def _cpus(labels: Mapping[str, str], key: str) -> float | None:
     raw = labels.get(key)
     if raw is None or raw.strip() == "":
@@ -58,16 +83,7 @@ def parse_policy(labels: Mapping[str, str]) -> Policy | None:
     """The container's policy, None if FlowCon should ignore it; LabelError if a label is bad."""
     enable_raw = labels.get(ENABLE)
     job = labels.get(JOB) or None
-    if enable_raw is None:
-        managed = False
-    else:
-        low = enable_raw.strip().lower()
-        if low == "true":
-            managed = True
-        elif low == "false":
-            managed = False
-        else:
-            raise LabelError(f"{ENABLE}={enable_raw!r}: use true or false")
+    managed = False if enable_raw is None else parse_bool(ENABLE, enable_raw)
     if not managed and job is None:
         return None
     metric = labels.get(METRIC, "loss").strip() or "loss"

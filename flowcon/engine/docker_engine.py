@@ -7,6 +7,14 @@ update) go over kept-alive ``http.client`` connections (see transport.py); CPU t
 and memory come from the container's cgroup files when reachable (cgroups.py), the
 engine's stats otherwise. Only the long-lived event stream uses the Docker SDK.
 After an engine restart the next call simply connects again.
+
+The API version is negotiated, never pinned (api_version.py): the first call on a
+connection asks ``GET /version`` and speaks the newest version both sides know; a new
+negotiation follows a reconnect and an engine's "client version X is too old/new".
+
+A Swarm task's container carries its service's id, not the service's labels (where
+``deploy.labels`` puts them): those are read from ``GET /services/{id}`` (cached per
+service) and merged under the container's own, as Traefik does.
 """
 
 from __future__ import annotations
@@ -26,16 +34,23 @@ import docker.errors
 import docker.utils
 import requests.exceptions
 
+from flowcon.core.labels import SERVICE_ID, merge_service_labels
 from flowcon.core.limits import NANO, CpuLimit
+from flowcon.engine.api_version import (
+    MIN_API,
+    EngineVersion,
+    UnsupportedEngine,
+    is_wrong_version,
+    negotiate,
+)
 from flowcon.engine.cgroups import CgroupFiles, CgroupFormatError, CgroupReader
 from flowcon.engine.logs import Line, demux_frames, read_lines
 from flowcon.engine.transport import SdkTransport, Transport, Unreachable, direct_transport
 
 log = logging.getLogger(__name__)
 
-# Pinned instead of negotiated so that building a client never needs the engine up.
-API_VERSION = "1.41"
-_V = f"/v{API_VERSION}"
+# How long a Swarm service's labels are reused before they are read again.
+SERVICE_LABELS_TTL = 30.0
 
 
 class EngineError(RuntimeError):
@@ -44,6 +59,10 @@ class EngineError(RuntimeError):
 
 class EngineUnavailable(EngineError):
     """The engine does not answer (stopped, restarting, socket missing)."""
+
+
+class EngineVersionError(EngineError):
+    """The engine's API versions and FlowCon's do not meet."""
 
 
 class ContainerGone(EngineError):
@@ -235,7 +254,9 @@ class DockerEngine:
             kwargs["base_url"] = base_url
         kwargs.setdefault("base_url", "unix:///var/run/docker.sock")
         self.base_url: str = kwargs["base_url"]
-        self._kwargs = {**kwargs, "version": API_VERSION, "timeout": timeout}
+        # The SDK client (TLS hosts, the event stream) is given a version so that building
+        # it never asks the engine; every path we send carries the negotiated one.
+        self._kwargs = {**kwargs, "version": MIN_API, "timeout": timeout}
         direct = None if kwargs.get("tls") else direct_transport(self.base_url, timeout, pool_size)
         self.http: Transport
         if direct is not None:
@@ -248,16 +269,77 @@ class DockerEngine:
         self.cgroups = CgroupReader(cgroup_root) if cgroup_root else None
         self._cg_files: dict[str, CgroupFiles | None] = {}
         self._cg_lock = threading.Lock()
+        self._version: EngineVersion | None = None  # None: to be negotiated
+        self._last_version: EngineVersion | None = None
+        self._version_lock = threading.Lock()
+        self._reconnects_seen = 0
+        self._services: dict[str, tuple[float, dict[str, str]]] = {}
+        self._services_lock = threading.Lock()
+        self._services_unreadable: set[str] = set()
 
     # ----- plumbing ---------------------------------------------------------------------
 
+    def _unavailable(self, what: str, exc: Exception) -> EngineUnavailable:
+        self._forget_version()  # it may come back as another engine
+        return EngineUnavailable(f"{what}: {self.cannot_connect(exc)}")
+
+    def cannot_connect(self, why: object) -> str:
+        return f"cannot connect to the Docker engine at {self.base_url}: {why}"
+
+    def _forget_version(self) -> None:
+        with self._version_lock:
+            self._version = None
+
+    def version(self) -> EngineVersion:
+        """The negotiated API version (asked once per connection: again after a reconnect)."""
+        with self._version_lock:
+            if self._version is not None and self.http.reconnects == self._reconnects_seen:
+                return self._version
+            try:
+                with self.http.open("GET", "/version") as resp:
+                    status, data = resp.status, resp.read()
+            except Unreachable as exc:
+                raise EngineUnavailable(f"version: {self.cannot_connect(exc)}") from exc
+            if status >= 400:
+                raise EngineError(f"version: {status} {_message(data)}")
+            try:
+                answer = json.loads(data)
+                found = negotiate(answer, self.base_url)
+            except ValueError as exc:  # UnsupportedEngine, or no JSON
+                if isinstance(exc, UnsupportedEngine):
+                    raise EngineVersionError(str(exc)) from None
+                raise EngineError(f"version: engine sent no JSON ({exc})") from exc
+            if found != self._last_version:  # the first at DEBUG: the agent says it at start
+                log.log(
+                    logging.INFO if self._last_version else logging.DEBUG,
+                    "Docker engine at %s: Docker %s, API %s (min %s); speaking API %s",
+                    self.base_url,
+                    found.version,
+                    found.engine_api,
+                    found.engine_min_api or "?",
+                    found.api,
+                )
+            self._version, self._reconnects_seen = found, self.http.reconnects
+            self._last_version = found
+            return found
+
+    def _path(self, path: str) -> str:
+        return f"/v{self.version().api}{path}"
+
     def _request(self, method: str, path: str, what: str, body: Any = None) -> Any:
         raw = None if body is None else json.dumps(body).encode()
-        try:
-            with self.http.open(method, _V + path, raw) as resp:
-                status, data = resp.status, resp.read()
-        except Unreachable as exc:
-            raise EngineUnavailable(f"{what}: engine unavailable ({exc})") from exc
+        for attempt in (0, 1):
+            try:
+                with self.http.open(method, self._path(path), raw) as resp:
+                    status, data = resp.status, resp.read()
+            except Unreachable as exc:
+                raise self._unavailable(what, exc) from exc
+            if status == 400 and not attempt and is_wrong_version(_message(data)):
+                # Another engine answers now (upgraded in place): negotiate, send again.
+                log.info("%s: engine says %r: negotiating again", what, _message(data))
+                self._forget_version()
+                continue
+            break
         if status >= 400:
             raise self._error(status, data, what, path)
         if not data:
@@ -276,7 +358,49 @@ class DockerEngine:
             and not path.startswith("/containers/json")
         ):
             return ContainerGone(f"{what}: container gone ({msg})")
+        if is_wrong_version(msg):
+            return EngineVersionError(f"{what}: {status} {msg}")
         return EngineError(f"{what}: {status} {msg}")
+
+    def _labels(self, labels: dict[str, str]) -> dict[str, str]:
+        """A container's labels, with its Swarm service's under them (container wins)."""
+        sid = labels.get(SERVICE_ID)
+        if not sid:
+            return labels
+        return merge_service_labels(labels, self.service_labels(sid))
+
+    def service_labels(self, sid: str) -> dict[str, str]:
+        """A Swarm service's own labels (``deploy.labels``), cached SERVICE_LABELS_TTL
+        seconds; empty (logged once) where they cannot be read, e.g. on a worker node,
+        which the engine does not tell about services."""
+        now = time.monotonic()
+        with self._services_lock:
+            hit = self._services.get(sid)
+        if hit is not None and now - hit[0] < SERVICE_LABELS_TTL:
+            return hit[1]
+        try:
+            data = self._request("GET", f"/services/{quote(sid)}", f"service {sid[:12]}")
+            labels = (data.get("Spec") or {}).get("Labels") or {} if isinstance(data, dict) else {}
+            labels = {str(k): str(v) for k, v in labels.items()}
+        except EngineUnavailable:
+            raise
+        except EngineError as exc:
+            if sid not in self._services_unreadable:
+                self._services_unreadable.add(sid)
+                log.warning(
+                    "labels of swarm service %s not readable (%s): its tasks have their "
+                    "container labels only",
+                    sid[:12],
+                    exc,
+                )
+            labels = {}
+        with self._services_lock:
+            for old in [
+                k for k, (at, _) in self._services.items() if now - at >= SERVICE_LABELS_TTL
+            ]:
+                del self._services[old]  # services gone meanwhile do not pile up
+            self._services[sid] = (now, labels)
+        return labels
 
     # ----- calls ------------------------------------------------------------------------
 
@@ -297,7 +421,7 @@ class DockerEngine:
             ContainerInfo(
                 row["Id"],
                 (row.get("Names") or ["/?"])[0].lstrip("/"),
-                row.get("Labels") or {},
+                self._labels(row.get("Labels") or {}),
                 True,
             )
             for row in rows
@@ -313,7 +437,7 @@ class DockerEngine:
         return ContainerInfo(
             data["Id"],
             str(data.get("Name") or "/?").lstrip("/"),
-            (data.get("Config") or {}).get("Labels") or {},
+            self._labels((data.get("Config") or {}).get("Labels") or {}),
             bool(state.get("Running")),
             CpuSettings.from_host_config(hc),
             str(hc.get("CgroupParent") or ""),
@@ -387,12 +511,13 @@ class DockerEngine:
         elif tail is not None:
             query += f"&tail={int(tail)}"
         try:
-            with self.http.open("GET", f"{_V}/containers/{cid}/logs?{query}") as resp:
+            path = self._path(f"/containers/{cid}/logs?{query}")
+            with self.http.open("GET", path) as resp:
                 if resp.status >= 400:
                     raise self._error(resp.status, resp.read(65536), what, f"/containers/{cid}")
                 yield from demux_frames(resp.read)
         except Unreachable as exc:
-            raise EngineUnavailable(f"{what}: engine unavailable ({exc})") from exc
+            raise self._unavailable(what, exc) from exc
 
     def log_lines(
         self, cid: str, since_ns: int | None, tail: int | None, max_bytes: int
@@ -407,12 +532,13 @@ class DockerEngine:
         if self._events_client is not None:
             self._events_client.close()  # the previous, broken connection
         try:
-            client = docker.APIClient(**{**self._kwargs, "timeout": None})
+            version = self.version().api
+            client = docker.APIClient(**{**self._kwargs, "version": version, "timeout": None})
             client.trust_env = False
             self._events_client = client
             return client.events(decode=True, filters={"type": "container"})
         except (requests.exceptions.RequestException, docker.errors.DockerException) as exc:
-            raise EngineUnavailable(f"events: engine unavailable ({exc})") from exc
+            raise self._unavailable("events", exc) from exc
 
     def close(self) -> None:
         self.http.close()

@@ -14,7 +14,7 @@ def _client() -> Any:
     import docker
 
     try:
-        client = docker.from_env(timeout=600)
+        client = docker.from_env(version="auto", timeout=600)
         client.ping()
     except Exception as exc:  # the engine is down or the socket is missing
         raise click.ClickException(f"no Docker engine answers: {exc}") from exc

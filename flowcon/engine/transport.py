@@ -35,6 +35,10 @@ class Response(Protocol):
 
 
 class Transport(Protocol):
+    # Connections the engine dropped and that were made again (its restart, typically):
+    # the engine adapter negotiates its API version again when this changes.
+    reconnects: int
+
     def open(
         self, method: str, path: str, body: bytes | None = None
     ) -> contextlib.AbstractContextManager[Response]: ...
@@ -71,6 +75,7 @@ class PooledHTTP:
         self._keep = keep
         self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
+        self.reconnects = 0
 
     def _acquire(self) -> http.client.HTTPConnection:
         with self._lock:
@@ -98,6 +103,8 @@ class PooledHTTP:
                 conn.close()
                 if attempt or not reused:
                     raise Unreachable(f"{exc.__class__.__name__}: {exc}") from exc
+                with self._lock:
+                    self.reconnects += 1
             except (TimeoutError, OSError, http.client.HTTPException) as exc:
                 conn.close()
                 raise Unreachable(f"{exc.__class__.__name__}: {exc}") from exc
@@ -147,6 +154,7 @@ class SdkTransport:
 
     def __init__(self, api: Any) -> None:
         self.api = api
+        self.reconnects = 0  # requests reconnects on its own, unseen: never counted
 
     @contextlib.contextmanager
     def open(self, method: str, path: str, body: bytes | None = None) -> Iterator[Response]:

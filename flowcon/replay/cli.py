@@ -312,7 +312,7 @@ def replay(
     import docker
 
     try:
-        client = docker.from_env(timeout=120)
+        client = docker.from_env(version="auto", timeout=120)
         client.ping()
     except Exception as exc:
         raise click.ClickException(f"no Docker engine answers: {exc}") from None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from flowcon.contract import LABEL_GPUS, LABEL_NODE, LABEL_RANK, LABEL_WORLD_SIZE
 from flowcon.service.workers import WorkerSlot
@@ -21,6 +21,39 @@ PER_WORKER_LABELS = (LABEL_NODE, LABEL_GPUS, LABEL_RANK, LABEL_WORLD_SIZE)
 
 class ExecutorError(RuntimeError):
     """The engine refused or vanished; the message says what was being done."""
+
+
+class EngineConnectError(ExecutorError):
+    """No Docker engine answers where the environment (DOCKER_HOST) points."""
+
+
+def connect_engine(timeout: int = 60) -> Any:
+    """A Docker SDK client for the engine DOCKER_HOST names (the local socket by default),
+    speaking the API version the engine negotiates (``version="auto"``);
+    ``EngineConnectError`` naming the engine when none answers there."""
+    import docker
+    import docker.errors
+    import docker.utils
+
+    url = docker.utils.kwargs_from_env().get("base_url") or "unix:///var/run/docker.sock"
+    try:
+        return docker.from_env(version="auto", timeout=timeout)
+    except docker.errors.DockerException as exc:
+        raise EngineConnectError(
+            f"cannot connect to the Docker engine at {url}: {_root_cause(exc)}"
+        ) from None
+
+
+def _root_cause(exc: BaseException) -> str:
+    """The innermost reason ("[Errno 2] No such file or directory"), not the SDK's chain."""
+    seen: set[int] = set()
+    while (inner := exc.__cause__ or exc.__context__) is not None and id(inner) not in seen:
+        seen.add(id(exc))
+        exc = inner
+    for arg in getattr(exc, "args", ()):  # urllib3 wraps the OSError in a tuple
+        if isinstance(arg, OSError):
+            exc = arg
+    return str(exc) or exc.__class__.__name__
 
 
 def volume_labels(labels: Mapping[str, str]) -> dict[str, str]:

@@ -62,6 +62,7 @@ def allocator(
     config_path: str | None, listen: str | None, state_dir: str | None, slot: float | None
 ) -> None:
     """Run the elastic GPU allocator daemon (ElasticFlow admission + allocation)."""
+    from flowcon.service.backend import EngineConnectError
     from flowcon.service.config import check_listen, load_config
     from flowcon.service.daemon import run_daemon
 
@@ -77,7 +78,7 @@ def allocator(
         cfg.slot_seconds = slot
     try:
         run_daemon(cfg)
-    except (ConfigError, OSError) as exc:
+    except (ConfigError, OSError, EngineConnectError) as exc:
         raise click.ClickException(str(exc)) from None
 
 

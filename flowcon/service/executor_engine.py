@@ -23,6 +23,7 @@ from flowcon.service.backend import (
     ExecutorError,
     Worker,
     WorkerRequest,
+    connect_engine,
     engine_errors,
     volume_labels,
 )
@@ -77,9 +78,7 @@ class EngineBackend:
 
     def __init__(self, client: Any | None = None, network: str = "auto") -> None:
         if client is None:
-            import docker
-
-            client = docker.from_env(timeout=60)
+            client = connect_engine(timeout=60)
         self.client = client
         self.network = network
 

@@ -28,6 +28,7 @@ from flowcon.service.backend import (
     ExecutorError,
     Worker,
     WorkerRequest,
+    connect_engine,
     engine_errors,
     volume_labels,
 )
@@ -94,9 +95,7 @@ class SwarmBackend:
         """``client`` talks to a manager; ``node_clients`` (optional, by flowcon.node name)
         let ``cleanup`` remove checkpoint volumes on the other nodes."""
         if client is None:
-            import docker
-
-            client = docker.from_env(timeout=60)
+            client = connect_engine(timeout=60)
         self.client = client
         self.node_clients = dict(node_clients or {})
         self.stop_poll_s = stop_poll_s

@@ -306,8 +306,12 @@ class ExecutorTarget:
 def build_target(cfg: Any, client: Any | None = None, extra_labels: Any = None) -> ExecutorTarget:
     """Inventory (NVML or ``gpus.declared``) + executor from the config."""
     from flowcon.engine.gpus import discover
+    from flowcon.service.backend import connect_engine
     from flowcon.service.executor_factory import make_executor
 
+    owns_client = client is None
+    if client is None:  # first: no engine is one clear line, before the GPU probe says more
+        client = connect_engine()
     inventory = discover(cfg.section("gpus"))
     executor = make_executor(cfg.section("executor"), inventory, client, extra_labels)
-    return ExecutorTarget(executor, inventory, owns_client=client is None)
+    return ExecutorTarget(executor, inventory, owns_client=owns_client)

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from flowcon.core.labels import LabelError, parse_policy
+from flowcon.core.labels import LabelError, merge_service_labels, parse_bool, parse_policy
 from flowcon.core.metric_lines import LineKind, parse_line
 
 
@@ -15,6 +15,36 @@ def test_opt_in_only() -> None:
     assert parse_policy({"flowcon.enable": "false"}) is None
     p = parse_policy({"flowcon.enable": "True"})
     assert p is not None and p.managed and p.metric == "loss" and p.goal == "min"
+
+
+# Go's strconv.ParseBool, as Traefik reads its labels: exactly these spellings.
+PARSE_BOOL = [
+    *[(raw, True) for raw in ("1", "t", "T", "TRUE", "true", "True")],
+    *[(raw, False) for raw in ("0", "f", "F", "FALSE", "false", "False")],
+]
+NOT_BOOL = ["yes", "no", "on", "off", "y", "tRUE", "fALSE", " true", "true ", "", "2", "-1", "1.0"]
+
+
+@pytest.mark.parametrize(("raw", "value"), PARSE_BOOL)
+def test_enable_reads_go_parse_bool(raw: str, value: bool) -> None:
+    assert parse_bool("flowcon.enable", raw) is value
+    policy = parse_policy({"flowcon.enable": raw})
+    assert (policy is not None and policy.managed) is value
+
+
+@pytest.mark.parametrize("raw", NOT_BOOL)
+def test_enable_refuses_anything_else(raw: str) -> None:
+    with pytest.raises(LabelError, match=f"flowcon.enable={raw!r} is not a boolean"):
+        parse_policy({"flowcon.enable": raw})
+
+
+def test_service_labels_under_container_labels() -> None:
+    service = {"flowcon.enable": "true", "flowcon.metric": "loss", "flowcon.cpus.max": "2"}
+    container = {"flowcon.metric": "accuracy", "com.docker.swarm.service.id": "s1"}
+    merged = merge_service_labels(container, service)
+    assert merged == {**service, **container}
+    assert merged["flowcon.metric"] == "accuracy"  # the container's wins
+    assert merge_service_labels(container, {}) == container
 
 
 def test_job_label_is_monitor_only() -> None:

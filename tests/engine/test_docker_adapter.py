@@ -183,7 +183,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         srv = self.server
         srv.paths.append(self.path)  # type: ignore[attr-defined]
-        if "/containers/gone/" in self.path:
+        if self.path == "/version":  # bookworm's engine
+            self._send(200, b'{"Version":"20.10.24","ApiVersion":"1.41","MinAPIVersion":"1.12"}')
+        elif "/containers/gone/" in self.path:
             self._send(404, b'{"message":"No such container: gone"}')
         elif "/containers/big/logs" in self.path:
             self._send(200, _mux(b"2026-11-21T19:18:06.5Z " + b"z" * 1000 + b"\n") * 200)
@@ -249,8 +251,10 @@ def test_transport_keeps_connections_alive(fake_engine_socket: _Server) -> None:
         assert len(frames) == 3
     eng.update_cpu("c1", {"NanoCpus": 500_000_000})
     assert fake_engine_socket.bodies == [{"NanoCpus": 500_000_000}]
-    assert fake_engine_socket.connections == 1  # 11 requests, one connection
-    assert "since=1700000000.000000001" in fake_engine_socket.paths[1]
+    assert fake_engine_socket.connections == 1  # 12 requests, one connection
+    assert fake_engine_socket.paths[0] == "/version"  # asked once, first
+    assert fake_engine_socket.paths.count("/version") == 1
+    assert "since=1700000000.000000001" in fake_engine_socket.paths[2]
     with pytest.raises(ContainerGone):
         eng.inspect("gone")
     with pytest.raises(ContainerGone):
@@ -272,7 +276,10 @@ def test_transport_reconnects_after_the_engine_closed(fake_engine_socket: _Serve
     eng = DockerEngine(f"unix://{fake_engine_socket.server_address}", cgroup_root=None)
     for _ in range(3):
         assert len(eng.list_running()) == 1
-    assert fake_engine_socket.connections == 3
+    # each list on a new connection, and the API version asked again on each: the engine
+    # that answers after a reconnect may be another (upgraded) one
+    assert fake_engine_socket.paths.count("/version") == 3
+    assert fake_engine_socket.connections == 6
 
 
 def test_transport_engine_unavailable(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from flowcon.engine.docker_engine import EngineUnavailable
-from flowcon.listeners.events import EventListener
+from flowcon.listeners.events import EventListener, interesting
 
 
 class Stream:
@@ -120,3 +120,14 @@ def test_a_failing_handler_does_not_stop_the_listener() -> None:
         wait_for(lambda: seen == ["boom", "fine"])
     finally:
         lst.stop()
+
+
+def test_interesting_events() -> None:
+    def ev(**attrs: str) -> dict[str, Any]:
+        return {"Type": "container", "Action": "start", "Actor": {"Attributes": attrs}}
+
+    assert interesting(ev(**{"flowcon.enable": "true"}))
+    assert interesting(ev(**{"flowcon.job": "j"}))
+    # a Swarm task: its flowcon.* labels may be on its service (deploy.labels)
+    assert interesting(ev(**{"com.docker.swarm.service.id": "s1"}))
+    assert not interesting(ev(image="x", name="web"))
