@@ -107,6 +107,21 @@ def _remove_stack(swarm: Any, stack: str) -> None:
                 v.remove(force=True)
 
 
+AGENT_GATEWAY = "172.30.201.1"  # node 1's bridge of the agents' network (below)
+
+
+def _measurements_received(port: int) -> float:
+    """Agent measurements the allocator took in (any outcome: a refused token never
+    gets that far, it is a 401 before the body is read)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(
+        float(ln.split()[-1])
+        for ln in text.splitlines()
+        if ln.startswith("flowcon_allocator_measurements_total{")
+    )
+
+
 def _agent_network(name: str) -> list[list[str]]:
     """A swarm-scoped bridge network: a config-only network per node (own subnet, own
     bridge name) and the swarm network built from them (docker CLI: the SDK has no
@@ -130,7 +145,8 @@ def _stack_env(tmp: Path, swarm: Any, port: int, run_id: str) -> dict[str, str]:
     agent_cfg.update(itval=2, itval_max=8, match_labels={TEST_LABEL: run_id})
     (tmp / "flowcon.yaml").write_text(yaml.safe_dump(agent_cfg))
     alloc_cfg = yaml.safe_load((REPO / "agent" / "allocator.yaml").read_text())
-    alloc_cfg["allocator"]["listen"] = f"127.0.0.1:{port}"
+    # on all addresses: the agents reach it from their bridge network through its gateway
+    alloc_cfg["allocator"]["listen"] = f"0.0.0.0:{port}"
     alloc_cfg["allocator"]["slot_seconds"] = 5
     (tmp / "allocator.yaml").write_text(yaml.safe_dump(alloc_cfg))
     (tmp / "secrets").mkdir()
@@ -151,6 +167,8 @@ def _stack_env(tmp: Path, swarm: Any, port: int, run_id: str) -> dict[str, str]:
         "FLOWCON_DOCKER_SOCK": f"{SOCK_DIR}/{{{{.Node.ID}}}}.sock",
         "FLOWCON_AGENT_NETWORK": f"fcnet{run_id[-6:]}",
         "FLOWCON_HEALTH_INTERVAL": "3s",
+        # the host, seen from node 1's agent network (both nodes are this machine)
+        "FLOWCON_ALLOCATOR_URL": f"http://{AGENT_GATEWAY}:{port}",
     }
 
 
@@ -235,6 +253,8 @@ def test_stack_deploys_manages_both_nodes_and_is_removed_cleanly(
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
             body = json.loads(r.read())
         assert r.status == 200 and body["status"] == "ok" and body["executor"] == "swarm"
+        # the agents report what they measure to the allocator with the agent secret
+        wait_for(lambda: _measurements_received(port) >= 2, timeout=60)
     finally:
         for c in jobs:
             with contextlib.suppress(Exception):
