@@ -176,6 +176,8 @@ def load_trace(path: str | Path, tables: Tables) -> list[Job]:
                     p, i, "batch_size", f"model {model!r} has no row for batch size {bs}"
                 )
             soft = (row.get("soft_deadline") or "").strip().lower() in ("1", "true", "yes")
+            dur_raw = (row.get("duration") or "").strip()
+            duration = None if dur_raw == "" else _num(p, i, row, "duration")
             jobs.append(
                 Job(
                     job_id=jid,
@@ -187,6 +189,7 @@ def load_trace(path: str | Path, tables: Tables) -> list[Job]:
                     requested_gpus=ngpu,
                     model=model,
                     batch_size=bs,
+                    duration=duration,
                 )
             )
     jobs.sort(key=lambda j: (j.submit_time, j.job_id))
