@@ -19,6 +19,7 @@ filling costs O(steps + levels^2) per job in plain Python (no numpy import on th
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -452,6 +453,16 @@ class SlotLedger:
                 used.add(a if a > floor else floor, b, sign * g)
 
     # -- public API -------------------------------------------------------------------------
+    def snapshot(self) -> SlotLedger:
+        """An independent copy of the reservations (the curve cache is shared): to try a
+        batch of admissions and go back if one fails."""
+        other = copy.copy(self)
+        other._used = self._used.copy()
+        other._plans = dict(self._plans)  # plans are replaced, never changed in place
+        other._order = list(self._order)
+        other._deadline = dict(self._deadline)
+        return other
+
     def __contains__(self, job_id: object) -> bool:
         return job_id in self._plans
 

@@ -334,6 +334,7 @@ POLICIES: Mapping[str, str] = {
     "edf-admission": "EDF allocation behind ElasticFlow's admission control",
     "gandiva": "Static requested GPUs, arrival order, non-preemptive",
     "tiresias": "Static requested GPUs, 2D least attained service, preemptive",
+    "elasticflow-published": "ElasticFlow admitting each decision's arrivals as one batch",
 }
 
 
@@ -353,4 +354,8 @@ def make_policy(
         return GandivaPolicy()
     if name == "tiresias":
         return TiresiasPolicy()
+    if name == "elasticflow-published":
+        from flowcon.alloc.published import ElasticFlowPublished
+
+        return ElasticFlowPublished()
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")

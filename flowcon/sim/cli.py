@@ -14,6 +14,9 @@ import click
 if TYPE_CHECKING:  # rich is imported lazily: the CLI starts fast
     from rich.console import Console
 
+    from flowcon.alloc.model import Job, Topology
+    from flowcon.sim.engine import SimResult
+
 SHARED = Path(
     os.environ.get("FLOWCON_SHARED", Path(__file__).resolve().parents[2].parent / "shared")
 )
@@ -29,8 +32,10 @@ def run_simulation(
     overhead: float = 10.0,
     place: bool = True,
     progress: bool = False,
+    world: str = "ours",
 ) -> tuple[object, dict[str, object]]:
-    """Load, simulate, summarise. Returns (SimResult, summary dict)."""
+    """Load, simulate, summarise. Returns (SimResult, summary dict). ``world``: ``ours`` or
+    ``published`` (the published ElasticFlow simulator's world, see flowcon/sim/world.py)."""
     from flowcon.alloc.model import Topology
     from flowcon.alloc.policy import make_policy
     from flowcon.sim.engine import Simulator
@@ -41,6 +46,15 @@ def run_simulation(
     topo = Topology.from_spec(cluster)
     tables = load_throughputs(throughputs or DEFAULT_THROUGHPUTS)
     jobs = load_trace(trace, tables)
+    if world == "published":
+        res = _run_published(jobs, topo, policy, slot)
+        summary = summarize(res)
+        summary["world"] = world
+        summary["trace"] = str(trace)
+        summary["wall_seconds"] = round(time.perf_counter() - wall0, 3)
+        return res, summary
+    if world != "ours":
+        raise ValueError(f"unknown world {world!r}; choose ours or published")
     pol = make_policy(policy, overhead=overhead)
     if progress and jobs:
         from rich.progress import Progress
@@ -55,9 +69,26 @@ def run_simulation(
     else:
         res = Simulator(jobs, topo, pol, slot=slot, overhead=overhead, place=place).run()
     summary = summarize(res)
+    summary["world"] = world
     summary["trace"] = str(trace)
     summary["wall_seconds"] = round(time.perf_counter() - wall0, 3)
     return res, summary
+
+
+def _run_published(jobs: list[Job], topo: Topology, policy: str, slot: float) -> SimResult:
+    """``policy`` as the published simulator defines it, in its world."""
+    from flowcon.alloc.policy import make_policy
+    from flowcon.alloc.published import EDFPublished
+    from flowcon.sim.engine import Simulator
+    from flowcon.sim.published import simulate_gandiva, simulate_tiresias
+    from flowcon.sim.world import published_world
+
+    if policy == "gandiva":
+        return simulate_gandiva(jobs, topo)
+    if policy == "tiresias":
+        return simulate_tiresias(jobs, topo)
+    pol = EDFPublished() if policy == "edf" else make_policy(policy)
+    return Simulator(jobs, topo, pol, slot=slot, overhead=0.0, world=published_world(policy)).run()
 
 
 def _stderr_console() -> Console:
@@ -73,7 +104,17 @@ def _stderr_console() -> Console:
     "--policy",
     default="elasticflow",
     show_default=True,
-    type=click.Choice(["elasticflow", "edf", "edf-admission", "gandiva", "tiresias"]),
+    type=click.Choice(
+        ["elasticflow", "elasticflow-published", "edf", "edf-admission", "gandiva", "tiresias"]
+    ),
+)
+@click.option(
+    "--world",
+    default="ours",
+    show_default=True,
+    type=click.Choice(["ours", "published"]),
+    help="ours: FlowCon's world model; published: the published ElasticFlow simulator's "
+    "(timing, per-policy overheads, deadline check, batch declines, its baselines).",
 )
 @click.option(
     "--throughputs",
@@ -107,6 +148,7 @@ def simulate(
     no_placement: bool,
     no_plots: bool,
     progress: bool | None,
+    world: str,
 ) -> None:
     """Simulate a trace on a GPU cluster; the last stdout line is a JSON summary."""
     from flowcon.sim.loaders import InputError
@@ -117,7 +159,7 @@ def simulate(
         raise click.BadParameter("must be > 0", param_hint="--slot")
     try:
         res, summary = run_simulation(
-            trace, cluster, policy, throughputs, slot, overhead, not no_placement, progress
+            trace, cluster, policy, throughputs, slot, overhead, not no_placement, progress, world
         )
     except (InputError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)

@@ -32,21 +32,10 @@ from dataclasses import dataclass, field
 
 from flowcon.alloc.model import Job, Topology
 from flowcon.sim.engine import JobResult, SimResult
+from flowcon.sim.world import SLOT, published_overhead
 
-SLOT = 60  # the published simulator's scheduling slot; also its restart period in events
 GANDIVA_CLASSES = (1, 2, 4, 8, 12, 16, 24, 32, 64)
 TIRESIAS_LIMITS = (3250.0, 7200.0)  # GPU-seconds; its third limit (18,000) is never used
-
-
-def published_overhead(num_gpu: int, restart: bool, total_gpus: int) -> float:
-    """Seconds one (re)start costs in the published world: 2 s (7 s on 256+ GPUs) plus
-    2 (log2 n + 1) s; every ``SLOT``-th scheduling event restarts everything for 27 s more
-    (47 s on 256+ GPUs)."""
-    big = total_gpus >= 256
-    o = 7.0 if big else 2.0
-    if restart:
-        o += 47.0 if big else 27.0
-    return o + (math.log2(num_gpu) + 1) * 2 if num_gpu > 0 else o
 
 
 @dataclass(eq=False)
@@ -352,7 +341,9 @@ def _tiresias_pick(queues: list[list[_PJob]], total: int, restart: bool) -> None
         queue[:] = [p for p in queue if p.running] + [p for p in queue if not p.running]
 
 
-def _tiresias_next_end(runnable: list[_PJob], now: float, restart: bool, total: int) -> _Event | None:
+def _tiresias_next_end(
+    runnable: list[_PJob], now: float, restart: bool, total: int
+) -> _Event | None:
     best: _Event | None = None
     for p in runnable:
         if not p.running:
