@@ -5,8 +5,10 @@
   ``max_gpu`` GPUs (its largest profiled count, capped at 64 and at its batch size) even
   where its throughput falls there; when fewer are free, the largest power of two that is.
 - ``ElasticFlowPublished``: ElasticFlow whose arrivals of one decision are admitted or
-  declined together: when re-planning fails for any of them, all of them are declined
-  (the published simulator's ``estimate_all_jobs`` over the whole event). No overhead
+  declined together: every hard-deadline job, admitted ones from their current progress
+  and the arrivals, is re-planned from scratch in deadline order, and when that fails for
+  any of them, all the arrivals are declined (the published simulator's
+  ``estimate_all_jobs`` over the runnable jobs and the event's arrivals). No overhead
   margin in admission (that world charges overheads outside the plan).
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from flowcon.alloc.admission import AdmissionDecision
+from flowcon.alloc.admission import AdmissionDecision, SlotLedger
 from flowcon.alloc.model import Job, floor_power_of_two
 from flowcon.alloc.policy import ClusterState, EDFPolicy, ElasticFlowPolicy, _edf_order
 
@@ -60,28 +62,31 @@ class ElasticFlowPublished(ElasticFlowPolicy):
     def on_submit_batch(
         self, jobs: Sequence[Job], now: float, state: ClusterState
     ) -> list[AdmissionDecision]:
-        ledger = self._get_ledger(state)
-        saved = ledger.snapshot()
-        admitted: dict[str, Job] = dict(state.jobs)
-        out: list[AdmissionDecision] = []
+        """All hard-deadline jobs (admitted ones from their current progress, and the
+        arrivals) re-planned from scratch in deadline order; if any fails, every arrival
+        is declined and the old plans stay; else the fresh plans replace them."""
+        old = self._get_ledger(state)
+        fresh = SlotLedger(state.total_gpus, state.slot, overhead=self.overhead)
+        everyone: dict[str, Job] = dict(state.jobs)
+        everyone.update((j.job_id, j) for j in jobs)
+        new = {j.job_id for j in jobs}
         failed: str | None = None
-        for job in sorted(jobs, key=_deadline_key):
-            tmp = ClusterState(state.total_gpus, state.slot, admitted, state.allocation)
-            d = self._admit(job, now, tmp)
-            if not d.admitted and job.needs_guarantee:
-                failed = d.reason
+        for j in sorted(everyone.values(), key=_deadline_key):
+            if not j.needs_guarantee or j.remaining <= 0:
+                continue
+            ok, why = fresh._try(j, everyone, now)
+            if not ok:
+                failed = why if j.job_id in new else f"admitted job {j.job_id} no longer fits"
                 break
-            admitted[job.job_id] = job
         if failed is None:
-            out = [AdmissionDecision(True, None) for _ in jobs]
-        else:
-            self._ledger = saved
-            reason = f"declined with its batch: {failed}"
-            out = [
-                AdmissionDecision(not j.needs_guarantee, None if not j.needs_guarantee else reason)
-                for j in jobs
-            ]
-        return out
+            self._ledger = fresh
+            return [AdmissionDecision(True, None) for _ in jobs]
+        self._ledger = old
+        reason = f"declined with its batch: {failed}"
+        return [
+            AdmissionDecision(not j.needs_guarantee, reason if j.needs_guarantee else None)
+            for j in jobs
+        ]
 
 
 def _deadline_key(j: Job) -> tuple[float, float, str]:

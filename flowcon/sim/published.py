@@ -252,6 +252,21 @@ class _GandivaCluster:
         return released
 
 
+def _retry_pending(
+    cl: _GandivaCluster, pending: list[_PJob], running: list[_PJob], now: float
+) -> None:
+    """Pending jobs in order; the published loop removes from the list it iterates, so
+    the job after each one it starts is skipped until the next release."""
+    i = 0
+    while i < len(pending):
+        p = pending[i]
+        if cl.place(p):
+            pending.pop(i)
+            p.start = now
+            running.append(p)
+        i += 1
+
+
 def simulate_gandiva(jobs: Sequence[Job], topo: Topology) -> SimResult:
     """Gandiva as the published simulator runs it (time-sharing node sets, see module)."""
     wall0 = time.perf_counter()
@@ -280,14 +295,7 @@ def simulate_gandiva(jobs: Sequence[Job], topo: Topology) -> SimResult:
                     p.ever_pending = True
                     pending.append(p)
         if released:
-            i = 0
-            while i < len(pending):  # the published loop removes while iterating: it skips
-                p = pending[i]  # the job after each one it starts
-                if cl.place(p):
-                    pending.pop(i)
-                    p.start = now
-                    running.append(p)
-                i += 1
+            _retry_pending(cl, pending, running, now)
         if not events:
             if not running:
                 break  # pending jobs that no node set can ever take

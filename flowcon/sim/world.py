@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-
 SLOT = 60  # the published simulator's scheduling slot; also its restart period in events
 
 
