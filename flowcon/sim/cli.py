@@ -47,7 +47,7 @@ def run_simulation(
     tables = load_throughputs(throughputs or DEFAULT_THROUGHPUTS)
     jobs = load_trace(trace, tables)
     if world == "published":
-        res = _run_published(jobs, topo, policy, slot)
+        res = _run_published(jobs, topo, policy, slot, overhead)
         summary = summarize(res)
         summary["world"] = world
         summary["trace"] = str(trace)
@@ -75,8 +75,11 @@ def run_simulation(
     return res, summary
 
 
-def _run_published(jobs: list[Job], topo: Topology, policy: str, slot: float) -> SimResult:
-    """``policy`` as the published simulator defines it, in its world."""
+def _run_published(
+    jobs: list[Job], topo: Topology, policy: str, slot: float, overhead: float
+) -> SimResult:
+    """``policy`` as the published simulator defines it, in its world; FlowCon's own
+    policies (``elasticflow``) keep their admission margin of two ``overhead``s."""
     from flowcon.alloc.policy import make_policy
     from flowcon.alloc.published import EDFPublished
     from flowcon.sim.engine import Simulator
@@ -87,7 +90,7 @@ def _run_published(jobs: list[Job], topo: Topology, policy: str, slot: float) ->
         return simulate_gandiva(jobs, topo)
     if policy == "tiresias":
         return simulate_tiresias(jobs, topo)
-    pol = EDFPublished() if policy == "edf" else make_policy(policy)
+    pol = EDFPublished() if policy == "edf" else make_policy(policy, overhead=overhead)
     return Simulator(jobs, topo, pol, slot=slot, overhead=0.0, world=published_world(policy)).run()
 
 
