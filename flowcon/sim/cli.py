@@ -108,7 +108,16 @@ def _stderr_console() -> Console:
     default="elasticflow",
     show_default=True,
     type=click.Choice(
-        ["elasticflow", "elasticflow-published", "edf", "edf-admission", "gandiva", "tiresias"]
+        [
+            "elasticflow",
+            "elasticflow-fast",
+            "elasticflow-paper",
+            "elasticflow-published",
+            "edf",
+            "edf-admission",
+            "gandiva",
+            "tiresias",
+        ]
     ),
 )
 @click.option(
