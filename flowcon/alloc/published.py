@@ -66,7 +66,7 @@ class ElasticFlowPublished(ElasticFlowPolicy):
         arrivals) re-planned from scratch in deadline order; if any fails, every arrival
         is declined and the old plans stay; else the fresh plans replace them."""
         old = self._get_ledger(state)
-        fresh = SlotLedger(state.total_gpus, state.slot, overhead=self.overhead)
+        fresh = SlotLedger(state.total_gpus, state.slot, origin=now, overhead=self.overhead)
         everyone: dict[str, Job] = dict(state.jobs)
         everyone.update((j.job_id, j) for j in jobs)
         new = {j.job_id for j in jobs}
