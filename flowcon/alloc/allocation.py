@@ -59,6 +59,8 @@ def distribute_spare(
     spare = total_gpus - sum(alloc.values())
     if spare < 0:
         raise ValueError(f"minimum shares ({sum(alloc.values())}) exceed {total_gpus} GPUs")
+    if spare == 0:
+        return alloc  # nothing to hand out (a full cluster: the common case under load)
     heap: list[tuple[float, tuple[int, float, float, str], int, int, int]] = []
     rem: list[float] = []
     for idx, job in enumerate(jobs):
