@@ -35,9 +35,6 @@ _EF_CAUSE = (
     "(its decision count, the in-cache rule) is not matched yet"
 )
 XFAIL = {
-    ("195job", "gandiva"): "measured 0.2205 (43 of 195 met; 44 needed): 7 jobs miss by "
-    "27-253 s; every published rule read so far is reproduced, the remaining difference "
-    "is not found",
     ("195job", "elasticflow-published"): "measured 0.831 (166 admitted, 4 miss, 5 batch "
     "declines for an admitted job that fell behind); " + _EF_CAUSE,
     ("cluster01", "elasticflow-published"): "measured 0.883 (1422 admitted); " + _EF_CAUSE,
