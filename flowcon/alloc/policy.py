@@ -352,7 +352,6 @@ POLICIES: Mapping[str, str] = {
     "edf-admission": "EDF allocation behind ElasticFlow's admission control",
     "gandiva": "Static requested GPUs, arrival order, non-preemptive",
     "tiresias": "Static requested GPUs, 2D least attained service, preemptive",
-    "elasticflow-published": "ElasticFlow admitting each decision's arrivals as one batch",
     "elasticflow-fast": "ElasticFlow, spare GPUs by next-slot iterations per extra GPU / T(1)",
     "elasticflow-paper": "ElasticFlow, spare GPUs by Algorithm 2's GPU time saved (paper)",
 }
@@ -381,8 +380,4 @@ def make_policy(
         return GandivaPolicy()
     if name == "tiresias":
         return TiresiasPolicy()
-    if name == "elasticflow-published":
-        from flowcon.alloc.published import ElasticFlowPublished
-
-        return ElasticFlowPublished()
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # rich is imported lazily: the CLI starts fast
     from rich.console import Console
 
     from flowcon.alloc.model import Job, Topology
+    from flowcon.alloc.policy import Policy
     from flowcon.sim.engine import SimResult
 
 SHARED = Path(
@@ -37,7 +38,6 @@ def run_simulation(
     """Load, simulate, summarise. Returns (SimResult, summary dict). ``world``: ``ours`` or
     ``published`` (the published ElasticFlow simulator's world, see flowcon/sim/world.py)."""
     from flowcon.alloc.model import Topology
-    from flowcon.alloc.policy import make_policy
     from flowcon.sim.engine import Simulator
     from flowcon.sim.loaders import load_throughputs, load_trace
     from flowcon.sim.outputs import summarize
@@ -55,7 +55,7 @@ def run_simulation(
         return res, summary
     if world != "ours":
         raise ValueError(f"unknown world {world!r}; choose ours or published")
-    pol = make_policy(policy, overhead=overhead)
+    pol = _policy(policy, overhead)
     if progress and jobs:
         from rich.progress import Progress
 
@@ -75,12 +75,22 @@ def run_simulation(
     return res, summary
 
 
+def _policy(name: str, overhead: float) -> Policy:
+    """``make_policy``'s policies, and ``elasticflow-published`` (flowcon.alloc.published,
+    which builds on them)."""
+    from flowcon.alloc.policy import make_policy
+    from flowcon.alloc.published import ElasticFlowPublished
+
+    if name == "elasticflow-published":
+        return ElasticFlowPublished()
+    return make_policy(name, overhead=overhead)
+
+
 def _run_published(
     jobs: list[Job], topo: Topology, policy: str, slot: float, overhead: float
 ) -> SimResult:
     """``policy`` as the published simulator defines it, in its world; FlowCon's own
     policies (``elasticflow``) keep their admission margin of two ``overhead``s."""
-    from flowcon.alloc.policy import make_policy
     from flowcon.alloc.published import EDFPublished
     from flowcon.sim.engine import Simulator
     from flowcon.sim.published import simulate_gandiva, simulate_tiresias
@@ -90,7 +100,7 @@ def _run_published(
         return simulate_gandiva(jobs, topo)
     if policy == "tiresias":
         return simulate_tiresias(jobs, topo)
-    pol = EDFPublished() if policy == "edf" else make_policy(policy, overhead=overhead)
+    pol = EDFPublished() if policy == "edf" else _policy(policy, overhead)
     return Simulator(jobs, topo, pol, slot=slot, overhead=0.0, world=published_world(policy)).run()
 
 
