@@ -8,8 +8,10 @@
   declined together: every hard-deadline job, admitted ones from their current progress
   and the arrivals, is re-planned from scratch in deadline order, and when that fails for
   any of them, all the arrivals are declined (the published simulator's
-  ``estimate_all_jobs`` over the runnable jobs and the event's arrivals). No overhead
-  margin in admission (that world charges overheads outside the plan).
+  ``estimate_all_jobs`` over the runnable jobs and the event's arrivals), with minimum
+  shares filled as it fills them (``PublishedLedger``); spare GPUs by the paper's priority
+  (GPU time saved, its ``allocate_free_gpus``). No overhead margin in admission (that
+  world charges overheads outside the plan).
 """
 
 from __future__ import annotations
@@ -156,8 +158,8 @@ class ElasticFlowPublished(ElasticFlowPolicy):
 
     name = "elasticflow-published"
 
-    def __init__(self) -> None:
-        super().__init__(overhead=0.0)
+    def __init__(self, rank: str = "paper") -> None:
+        super().__init__(overhead=0.0, rank=rank)
 
     def _get_ledger(self, state: ClusterState) -> SlotLedger:
         if self._ledger is None:

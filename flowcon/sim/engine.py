@@ -249,19 +249,37 @@ class Simulator:
 
     def _charge_all(self, r: _Run, t: float, alloc: dict[str, int]) -> None:
         """Published ElasticFlow: every running job pays at every decision, only the base
-        charge when its GPU set was used before since the last periodic restart."""
+        charge when its GPU set was used before since the last periodic restart. Its GPU
+        set is where the published simulator lays it out: whole nodes for a job of a node
+        or more, else packed inside its node behind the jobs before it (a job that leaves
+        shifts the ones after it onto a new set)."""
         n_dec = len(r.latencies) - 1
         restart = n_dec > 0 and n_dec % self.world.restart_period() == 0
         total = self.topology.total_gpus
-        g = self.topology.gpus_per_node
-        for jid, n in alloc.items():
-            p = r.placements.get(jid)
-            key = (p[0][0] * g + p[0][1], n) if p else (-1, n)
+        for jid, key in self._gpu_sets(r, alloc).items():
             reused = key in r.used_sets
             r.used_sets.add(key)
-            r.busy_until[jid] = t + self.world.event_overhead(n, restart, reused, total)
+            r.busy_until[jid] = t + self.world.event_overhead(key[1], restart, reused, total)
         if restart:
             r.used_sets.clear()
+
+    def _gpu_sets(self, r: _Run, alloc: dict[str, int]) -> dict[str, tuple[int, int]]:
+        g = self.topology.gpus_per_node
+        out: dict[str, tuple[int, int]] = {}
+        by_node: dict[int, list[tuple[int, str, int]]] = {}
+        for jid, n in alloc.items():
+            p = r.placements.get(jid)
+            off = p[0][0] * g + p[0][1] if p else -1
+            if n >= g or off < 0:
+                out[jid] = (off, n)
+            else:
+                by_node.setdefault(off // g, []).append((off, jid, n))
+        for node, jobs in by_node.items():
+            pos = node * g
+            for _, jid, n in sorted(jobs):
+                out[jid] = (pos, n)
+                pos += n
+        return out
 
     def _record(self, r: _Run, t: float, alloc: dict[str, int]) -> float:
         """4. Metrics at ``t``; returns the earliest completion under this allocation."""
