@@ -124,7 +124,7 @@ def _breakdown(traces: list[str], args: argparse.Namespace) -> None:
     print("\n== breakdown of our gain ==")
     for trace in traces:
         r = {}
-        r["published admission (batch decline), published world"] = _run(
+        r["published ElasticFlow (batch declines, its shares), published world"] = _run(
             trace, "elasticflow-published", "published", args.overhead, args.slot
         )
         r["ours (per-job admission), published world"] = _run(
@@ -139,7 +139,7 @@ def _breakdown(traces: list[str], args: argparse.Namespace) -> None:
                 r[f"{pol} (allocation priority), our world"] = _run(
                     trace, pol, "ours", args.overhead, args.slot
                 )
-        base = r["published admission (batch decline), published world"]
+        base = r["published ElasticFlow (batch declines, its shares), published world"]
         b = base["deadline_satisfactory_ratio"]
         assert isinstance(b, float)
         for label, s in r.items():
