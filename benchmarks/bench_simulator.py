@@ -145,7 +145,7 @@ def _breakdown(traces: list[str], args: argparse.Namespace) -> None:
         for label, s in r.items():
             x = s["deadline_satisfactory_ratio"]
             assert isinstance(x, float)
-            print(f"{trace:<10} {label:<58} {x:6.3f} {x - b:+7.3f}", flush=True)
+            print(f"{trace:<10} {label:<66} {x:6.3f} {x - b:+7.3f}", flush=True)
 
 
 def main() -> int:
