@@ -1,14 +1,20 @@
-"""Simulator figures: deadline satisfactory ratio vs the published ElasticFlow simulator and
-wall time / speed-up vs its published wall times (shared/data/README.md).
+"""Simulator figures in two worlds: the published ElasticFlow simulator's (``--world
+published``: its timing, overheads, deadline check and baselines, see flowcon/sim/world.py)
+and ours. Deadline satisfactory ratios vs the published ones (shared/data/README.md), wall
+time / speed-up vs its published wall times.
 
-    python3 benchmarks/bench_simulator.py            # elasticflow everywhere + baselines on 195job
-    python3 benchmarks/bench_simulator.py --all      # every policy with a reference, every trace
+    python3 benchmarks/bench_simulator.py                # 195job and cluster01, both worlds
+    python3 benchmarks/bench_simulator.py --all          # every shared trace
+    python3 benchmarks/bench_simulator.py --breakdown    # where our gain comes from
 
-Columns: ``sim s`` = the simulation loop alone, ``load+sim s`` = reading the trace and tables
-plus the simulation (in this process), ``speedup`` = published whole-process wall time /
-``load+sim``. Then, for 195job, whole-process times (a fresh interpreter per run, median of
-``--repeat``) next to the bare interpreter start, since for a trace this small process start
-is most of the time; the published 12.8 s is a whole-process time.
+One table per world. In the published world ``elasticflow-published`` (its admission with
+batch declines) and the baselines are compared with the published figures (the calibration),
+and ``elasticflow`` (ours) runs in that same world beside them; in our world every policy is
+ours. Columns: ``sim s`` = the simulation loop alone, ``load+sim s`` = reading the trace and
+tables plus the simulation (in this process), ``speedup`` = published whole-process wall time
+/ ``load+sim``. The last stdout line is one JSON object:
+``{trace: {"published_world": {policy: ratio}, "ours_world": {policy: ratio}}}``.
+With ``--repeat N`` (> 0), whole-process times for 195job follow the tables.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from flowcon.alloc.policy import POLICIES  # noqa: E402
 from flowcon.sim.cli import SHARED, run_simulation  # noqa: E402
 
 TRACES = {  # trace -> cluster used in the published evaluation
@@ -47,6 +54,20 @@ REFERENCE = {
 REF_WALL = {"195job": 12.8, "cluster01": 1815.0, "cluster03": 2779.0, "cluster05": 2175.0}
 
 
+WORLD_POLICIES = {
+    "published": ("elasticflow-published", "elasticflow", "edf", "gandiva", "tiresias"),
+    "ours": ("elasticflow", "edf", "gandiva", "tiresias"),
+}
+
+
+def _reference(trace: str, world: str, policy: str) -> float | None:
+    """The published figure a row is compared with: in the published world our
+    ``elasticflow`` and the calibrated ``elasticflow-published`` both face the published
+    ElasticFlow figure."""
+    key = "elasticflow" if policy.startswith("elasticflow") else policy
+    return REFERENCE[trace].get(key)
+
+
 def _process_ms(cmd: list[str], repeat: int) -> tuple[float, float]:
     """(min, median) wall milliseconds of a fresh process running ``cmd``."""
     times = []
@@ -57,70 +78,114 @@ def _process_ms(cmd: list[str], repeat: int) -> tuple[float, float]:
     return min(times), statistics.median(times)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--all", action="store_true", help="all policies with a reference")
-    ap.add_argument("--traces", nargs="*", default=list(TRACES))
-    ap.add_argument("--overhead", type=float, default=10.0)
-    ap.add_argument("--slot", type=float, default=60.0)
-    ap.add_argument("--json", type=Path, help="also write the rows as JSON here")
-    ap.add_argument("--repeat", type=int, default=7, help="whole-process runs of 195job")
-    args = ap.parse_args()
-    runs: list[tuple[str, str]] = []
-    for t in args.traces:
-        pols = ["elasticflow"]
-        if args.all or t == "195job":
-            pols += [p for p in ("edf", "gandiva", "tiresias") if p in REFERENCE[t]]
-        runs += [(t, p) for p in pols]
-    rows = []
-    hdr = f"{'trace':<10} {'cluster':<6} {'policy':<12} {'ours':>6} {'paper':>6} {'diff':>7} "
-    hdr += f"{'admit':>6} {'sim s':>7} {'load+sim s':>10} {'speedup':>8} {'lat p99 ms':>10} "
-    hdr += f"{'rescales':>8} {'migr':>6}"
+def _run(trace: str, policy: str, world: str, overhead: float, slot: float) -> dict[str, object]:
+    path = SHARED / "data/elasticflow-traces" / f"{trace}.csv"
+    t0 = time.perf_counter()
+    _, s = run_simulation(
+        str(path), TRACES[trace], policy, slot=slot, overhead=overhead, world=world
+    )
+    s["bench_wall_s"] = round(time.perf_counter() - t0, 2)
+    return s
+
+
+def _table(world: str, traces: list[str], args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """One world's table; returns {trace: {policy: ratio}}."""
+    print(f"\n== world: {world} ==")
+    hdr = f"{'trace':<10} {'cluster':<6} {'policy':<22} {'ratio':>6} {'paper':>6} {'diff':>7} "
+    hdr += f"{'admit':>6} {'sim s':>7} {'load+sim s':>10} {'speedup':>8}"
     print(hdr)
     print("-" * len(hdr))
-    for trace, policy in runs:
-        path = SHARED / "data/elasticflow-traces" / f"{trace}.csv"
-        t0 = time.perf_counter()
-        _, s = run_simulation(
-            str(path), TRACES[trace], policy, slot=args.slot, overhead=args.overhead
-        )
-        wall = time.perf_counter() - t0
-        ref = REFERENCE[trace].get(policy)
-        ours = s["deadline_satisfactory_ratio"]
-        assert isinstance(ours, float)
-        ref_wall = REF_WALL.get(trace) if policy == "elasticflow" else None
-        speed = f"{ref_wall / wall:8.0f}x" if ref_wall else f"{'-':>9}"
-        lat = s["decision_latency_ms"]
-        assert isinstance(lat, dict)
-        print(
-            f"{trace:<10} {TRACES[trace]:<6} {policy:<12} {ours:6.3f} "
-            f"{ref if ref is not None else '-':>6} "
-            f"{(ours - ref) if ref is not None else 0:+7.3f} {s['admitted']:>6} "
-            f"{s['sim_seconds']:7.2f} {wall:10.2f} {speed} {lat['p99']:>10.2f} "
-            f"{s['rescales']:>8} {s['migrations']:>6}",
-            flush=True,
-        )
-        rows.append({**s, "reference_ratio": ref, "bench_wall_s": round(wall, 2)})
-    if "195job" in args.traces and args.repeat > 0:
-        trace = str(SHARED / "data/elasticflow-traces/195job.csv")
-        py = sys.executable
-        sim = ["--trace", trace, "--cluster", "16x8"]
-        print(f"\nwhole process, 195job elasticflow (min / median of {args.repeat} runs, ms):")
-        for label, cmd in (
-            ("python -c pass", [py, "-c", "pass"]),
-            ("python -m flowcon.sim", [py, "-m", "flowcon.sim", *sim]),
-            ("python -m flowcon.cli simulate", [py, "-m", "flowcon.cli", "simulate", *sim]),
-        ):
-            lo, med = _process_ms(cmd, args.repeat)
-            ref = REF_WALL["195job"] * 1000
+    out: dict[str, dict[str, float]] = {}
+    for trace in traces:
+        for policy in WORLD_POLICIES[world]:
+            ref = _reference(trace, world, policy)
+            if not args.all and ref is None and policy not in ("elasticflow",):
+                continue
+            s = _run(trace, policy, world, args.overhead, args.slot)
+            ratio = s["deadline_satisfactory_ratio"]
+            assert isinstance(ratio, float)
+            wall = s["bench_wall_s"]
+            assert isinstance(wall, float)
+            ref_wall = REF_WALL.get(trace) if policy.startswith("elasticflow") else None
+            speed = f"{ref_wall / wall:8.0f}x" if ref_wall and wall > 0 else f"{'-':>9}"
+            diff = f"{ratio - ref:+7.3f}" if ref is not None else f"{'':>7}"
             print(
-                f"  {label:<32} {lo:7.0f} / {med:7.0f}   "
-                f"speed-up {ref / lo:5.0f}x / {ref / med:5.0f}x"
+                f"{trace:<10} {TRACES[trace]:<6} {policy:<22} {ratio:6.3f} "
+                f"{ref if ref is not None else '-':>6} {diff} {s['admitted']:>6} "
+                f"{s['sim_seconds']:7.2f} {wall:10.2f} {speed}",
+                flush=True,
             )
-            rows.append({"process": label, "min_ms": round(lo), "median_ms": round(med)})
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=2))
+            out.setdefault(trace, {})[policy] = ratio
+    return out
+
+
+def _breakdown(traces: list[str], args: argparse.Namespace) -> None:
+    """Our ElasticFlow's gain over the published one, step by step."""
+    print("\n== breakdown of our gain ==")
+    for trace in traces:
+        r = {}
+        r["published ElasticFlow (batch declines, its shares), published world"] = _run(
+            trace, "elasticflow-published", "published", args.overhead, args.slot
+        )
+        r["ours (per-job admission), published world"] = _run(
+            trace, "elasticflow", "published", args.overhead, args.slot
+        )
+        for oh in (0.0, 10.0, 30.0):
+            r[f"ours, our world, overhead {oh:.0f} s"] = _run(
+                trace, "elasticflow", "ours", oh, args.slot
+            )
+        for pol in ("elasticflow-fast", "elasticflow-paper"):
+            if pol in POLICIES:
+                r[f"{pol} (allocation priority), our world"] = _run(
+                    trace, pol, "ours", args.overhead, args.slot
+                )
+        base = r["published ElasticFlow (batch declines, its shares), published world"]
+        b = base["deadline_satisfactory_ratio"]
+        assert isinstance(b, float)
+        for label, s in r.items():
+            x = s["deadline_satisfactory_ratio"]
+            assert isinstance(x, float)
+            print(f"{trace:<10} {label:<66} {x:6.3f} {x - b:+7.3f}", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--all", action="store_true", help="every shared trace, every policy")
+    ap.add_argument("--traces", nargs="*", default=None)
+    ap.add_argument("--worlds", nargs="*", default=["published", "ours"])
+    ap.add_argument("--overhead", type=float, default=10.0)
+    ap.add_argument("--slot", type=float, default=60.0)
+    ap.add_argument("--breakdown", action="store_true", help="where our gain comes from")
+    ap.add_argument("--repeat", type=int, default=0, help="whole-process runs of 195job")
+    args = ap.parse_args()
+    traces = args.traces or (list(TRACES) if args.all else ["195job", "cluster01"])
+    summary: dict[str, dict[str, dict[str, float]]] = {t: {} for t in traces}
+    for world in args.worlds:
+        for trace, ratios in _table(world, traces, args).items():
+            summary[trace][f"{world}_world"] = ratios
+    if args.breakdown:
+        _breakdown(traces, args)
+    if "195job" in traces and args.repeat > 0:
+        _whole_process(args.repeat)
+    print(json.dumps(summary))
     return 0
+
+
+def _whole_process(repeat: int) -> None:
+    trace = str(SHARED / "data/elasticflow-traces/195job.csv")
+    py = sys.executable
+    sim = ["--trace", trace, "--cluster", "16x8"]
+    print(f"\nwhole process, 195job elasticflow (min / median of {repeat} runs, ms):")
+    for label, cmd in (
+        ("python -c pass", [py, "-c", "pass"]),
+        ("python -m flowcon.sim", [py, "-m", "flowcon.sim", *sim]),
+        ("python -m flowcon.cli simulate", [py, "-m", "flowcon.cli", "simulate", *sim]),
+    ):
+        lo, med = _process_ms(cmd, repeat)
+        ref = REF_WALL["195job"] * 1000
+        print(
+            f"  {label:<32} {lo:7.0f} / {med:7.0f}   speed-up {ref / lo:5.0f}x / {ref / med:5.0f}x"
+        )
 
 
 if __name__ == "__main__":

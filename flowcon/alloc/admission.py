@@ -19,6 +19,7 @@ filling costs O(steps + levels^2) per job in plain Python (no numpy import on th
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -452,6 +453,47 @@ class SlotLedger:
                 used.add(a if a > floor else floor, b, sign * g)
 
     # -- public API -------------------------------------------------------------------------
+    def snapshot(self) -> SlotLedger:
+        """An independent copy of the reservations (the curve cache is shared): to try a
+        batch of admissions and go back if one fails."""
+        other = copy.copy(self)
+        other._used = self._used.copy()
+        other._plans = dict(self._plans)  # plans are replaced, never changed in place
+        other._order = list(self._order)
+        other._deadline = dict(self._deadline)
+        return other
+
+    def gpu_seconds_to_finish(self, job: Job, remaining: float, from_t: float) -> float | None:
+        """GPU-seconds of the minimum satisfactory plan that would finish ``remaining``
+        iterations of ``job`` from ``from_t`` on (a slot boundary) next to everybody else's
+        reservations, its own given back (Algorithm 2's re-run of progressive filling);
+        None: no plan meets its deadline."""
+        if remaining <= 0:
+            return 0.0
+        if job.deadline is None:
+            return None
+        k = self.slot_index(from_t)
+        work = self._used
+        own = self._plans.get(job.job_id)
+        if own is not None:
+            work = work.copy()
+            self._apply(own, -1, work)
+        done = job.iterations - remaining
+        probe = copy.copy(job)
+        probe.done_iterations = done
+        plan = self._fill(probe, k, from_t, work)
+        if plan is None:
+            return None
+        total = 0.0
+        part = dict(plan.partial)
+        for a, b, g, _ in plan.runs:
+            secs = (b - a) * self.slot
+            for s_, w in part.items():
+                if a <= s_ < b:
+                    secs += w - self.slot
+            total += g * secs
+        return total
+
     def __contains__(self, job_id: object) -> bool:
         return job_id in self._plans
 

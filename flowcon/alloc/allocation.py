@@ -59,6 +59,8 @@ def distribute_spare(
     spare = total_gpus - sum(alloc.values())
     if spare < 0:
         raise ValueError(f"minimum shares ({sum(alloc.values())}) exceed {total_gpus} GPUs")
+    if spare == 0:
+        return alloc  # nothing to hand out (a full cluster: the common case under load)
     heap: list[tuple[float, tuple[int, float, float, str], int, int, int]] = []
     rem: list[float] = []
     for idx, job in enumerate(jobs):
@@ -97,6 +99,75 @@ def distribute_spare(
                 pr = gain / (nxt - cur) / (t1 * slot)
                 if pr > 0:
                     push(heap, (-pr, tier, idx, nxt, cap))
+    return alloc
+
+
+def _gpu_time(ledger: SlotLedger, job: Job, n: int, now: float, slot: float) -> float:
+    """GPU-seconds the job takes to finish when it runs on ``n`` GPUs in the slot from
+    ``now`` and then on its re-filled minimum satisfactory plan (no plan: it keeps ``n``)."""
+    at = job.curve.at
+    r = job.remaining
+    rate = at(n)
+    if rate <= 0:
+        return math.inf
+    if rate * slot >= r:
+        return n * r / rate
+    rest = r - rate * slot
+    nxt = (math.floor(now / slot + 1e-9) + 1) * slot
+    later = ledger.gpu_seconds_to_finish(job, rest, nxt) if job.deadline is not None else None
+    if later is None:
+        later = n * rest / rate
+    return n * slot + later
+
+
+def paper_rank(ledger: SlotLedger, job: Job, cur: int, nxt: int, now: float, slot: float) -> float:
+    """Algorithm 2's priority: GPU time saved (negative: spent) per extra GPU when the job
+    gets one more GPU step now, its minimum satisfactory share re-planned afterwards."""
+    if nxt <= cur:
+        return -math.inf
+    before = _gpu_time(ledger, job, cur, now, slot) if cur > 0 else math.inf
+    after = _gpu_time(ledger, job, nxt, now, slot)
+    if math.isinf(before):
+        return math.inf if not math.isinf(after) else 0.0
+    return (before - after) / (nxt - cur)
+
+
+def distribute_spare_paper(
+    jobs: Sequence[Job],
+    base: Mapping[str, int],
+    total_gpus: int,
+    slot: float,
+    now: float,
+    ledger: SlotLedger,
+) -> dict[str, int]:
+    """Algorithm 2 with the paper's priority (``paper_rank``); same greedy loop, same
+    tie-break and the same stop rule as ``distribute_spare``."""
+    alloc = {j.job_id: int(base.get(j.job_id, 0)) for j in jobs}
+    spare = total_gpus - sum(alloc.values())
+    if spare < 0:
+        raise ValueError(f"minimum shares ({sum(alloc.values())}) exceed {total_gpus} GPUs")
+    heap: list[tuple[float, tuple[int, float, float, str], int, int, int]] = []
+    for idx, job in enumerate(jobs):
+        if job.remaining <= 0:
+            continue
+        cap = job.gpu_cap(total_gpus)
+        cur = alloc[job.job_id]
+        nxt = _next_step(job, cur, cap)
+        if nxt is not None:
+            heap.append((-paper_rank(ledger, job, cur, nxt, now, slot), _tier(job), idx, nxt, cap))
+    heapq.heapify(heap)
+    while spare > 0 and heap:
+        _, tier, idx, cur, cap = heapq.heappop(heap)
+        job = jobs[idx]
+        step = cur - alloc[job.job_id]
+        if step > spare:
+            continue
+        alloc[job.job_id] = cur
+        spare -= step
+        nxt = job.curve.next_faster(cur, cap)
+        if nxt is not None:
+            pr = paper_rank(ledger, job, cur, nxt, now, slot)
+            heapq.heappush(heap, (-pr, tier, idx, nxt, cap))
     return alloc
 
 

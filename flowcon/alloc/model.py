@@ -151,6 +151,7 @@ class Job:
     done_iterations: float = 0.0
     model: str = ""
     batch_size: int = 0
+    duration: float | None = None  # seconds it ran in the original cluster (trace column)
 
     @property
     def remaining(self) -> float:

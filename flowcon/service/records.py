@@ -50,14 +50,15 @@ def spec_from_dict(data: Mapping[str, Any]) -> JobSpec:
 
 
 def new_record(spec: JobSpec, state: str, profile: dict[int, float], reason: str = "") -> JobRecord:
-    """A job's first record: nothing done yet, hard deadline or best effort from its spec."""
+    """A job's first record: nothing done yet; hard or soft deadline, or best effort, from its
+    spec (``soft_deadline`` is read when the spec carries it, else the deadline is hard)."""
     return JobRecord(
         name=spec.name,
         spec=spec_to_dict(spec),
         state=state,
         submit_time=spec.submit_time,
         deadline=spec.deadline,
-        soft_deadline=False,
+        soft_deadline=bool(getattr(spec, "soft_deadline", False)),
         iterations=float(spec.iterations),
         done_iterations=0.0,
         progress_ts=None,

@@ -14,6 +14,10 @@ import click
 if TYPE_CHECKING:  # rich is imported lazily: the CLI starts fast
     from rich.console import Console
 
+    from flowcon.alloc.model import Job, Topology
+    from flowcon.alloc.policy import Policy
+    from flowcon.sim.engine import SimResult
+
 SHARED = Path(
     os.environ.get("FLOWCON_SHARED", Path(__file__).resolve().parents[2].parent / "shared")
 )
@@ -29,10 +33,11 @@ def run_simulation(
     overhead: float = 10.0,
     place: bool = True,
     progress: bool = False,
+    world: str = "ours",
 ) -> tuple[object, dict[str, object]]:
-    """Load, simulate, summarise. Returns (SimResult, summary dict)."""
+    """Load, simulate, summarise. Returns (SimResult, summary dict). ``world``: ``ours`` or
+    ``published`` (the published ElasticFlow simulator's world, see flowcon/sim/world.py)."""
     from flowcon.alloc.model import Topology
-    from flowcon.alloc.policy import make_policy
     from flowcon.sim.engine import Simulator
     from flowcon.sim.loaders import load_throughputs, load_trace
     from flowcon.sim.outputs import summarize
@@ -41,7 +46,16 @@ def run_simulation(
     topo = Topology.from_spec(cluster)
     tables = load_throughputs(throughputs or DEFAULT_THROUGHPUTS)
     jobs = load_trace(trace, tables)
-    pol = make_policy(policy, overhead=overhead)
+    if world == "published":
+        res = _run_published(jobs, topo, policy, slot, overhead)
+        summary = summarize(res)
+        summary["world"] = world
+        summary["trace"] = str(trace)
+        summary["wall_seconds"] = round(time.perf_counter() - wall0, 3)
+        return res, summary
+    if world != "ours":
+        raise ValueError(f"unknown world {world!r}; choose ours or published")
+    pol = _policy(policy, overhead)
     if progress and jobs:
         from rich.progress import Progress
 
@@ -55,9 +69,39 @@ def run_simulation(
     else:
         res = Simulator(jobs, topo, pol, slot=slot, overhead=overhead, place=place).run()
     summary = summarize(res)
+    summary["world"] = world
     summary["trace"] = str(trace)
     summary["wall_seconds"] = round(time.perf_counter() - wall0, 3)
     return res, summary
+
+
+def _policy(name: str, overhead: float) -> Policy:
+    """``make_policy``'s policies, and ``elasticflow-published`` (flowcon.alloc.published,
+    which builds on them)."""
+    from flowcon.alloc.policy import make_policy
+    from flowcon.alloc.published import ElasticFlowPublished
+
+    if name == "elasticflow-published":
+        return ElasticFlowPublished()
+    return make_policy(name, overhead=overhead)
+
+
+def _run_published(
+    jobs: list[Job], topo: Topology, policy: str, slot: float, overhead: float
+) -> SimResult:
+    """``policy`` as the published simulator defines it, in its world; FlowCon's own
+    policies (``elasticflow``) keep their admission margin of two ``overhead``s."""
+    from flowcon.alloc.published import EDFPublished
+    from flowcon.sim.engine import Simulator
+    from flowcon.sim.published import simulate_gandiva, simulate_tiresias
+    from flowcon.sim.world import published_world
+
+    if policy == "gandiva":
+        return simulate_gandiva(jobs, topo)
+    if policy == "tiresias":
+        return simulate_tiresias(jobs, topo)
+    pol = EDFPublished() if policy == "edf" else _policy(policy, overhead)
+    return Simulator(jobs, topo, pol, slot=slot, overhead=0.0, world=published_world(policy)).run()
 
 
 def _stderr_console() -> Console:
@@ -73,7 +117,26 @@ def _stderr_console() -> Console:
     "--policy",
     default="elasticflow",
     show_default=True,
-    type=click.Choice(["elasticflow", "edf", "edf-admission", "gandiva", "tiresias"]),
+    type=click.Choice(
+        [
+            "elasticflow",
+            "elasticflow-fast",
+            "elasticflow-paper",
+            "elasticflow-published",
+            "edf",
+            "edf-admission",
+            "gandiva",
+            "tiresias",
+        ]
+    ),
+)
+@click.option(
+    "--world",
+    default="ours",
+    show_default=True,
+    type=click.Choice(["ours", "published"]),
+    help="ours: FlowCon's world model; published: the published ElasticFlow simulator's "
+    "(timing, per-policy overheads, deadline check, batch declines, its baselines).",
 )
 @click.option(
     "--throughputs",
@@ -107,6 +170,7 @@ def simulate(
     no_placement: bool,
     no_plots: bool,
     progress: bool | None,
+    world: str,
 ) -> None:
     """Simulate a trace on a GPU cluster; the last stdout line is a JSON summary."""
     from flowcon.sim.loaders import InputError
@@ -117,7 +181,7 @@ def simulate(
         raise click.BadParameter("must be > 0", param_hint="--slot")
     try:
         res, summary = run_simulation(
-            trace, cluster, policy, throughputs, slot, overhead, not no_placement, progress
+            trace, cluster, policy, throughputs, slot, overhead, not no_placement, progress, world
         )
     except (InputError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)

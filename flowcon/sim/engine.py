@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from flowcon.alloc.model import Job, Topology
 from flowcon.alloc.placement import BuddyPlacer, Placement
 from flowcon.alloc.policy import ClusterState, Policy
+from flowcon.sim.world import OURS, World
 
 _EPS = 1e-6
 
@@ -31,11 +32,13 @@ class JobResult:
     gpu_seconds: float = 0.0
     rescales: int = 0
     migrations: int = 0
+    checked_finish: float | None = None  # the end time the deadline check uses, if not finish
 
     @property
     def met_deadline(self) -> bool:
         d = self.job.deadline
-        return d is not None and self.finish is not None and self.finish <= d + _EPS
+        fin = self.finish if self.checked_finish is None else self.checked_finish
+        return d is not None and fin is not None and fin <= d + _EPS
 
 
 @dataclass
@@ -68,6 +71,7 @@ class _Run:
     busy_until: dict[str, float] = field(default_factory=dict)  # job -> its overhead's end
     timeline: list[tuple[float, int, float, int]] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
+    used_sets: set[tuple[int, int]] = field(default_factory=set)  # (offset, GPUs) since restart
 
 
 class Simulator:
@@ -80,6 +84,7 @@ class Simulator:
         overhead: float = 0.0,
         place: bool = True,
         on_progress: Callable[[int], None] | None = None,
+        world: World = OURS,
     ) -> None:
         self.jobs = sorted(jobs, key=lambda j: (j.submit_time, j.job_id))
         self.topology = topology
@@ -88,6 +93,7 @@ class Simulator:
         self.overhead = float(overhead)
         self.placer = BuddyPlacer(topology, overhead) if place else None
         self.on_progress = on_progress
+        self.world = world
 
     def run(self) -> SimResult:
         """Decision after decision: advance progress to ``t`` (completions), admit the
@@ -100,7 +106,9 @@ class Simulator:
             results={j.job_id: JobResult(j) for j in self.jobs},
             arrivals=list(self.jobs),
         )
-        t = _boundary(r.arrivals[0].submit_time, self.slot) if r.arrivals else 0.0
+        t = r.arrivals[0].submit_time if r.arrivals else 0.0
+        if not self.world.published_timing:
+            t = _boundary(t, self.slot)
         last_t = t
         while True:
             completed = self._advance(r, last_t, t)
@@ -151,6 +159,8 @@ class Simulator:
                 fin = start + need
                 job.done_iterations = job.iterations
                 res.finish = fin
+                if self.world.deadline_without_last_overhead:
+                    res.checked_finish = fin - (start - last_t)
                 res.gpu_seconds += n * (fin - last_t)
                 state.attained[jid] = state.attained.get(jid, 0.0) + n * (fin - last_t)
                 done_now.append((fin, jid))
@@ -176,19 +186,36 @@ class Simulator:
         """2. Admission of the arrivals up to ``t``; returns the seconds it took."""
         lat = 0.0
         arrivals = r.arrivals
+        batch = getattr(self.policy, "on_submit_batch", None)
+        if self.world.batch_admission and batch is not None:
+            due = []
+            while self._arrivals_due(r, t):
+                due.append(arrivals[r.ai])
+                r.ai += 1
+            if not due:
+                return lat
+            c0 = time.perf_counter()
+            decisions = batch(due, t, r.state)
+            lat += time.perf_counter() - c0
+            for job, dec in zip(due, decisions, strict=True):
+                self._admitted(r, job, dec.admitted, dec.reason)
+            return lat
         while self._arrivals_due(r, t):
             job = arrivals[r.ai]
             r.ai += 1
             c0 = time.perf_counter()
             dec = self.policy.on_submit(job, t, r.state)
             lat += time.perf_counter() - c0
-            res = r.results[job.job_id]
-            res.admitted, res.reason = dec.admitted, dec.reason
-            if dec.admitted:
-                r.state.jobs[job.job_id] = job
-            elif self.on_progress:
-                self.on_progress(1)
+            self._admitted(r, job, dec.admitted, dec.reason)
         return lat
+
+    def _admitted(self, r: _Run, job: Job, admitted: bool, reason: str | None) -> None:
+        res = r.results[job.job_id]
+        res.admitted, res.reason = admitted, reason
+        if admitted:
+            r.state.jobs[job.job_id] = job
+        elif self.on_progress:
+            self.on_progress(1)
 
     def _place(self, r: _Run, t: float, alloc: dict[str, int]) -> dict[str, int]:
         """3. The policy's allocation checked and placed; rescales and overheads counted."""
@@ -211,11 +238,48 @@ class Simulator:
             for jid in changed:
                 results[jid].rescales += 1
         for jid in changed:
-            r.busy_until[jid] = t + self.overhead
+            if self.world.charge_changes:
+                r.busy_until[jid] = t + self.overhead
             if results[jid].start is None:
                 results[jid].start = t
+        if self.world.charge_every_event:
+            self._charge_all(r, t, alloc)
         state.allocation = alloc
         return alloc
+
+    def _charge_all(self, r: _Run, t: float, alloc: dict[str, int]) -> None:
+        """Published ElasticFlow: every running job pays at every decision, only the base
+        charge when its GPU set was used before since the last periodic restart. Its GPU
+        set is where the published simulator lays it out: whole nodes for a job of a node
+        or more, else packed inside its node behind the jobs before it (a job that leaves
+        shifts the ones after it onto a new set)."""
+        n_dec = len(r.latencies) - 1
+        restart = n_dec > 0 and n_dec % self.world.restart_period() == 0
+        total = self.topology.total_gpus
+        for jid, key in self._gpu_sets(r, alloc).items():
+            reused = key in r.used_sets
+            r.used_sets.add(key)
+            r.busy_until[jid] = t + self.world.event_overhead(key[1], restart, reused, total)
+        if restart:
+            r.used_sets.clear()
+
+    def _gpu_sets(self, r: _Run, alloc: dict[str, int]) -> dict[str, tuple[int, int]]:
+        g = self.topology.gpus_per_node
+        out: dict[str, tuple[int, int]] = {}
+        by_node: dict[int, list[tuple[int, str, int]]] = {}
+        for jid, n in alloc.items():
+            p = r.placements.get(jid)
+            off = p[0][0] * g + p[0][1] if p else -1
+            if n >= g or off < 0:
+                out[jid] = (off, n)
+            else:
+                by_node.setdefault(off // g, []).append((off, jid, n))
+        for node, jobs in by_node.items():
+            pos = node * g
+            for _, jid, n in sorted(jobs):
+                out[jid] = (pos, n)
+                pos += n
+        return out
 
     def _record(self, r: _Run, t: float, alloc: dict[str, int]) -> float:
         """4. Metrics at ``t``; returns the earliest completion under this allocation."""
@@ -239,6 +303,8 @@ class Simulator:
 
     def _next_decision(self, r: _Run, t: float, first_fin: float) -> float | None:
         """5. The next slot boundary with something to decide; None: nothing ever will."""
+        if self.world.published_timing:
+            return self._next_event(r, t, first_fin)
         slot = self.slot
         nxt = math.inf
         if r.ai < len(r.arrivals):
@@ -255,4 +321,22 @@ class Simulator:
             for jid in list(r.state.jobs):
                 r.results[jid].reason = r.results[jid].reason or "never scheduled"
             return None
+        return nxt
+
+    def _next_event(self, r: _Run, t: float, first_fin: float) -> float | None:
+        """Published timing: the next event at its own time, unless it falls within one
+        slot of this decision; then this decision + one slot."""
+        nxt = math.inf
+        if r.ai < len(r.arrivals):
+            nxt = r.arrivals[r.ai].submit_time
+        nxt = min(nxt, first_fin)
+        wake = self.policy.next_wakeup(t, r.state)
+        if wake is not None and wake > t:
+            nxt = min(nxt, wake)
+        if math.isinf(nxt):
+            for jid in list(r.state.jobs):
+                r.results[jid].reason = r.results[jid].reason or "never scheduled"
+            return None
+        if nxt - t <= self.slot:
+            nxt = t + self.slot
         return nxt

@@ -135,7 +135,9 @@ def _num(path: Path, i: int, row: dict[str, str], col: str, *, integer: bool = F
 def load_trace(path: str | Path, tables: Tables) -> list[Job]:
     """Rows of the ElasticFlow trace format (see shared/data/README.md). Row numbers in
     errors count the header as row 1, like a spreadsheet. An empty ``deadline`` cell makes
-    a best-effort job; an optional ``soft_deadline`` column (0/1) marks soft deadlines."""
+    a best-effort job; an optional ``soft_deadline`` column (0/1) marks soft deadlines.
+    Jobs come back by submission time, ties in file order (the published simulator's order,
+    which its first-fit baselines depend on)."""
     p = Path(path)
     if not p.is_file():
         raise InputError(p, None, None, "trace file not found")
@@ -176,6 +178,8 @@ def load_trace(path: str | Path, tables: Tables) -> list[Job]:
                     p, i, "batch_size", f"model {model!r} has no row for batch size {bs}"
                 )
             soft = (row.get("soft_deadline") or "").strip().lower() in ("1", "true", "yes")
+            dur_raw = (row.get("duration") or "").strip()
+            duration = None if dur_raw == "" else _num(p, i, row, "duration")
             jobs.append(
                 Job(
                     job_id=jid,
@@ -187,7 +191,8 @@ def load_trace(path: str | Path, tables: Tables) -> list[Job]:
                     requested_gpus=ngpu,
                     model=model,
                     batch_size=bs,
+                    duration=duration,
                 )
             )
-    jobs.sort(key=lambda j: (j.submit_time, j.job_id))
+    jobs.sort(key=lambda j: j.submit_time)  # stable: ties keep the file order
     return jobs

@@ -335,3 +335,31 @@ def test_planner_runs_the_configured_policy(tmp_path):
     ef = Planner(Store(tmp_path / "b.db"), 8, 10.0)
     assert ef.policy.name == "elasticflow"
     assert not ef.submit(_spec("b", 10**7, 20, 0.0), now=0.0).admitted
+
+
+def test_soft_deadline_reaches_the_policy(tmp_path):
+    """A deadline no GPU count can meet: dropped when hard; admitted when the record says
+    soft (no reservation, spare GPUs only, section 4.4), and the policy sees it as soft."""
+    from dataclasses import dataclass, fields
+
+    from flowcon.service.jobspec import JobSpec
+
+    @dataclass(frozen=True)
+    class SoftSpec(JobSpec):  # the spec key comes with the job-interface issue
+        soft_deadline: bool = True
+
+    def soft(spec: JobSpec) -> JobSpec:
+        return SoftSpec(**{f.name: getattr(spec, f.name) for f in fields(spec)})
+
+    st = Store(tmp_path / "alloc.db")
+    try:
+        p = Planner(st, 8, 10.0, placer=BuddyPlacer(Topology(2, 4)))
+        assert not p.submit(_spec("hard", 100000, 60, 0.0), now=0.0).admitted
+        res = p.submit(soft(_spec("soft", 100000, 60, 0.0)), now=0.0)
+        assert res.admitted
+        rec = st.get_job("soft")
+        assert rec is not None and rec.soft_deadline
+        job = p.core_job(rec)
+        assert job.soft_deadline and not job.needs_guarantee
+    finally:
+        st.close()
