@@ -126,7 +126,9 @@ def test_stack_agent_and_allocator() -> None:
         "flowcon_user_token",
         "flowcon_read_token",
     }
-    assert "environment" not in alloc and "environment" not in agent
+    assert "environment" not in alloc
+    # the agents' environment names where to report, never a token
+    assert set(agent["environment"]) == {"FLOWCON_ALLOCATOR_URL"}
     alloc_cfg = yaml.safe_load((REPO / "agent" / "allocator.yaml").read_text())
     assert "token" not in alloc_cfg["allocator"]
     assert alloc_cfg["allocator"]["listen"].endswith(f":{DEFAULT_PORT}")
