@@ -20,7 +20,7 @@ from typing import Any, cast
 from flowcon.contract import Measurement
 from flowcon.service.api import ApiError, ApiServer
 from flowcon.service.auth import Credentials
-from flowcon.service.config import AllocatorConfig, ensure_token
+from flowcon.service.config import AllocatorConfig, ConfigError, ensure_token
 from flowcon.service.jobspec import JobSpec, JobSpecError, parse_jobspec
 from flowcon.service.metrics import AllocatorMetrics
 from flowcon.service.planner import Plan, PlanError, Planner
@@ -57,7 +57,12 @@ class Allocator:
                 raise ValueError("need an executor target (GPU inventory) or total_gpus")
             total_gpus = inventory.total_gpus
         if total_gpus < 1:
-            raise ValueError("the GPU inventory is empty: declare gpus.declared in the config")
+            # a configuration problem the operator fixes, said in one line (not a traceback)
+            raise ConfigError(
+                "no GPUs to allocate: NVML found none on this host and the config declares"
+                " none; declare the cluster's GPUs (gpus: {declared: {nodes: [{name: node1,"
+                " gpus: 4}]}}, docs/allocator.md)"
+            )
         self.total_gpus = total_gpus
         self.planner = Planner(
             self.store,
