@@ -81,8 +81,9 @@ def _arrival_events(pjobs: list[_PJob]) -> list[_Event]:
     return sorted(events.values(), key=lambda e: e.time)
 
 
-def _merge_near(events: list[_Event], now: float) -> None:
-    """Events within one slot of ``now`` move to ``now + SLOT`` and merge (as published)."""
+def _merge_near(events: list[_Event], now: float, ends: bool = True) -> None:
+    """Events within one slot of ``now`` move to ``now + SLOT`` and merge (as published);
+    ``ends=False``: only their starts merge (Tiresias keeps its end events apart)."""
     if not events:
         return
     nxt = events[0].time
@@ -92,7 +93,8 @@ def _merge_near(events: list[_Event], now: float) -> None:
             break
         nxt = events[1].time
         events[0].start.extend(events[1].start)
-        events[0].end.extend(events[1].end)
+        if ends:
+            events[0].end.extend(events[1].end)
         del events[1]
 
 
@@ -429,20 +431,7 @@ def simulate_tiresias(jobs: Sequence[Job], topo: Topology) -> SimResult:
         runnable.sort(key=lambda p: p.gpus, reverse=True)
         end_event = _tiresias_next_end(runnable, now, restart, total)
         jump = _tiresias_next_jump(runnable, now)
-        _merge_near_start(events, now)
+        _merge_near(events, now, ends=False)
         if end_event is not None and end_event.time < now + SLOT:
             end_event.time = now + SLOT
     return _result("tiresias", topo, pjobs, wall0, decisions)
-
-
-def _merge_near_start(events: list[_Event], now: float) -> None:
-    if not events:
-        return
-    nxt = events[0].time
-    while int(nxt - now) <= SLOT and len(events) > 1:
-        events[0].time = now + SLOT
-        if events[1].time - now > SLOT:
-            break
-        nxt = events[1].time
-        events[0].start.extend(events[1].start)
-        del events[1]
