@@ -42,9 +42,9 @@ import yaml
 from pydantic import Field, field_validator
 
 from flowcon.schema import SchemaError, Strict, path_problem, show
+from flowcon.schema import validate as schema_validate
 from flowcon.service import jobspec_keys as keys
 from flowcon.service.jobspec_keys import MetricSpec, SpecKeyError, VolumeSpec
-from flowcon.schema import validate as schema_validate
 
 # a DNS label of at most 40 characters, starting with a letter: safe in container,
 # service and network names and in label values

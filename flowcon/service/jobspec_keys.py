@@ -46,7 +46,9 @@ MIN_CPUS = 0.01  # Docker refuses --cpus below 0.01
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b?)$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 VOLUME_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_USER_RE = re.compile(r"^(?:\d{1,10}(?::\d{1,10})?|[a-z_][a-z0-9_-]{0,31}(?::[a-z_][a-z0-9_-]{0,31})?)$")
+_USER_RE = re.compile(
+    r"^(?:\d{1,10}(?::\d{1,10})?|[a-z_][a-z0-9_-]{0,31}(?::[a-z_][a-z0-9_-]{0,31})?)$"
+)
 DOCKER_SOCKETS = frozenset({"/var/run/docker.sock", "/run/docker.sock"})
 _FORBIDDEN_TARGETS = ("/proc", "/sys", "/dev/shm", contract.CHECKPOINT_MOUNT)
 METRIC_GOALS = ("min", "max")
@@ -203,16 +205,15 @@ def _one_volume(raw: Any, field_name: str) -> VolumeSpec:
             raise SpecKeyError(
                 f"{field_name}.{unknown[0]}", "unknown field (known: source, target, read_only)"
             )
-        source, target = raw.get("source"), raw.get("target")
+        for key in ("source", "target"):
+            if not isinstance(raw.get(key), str):
+                raise _bad(f"{field_name}.{key}", raw.get(key), "a string")
+        source, target = str(raw["source"]), str(raw["target"])
         read_only = raw.get("read_only", False)
         if not isinstance(read_only, bool):
             raise _bad(f"{field_name}.read_only", read_only, "true or false")
-        for key, val in (("source", source), ("target", target)):
-            if not isinstance(val, str):
-                raise _bad(f"{field_name}.{key}", val, "a string")
     else:
         raise _bad(field_name, raw, "SOURCE:TARGET[:ro] or {source, target, read_only}")
-    assert isinstance(source, str) and isinstance(target, str)
     why = _source_problem(source)
     if why:
         raise _bad(f"{field_name}.source", source, why)
@@ -289,7 +290,7 @@ def parse_deadline_kind(value: Any, best_effort: bool) -> bool:
         raise _bad("deadline_kind", value, "hard or soft")
     if value == "soft" and best_effort:
         raise _bad("deadline_kind", value, "hard (a best-effort job has no deadline)")
-    return value == "soft"
+    return bool(value == "soft")
 
 
 def parse_pair(
@@ -318,7 +319,9 @@ def parse_metric(value: Any) -> MetricSpec | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
-        raise _bad("metric", value, "a mapping {name, regex, goal, steps_per_line, steps_per_epoch}")
+        raise _bad(
+            "metric", value, "a mapping {name, regex, goal, steps_per_line, steps_per_epoch}"
+        )
     known = ("name", "regex", "goal", "steps_per_line", "steps_per_epoch")
     for k in value:
         if k not in known:
@@ -330,16 +333,33 @@ def parse_metric(value: Any) -> MetricSpec | None:
     if goal not in METRIC_GOALS:
         raise _bad("metric.goal", goal, "min or max")
     regex = value.get("regex")
-    if regex is not None:
-        if not isinstance(regex, str):
-            raise _bad("metric.regex", regex, "a regular expression string")
-        try:
-            groups = compile_metric_regex(regex).groupindex
-        except LabelError as exc:
-            why = "does not compile" if "compile" in str(exc) else "has no (?P<value>...)"
-            raise _bad(
-                "metric.regex", regex, f"a regular expression with a (?P<value>...) group ({why})"
-            ) from None
+    groups = _metric_groups(regex)
+    per_line, per_epoch = _steps_keys(value)
+    if groups is None:
+        if per_line is not None or per_epoch is not None:
+            raise SpecKeyError("metric.regex", "required with steps_per_line or steps_per_epoch")
+    else:
+        _check_step_source(str(regex), groups, per_line, per_epoch)
+    return MetricSpec(name.strip(), regex, goal, per_line, per_epoch)
+
+
+def _metric_groups(regex: Any) -> Mapping[str, int] | None:
+    """The named groups of ``metric.regex`` (None without one)."""
+    if regex is None:
+        return None
+    if not isinstance(regex, str):
+        raise _bad("metric.regex", regex, "a regular expression string")
+    try:
+        return compile_metric_regex(regex).groupindex
+    except LabelError as exc:
+        why = "does not compile" if "compile" in str(exc) else "has no (?P<value>...)"
+        raise _bad(
+            "metric.regex", regex, f"a regular expression with a (?P<value>...) group ({why})"
+        ) from None
+
+
+def _steps_keys(value: Mapping[str, Any]) -> tuple[float | None, int | None]:
+    """(steps_per_line, steps_per_epoch) of ``metric``."""
     per_line = value.get("steps_per_line")
     if per_line is not None:
         ok = isinstance(per_line, int | float) and not isinstance(per_line, bool)
@@ -351,12 +371,7 @@ def parse_metric(value: Any) -> MetricSpec | None:
         isinstance(per_epoch, bool) or not isinstance(per_epoch, int) or per_epoch < 1
     ):
         raise _bad("metric.steps_per_epoch", per_epoch, "an integer >= 1")
-    if regex is None:
-        if per_line is not None or per_epoch is not None:
-            raise SpecKeyError("metric.regex", "required with steps_per_line or steps_per_epoch")
-    else:
-        _check_step_source(regex, groups, per_line, per_epoch)
-    return MetricSpec(name.strip(), regex, goal, per_line, per_epoch)
+    return per_line, per_epoch
 
 
 def _check_step_source(

@@ -75,6 +75,12 @@ def spec_from_dict(data: Mapping[str, Any]) -> JobSpec:
     )
 
 
+def job_metric(spec: Mapping[str, Any]) -> MetricSpec | None:
+    """The ``metric`` of a stored spec (None when it has none, or is from before the key)."""
+    raw = spec.get("metric")
+    return MetricSpec.from_dict(raw) if isinstance(raw, Mapping) and raw else None
+
+
 def new_record(spec: JobSpec, state: str, profile: dict[int, float], reason: str = "") -> JobRecord:
     """A job's first record: nothing done yet; hard or soft deadline (the spec's
     ``deadline_kind``), or best effort."""
