@@ -22,6 +22,15 @@ Example::
     min_gpus: 1
     max_gpus: 4
     profile: auto            # or a CSV/YAML file of gpus -> iterations/s, or an inline mapping
+    volumes: ["/srv/data:/data:ro"]
+    shm_size: 2g
+    cpus_per_gpu: 4
+    memory_per_gpu: 16g
+    metric: {regex: 'Step (?P<step>[0-9]+) [|] loss (?P<value>[0-9.]+)'}
+
+The container-facing keys (volumes, shm_size, cpus/memory, workdir, user, labels,
+deadline_kind, metric) are checked in ``flowcon.service.jobspec_keys``; docs/jobs.md is
+the reference of every key.
 """
 
 from __future__ import annotations
