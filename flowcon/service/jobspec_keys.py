@@ -46,9 +46,8 @@ MIN_CPUS = 0.01  # Docker refuses --cpus below 0.01
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b?)$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 VOLUME_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_USER_RE = re.compile(
-    r"^(?:\d{1,10}(?::\d{1,10})?|[a-z_][a-z0-9_-]{0,31}(?::[a-z_][a-z0-9_-]{0,31})?)$"
-)
+_NAME = r"[A-Za-z_][A-Za-z0-9._-]{0,31}"  # POSIX portable user and group names
+_USER_RE = re.compile(rf"^(?:\d{{1,10}}(?::\d{{1,10}})?|{_NAME}(?::{_NAME})?)$")
 DOCKER_SOCKETS = frozenset({"/var/run/docker.sock", "/run/docker.sock"})
 _FORBIDDEN_TARGETS = ("/proc", "/sys", "/dev/shm", contract.CHECKPOINT_MOUNT)
 METRIC_GOALS = ("min", "max")

@@ -162,6 +162,7 @@ def test_workdir_user_labels() -> None:
     assert spec(user="ubuntu").user == "ubuntu"
     assert spec(user=1000).user == "1000"
     assert spec(user="app:staff").user == "app:staff"
+    assert spec(user="john.doe").user == "john.doe"
 
 
 @pytest.mark.parametrize(
