@@ -79,6 +79,19 @@ def _cpus(labels: Mapping[str, str], key: str) -> float | None:
     return value
 
 
+def compile_metric_regex(raw: str) -> re.Pattern[str]:
+    """A metric regex (the ``flowcon.metric.regex`` label, a job spec's ``metric.regex``):
+    it compiles and has a named group ``value``; ``step`` and ``epoch`` groups are optional.
+    LabelError says why not."""
+    try:
+        regex = re.compile(raw)
+    except re.error as exc:
+        raise LabelError(f"{REGEX}={raw!r} does not compile: {exc}") from None
+    if "value" not in regex.groupindex:
+        raise LabelError(f"{REGEX}={raw!r} has no named group (?P<value>...)")
+    return regex
+
+
 def parse_policy(labels: Mapping[str, str]) -> Policy | None:
     """The container's policy, None if FlowCon should ignore it; LabelError if a label is bad."""
     enable_raw = labels.get(ENABLE)
@@ -90,14 +103,7 @@ def parse_policy(labels: Mapping[str, str]) -> Policy | None:
     goal = labels.get(GOAL, "min").strip().lower() or "min"
     if goal not in ("min", "max"):
         raise LabelError(f"{GOAL}={labels[GOAL]!r}: use min or max")
-    regex = None
-    if labels.get(REGEX):
-        try:
-            regex = re.compile(labels[REGEX])
-        except re.error as exc:
-            raise LabelError(f"{REGEX}={labels[REGEX]!r} does not compile: {exc}") from None
-        if "value" not in regex.groupindex:
-            raise LabelError(f"{REGEX}={labels[REGEX]!r} has no named group (?P<value>...)")
+    regex = compile_metric_regex(labels[REGEX]) if labels.get(REGEX) else None
     cpus_min = _cpus(labels, CPUS_MIN)
     cpus_max = _cpus(labels, CPUS_MAX)
     if cpus_min is not None and cpus_max is not None and cpus_min > cpus_max:

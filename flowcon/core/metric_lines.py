@@ -35,6 +35,7 @@ class ParsedLine:
     detail: str = ""
     ts: float | None = None  # the line's own "ts" (JSON lines), when finite
     event: bool = False  # a notice line ({"event": ...}), not a measurement
+    epoch: int | None = None  # a regex's (?P<epoch>...) group, when it has one
 
 
 def _number(raw: object) -> float | None:
@@ -70,11 +71,14 @@ def parse_line(
             return ParsedLine(LineKind.TEXT)
         value = _number(match.group("value"))
         step = _step(match.group("step")) if "step" in regex.groupindex else None
+        epoch = _step(match.group("epoch")) if "epoch" in regex.groupindex else None
         if value is None:
-            return ParsedLine(LineKind.BAD_VALUE, detail=match.group("value")[:80])
+            return ParsedLine(LineKind.BAD_VALUE, step=step, detail=match.group("value")[:80])
         if not math.isfinite(value):
-            return ParsedLine(LineKind.NON_FINITE, detail=match.group("value")[:80])
-        return ParsedLine(LineKind.SAMPLE, value, step)
+            return ParsedLine(
+                LineKind.NON_FINITE, step=step, detail=match.group("value")[:80], epoch=epoch
+            )
+        return ParsedLine(LineKind.SAMPLE, value, step, epoch=epoch)
     text = line.strip()
     if not text.startswith("{"):
         return ParsedLine(LineKind.TEXT)
@@ -108,4 +112,39 @@ def step_points(lines: Iterable[str]) -> list[tuple[int, float]]:
         p = parse_line(line)
         if p.step is not None and p.ts is not None and not p.event:
             out.append((p.step, p.ts))
+    return out
+
+
+def regex_step_points(
+    timed_lines: Iterable[tuple[float, str]],
+    regex: re.Pattern[str],
+    steps_per_line: float | None = None,
+    steps_per_epoch: int | None = None,
+) -> list[tuple[float, float]]:
+    """(step, ts) of the lines ``regex`` matches (a job's own format, ``metric.regex``);
+    ``ts`` is the engine's timestamp of the line (the lines carry none of their own).
+
+    The step is the regex's ``step`` group when it has one; else its ``epoch`` group times
+    ``steps_per_epoch`` (an epoch line marks that many epochs done); else the number of
+    matching lines so far times ``steps_per_line`` (default 1), which counts from the
+    container's start. A matching line whose value is NaN still marks a step."""
+    out: list[tuple[float, float]] = []
+    count = 0
+    per_line = 1.0 if steps_per_line is None else steps_per_line
+    for ts, line in timed_lines:
+        p = parse_line(line, regex=regex)
+        if p.kind in (LineKind.TEXT, LineKind.BAD_VALUE):
+            continue
+        count += 1
+        if "step" in regex.groupindex:
+            if p.step is None:
+                continue
+            step = float(p.step)
+        elif "epoch" in regex.groupindex and steps_per_epoch is not None:
+            if p.epoch is None:
+                continue
+            step = float(p.epoch * steps_per_epoch)
+        else:
+            step = count * per_line
+        out.append((step, ts))
     return out

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from flowcon.contract import LABEL_GPUS, LABEL_NODE, LABEL_RANK, LABEL_WORLD_SIZE
+from flowcon.service.container_spec import ContainerSettings
 from flowcon.service.workers import WorkerSlot
 
 # Labels that describe one worker, not the job: kept off the job's checkpoint volume.
@@ -86,6 +87,8 @@ class WorkerRequest:
     checkpoint_host_dir: str | None
     grace_s: float
     network: str | None
+    # the spec's mounts, shm, limits, workdir, user, labels (flowcon.service.container_spec)
+    settings: ContainerSettings = ContainerSettings()
 
 
 @dataclass
@@ -132,6 +135,9 @@ class Backend(Protocol):
 
     def remove(self, worker: Worker) -> None: ...
 
-    def logs(self, worker: Worker) -> list[str]: ...
+    def logs(self, worker: Worker, timestamps: bool = False, stderr: bool = False) -> list[str]:
+        """Output lines (stdout; with ``stderr`` too), each led by the engine's RFC 3339
+        timestamp and a space when ``timestamps``."""
+        ...
 
     def cleanup(self, job: str, volume: str | None) -> None: ...

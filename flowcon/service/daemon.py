@@ -24,7 +24,7 @@ from flowcon.service.config import AllocatorConfig, ConfigError, ensure_token
 from flowcon.service.jobspec import JobSpec, JobSpecError, parse_jobspec
 from flowcon.service.metrics import AllocatorMetrics
 from flowcon.service.planner import Plan, PlanError, Planner
-from flowcon.service.records import spec_from_dict
+from flowcon.service.records import job_metric, spec_from_dict
 from flowcon.service.store import SCHEMA_VERSION, Store
 from flowcon.service.target import ExecutorTarget, build_placer, build_target
 from flowcon.web.health import Liveness
@@ -198,7 +198,8 @@ class Allocator:
         for name, state, reason in self.target.poll(self.store):
             at = None
             rec = self.store.get_job(name)
-            seen = self.target.progress(name) if state == "completed" else None
+            metric = job_metric(rec.spec) if rec is not None else None
+            seen = self.target.progress(name, metric) if state == "completed" else None
             if seen is not None and rec is not None and seen[0] >= rec.iterations:
                 at = seen[1]  # the job's own "last iteration done" line
             self.planner.finish(name, state, reason, now, at=at)
@@ -207,7 +208,7 @@ class Allocator:
         for rec in self.store.active_jobs():
             if rec.gpus > 0:
                 since = self.target.resume_pending(rec.name)
-                first, seen = self.target.progress_since(rec.name, since)
+                first, seen = self.target.progress_since(rec.name, since, job_metric(rec.spec))
                 if seen is not None:
                     self.planner.observe_progress(rec.name, *seen)
                 if since is not None:

@@ -60,8 +60,10 @@ from flowcon.contract import (
     ROLE_PROFILE,
 )
 from flowcon.service.backend import Backend, ExecutorError, Worker, WorkerRequest
+from flowcon.service.container_spec import settings_for
 from flowcon.service.jobspec import JobSpec, ThroughputProfile
-from flowcon.service.profiling import measure, prerun
+from flowcon.service.jobspec_keys import MetricSpec
+from flowcon.service.profiling import measure, prerun, worker_points
 from flowcon.service.workers import (
     Placement,
     WorkerSlot,
@@ -289,6 +291,13 @@ class Executor:
         ws.sort(key=lambda w: w.node_rank)
         return self.backend.logs(ws[0]) if ws else []
 
+    def points(self, job: str, metric: MetricSpec | None = None) -> list[tuple[float, float]]:
+        """(step, ts) of the metric lines of the job's rank-0 container, read in the job's
+        own format when its spec has ``metric.regex`` (``profiling.worker_points``)."""
+        ws = self.backend.list_workers(self._selector(job))
+        ws.sort(key=lambda w: w.node_rank)
+        return worker_points(self.backend, ws[0], metric) if ws else []
+
     def profile(
         self,
         spec: JobSpec,
@@ -318,7 +327,15 @@ class Executor:
             selector = self._selector(pspec.name, ROLE_PROFILE)
             try:
                 self.launch(pspec, placement, role=ROLE_PROFILE)
-                return measure(self.backend, selector, max_seconds, min_points, poll_s, cancelled)
+                return measure(
+                    self.backend,
+                    selector,
+                    max_seconds,
+                    min_points,
+                    poll_s,
+                    cancelled,
+                    metric=spec.metric,
+                )
             finally:
                 self._stop_all(self.backend.list_workers(selector), grace_s=2.0)
                 self.backend.cleanup(pspec.name, self.volume_name(pspec.name))
@@ -420,6 +437,7 @@ class Executor:
                     checkpoint_host_dir=f"{host_dir.rstrip('/')}/{spec.name}" if host_dir else None,
                     grace_s=self.options.grace_s,
                     network=network,
+                    settings=settings_for(spec, len(s.gpus)),
                 )
             )
         created: list[Worker] = []

@@ -27,6 +27,7 @@ from flowcon.service.backend import (
     engine_errors,
     volume_labels,
 )
+from flowcon.service.container_spec import engine_kwargs
 from flowcon.service.workers import DEFAULT_MASTER_PORT, WorkerSlot, master_port_for
 
 log = logging.getLogger(__name__)
@@ -121,13 +122,15 @@ class EngineBackend:
         else:
             self._ensure_volume(req.checkpoint_volume, req.labels)
             mount = Mount(CHECKPOINT_MOUNT, req.checkpoint_volume, type="volume")
+        spec_kwargs = engine_kwargs(req.settings)
         kwargs: dict[str, Any] = {
+            **spec_kwargs,
             "image": req.image,
             "command": list(req.command),
             "name": req.name,
-            "labels": dict(req.labels),
+            "labels": {**dict(req.settings.labels), **dict(req.labels)},
             "environment": dict(req.env),
-            "mounts": [mount],
+            "mounts": [mount, *spec_kwargs["mounts"]],
             "detach": True,
             "stop_signal": "SIGTERM",
         }
@@ -217,12 +220,12 @@ class EngineBackend:
             if exc.status_code != 409:  # 409: removal already in progress
                 raise ExecutorError(f"removing {c.name}: {exc}") from exc
 
-    def logs(self, worker: Worker) -> list[str]:
+    def logs(self, worker: Worker, timestamps: bool = False, stderr: bool = False) -> list[str]:
         c = self._get(worker)
         if c is None:
             return []
         try:
-            raw = c.logs(stdout=True, stderr=False)
+            raw = c.logs(stdout=True, stderr=stderr, timestamps=timestamps)
         except engine_errors() as exc:
             log.warning("logs of %s: %s", worker.name, exc)
             return []

@@ -32,6 +32,7 @@ from flowcon.service.backend import (
     engine_errors,
     volume_labels,
 )
+from flowcon.service.container_spec import swarm_kwargs
 from flowcon.service.workers import WorkerSlot, master_port_for
 
 log = logging.getLogger(__name__)
@@ -152,18 +153,21 @@ class SwarmBackend:
             # Swarm has no device requests; the NVIDIA runtime (default-runtime=nvidia on the
             # node) honours this variable.
             env["NVIDIA_VISIBLE_DEVICES"] = ",".join(req.gpus)
+        spec_kwargs = swarm_kwargs(req.settings)
+        labels = {**dict(req.settings.labels), **dict(req.labels)}
         kwargs: dict[str, Any] = {
+            **spec_kwargs,
             "name": req.name,
             "command": list(req.command),
             "env": [f"{k}={v}" for k, v in env.items()],
-            "labels": dict(req.labels),
-            "container_labels": dict(req.labels),
+            "labels": labels,
+            "container_labels": labels,
             "constraints": [f"node.labels.{NODE_LABEL}=={req.node}"],
             "mode": ServiceMode("replicated", replicas=1),
             "restart_policy": RestartPolicy(condition="none"),
             "stop_grace_period": int(req.grace_s * 1e9),
             "stop_signal": "SIGTERM",
-            "mounts": [mount],
+            "mounts": [mount, *spec_kwargs["mounts"]],
         }
         if req.network:
             kwargs["networks"] = [req.network]
@@ -231,12 +235,12 @@ class SwarmBackend:
         except docker.errors.APIError as exc:
             raise ExecutorError(f"removing {worker.name}: {exc}") from exc
 
-    def logs(self, worker: Worker) -> list[str]:
+    def logs(self, worker: Worker, timestamps: bool = False, stderr: bool = False) -> list[str]:
         svc = self._get(worker)
         if svc is None:
             return []
         try:
-            chunks = svc.logs(stdout=True, stderr=False, follow=False)
+            chunks = svc.logs(stdout=True, stderr=stderr, follow=False, timestamps=timestamps)
             raw = b"".join(chunks)
         except engine_errors() as exc:
             log.warning("logs of %s: %s", worker.name, exc)

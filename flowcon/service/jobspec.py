@@ -22,6 +22,15 @@ Example::
     min_gpus: 1
     max_gpus: 4
     profile: auto            # or a CSV/YAML file of gpus -> iterations/s, or an inline mapping
+    volumes: ["/srv/data:/data:ro"]
+    shm_size: 2g
+    cpus_per_gpu: 4
+    memory_per_gpu: 16g
+    metric: {regex: 'Step (?P<step>[0-9]+) [|] loss (?P<value>[0-9.]+)'}
+
+The container-facing keys (volumes, shm_size, cpus/memory, workdir, user, labels,
+deadline_kind, metric) are checked in ``flowcon.service.jobspec_keys``; docs/jobs.md is
+the reference of every key.
 """
 
 from __future__ import annotations
@@ -43,6 +52,8 @@ from pydantic import Field, field_validator
 
 from flowcon.schema import SchemaError, Strict, path_problem, show
 from flowcon.schema import validate as schema_validate
+from flowcon.service import jobspec_keys as keys
+from flowcon.service.jobspec_keys import MetricSpec, SpecKeyError, VolumeSpec
 
 # a DNS label of at most 40 characters, starting with a letter: safe in container,
 # service and network names and in label values
@@ -112,6 +123,18 @@ class JobSpec:
     profile: ThroughputProfile | None = None
     profile_auto: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
+    # container-facing keys (flowcon.service.jobspec_keys; docs/jobs.md)
+    volumes: tuple[VolumeSpec, ...] = ()
+    shm_size: int | None = None  # bytes; None: jobspec_keys.default_shm(memory)
+    cpus: float | None = None  # per worker container
+    cpus_per_gpu: float | None = None
+    memory: int | None = None  # bytes per worker container
+    memory_per_gpu: int | None = None
+    workdir: str | None = None
+    user: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    soft_deadline: bool = False  # deadline_kind: soft
+    metric: MetricSpec | None = None
 
     def gpu_counts_to_profile(self, available: int) -> list[int]:
         """GPU counts for the pre-run: 1, 2, 4, ... within [min_gpus, max_gpus] and the cluster."""
@@ -235,6 +258,17 @@ class SpecFields(Strict):
     max_gpus: int | None = Field(None, ge=1, description="an integer >= 1, or null")
     profile: Any = Field(None, description="'auto', a file path or a mapping gpus -> iters/s")
     env: Any = Field(default_factory=dict, description="a mapping NAME: value")
+    volumes: Any = Field(None, description="a list of SOURCE:TARGET[:ro] or mappings")
+    shm_size: Any = Field(None, description="a size like 1g")
+    cpus: Any = Field(None, description="CPUs per worker container")
+    cpus_per_gpu: Any = Field(None, description="CPUs per GPU")
+    memory: Any = Field(None, description="a size per worker container, like 16g")
+    memory_per_gpu: Any = Field(None, description="a size per GPU, like 8g")
+    workdir: Any = Field(None, description="an absolute path")
+    user: Any = Field(None, description="uid[:gid] or a user name")
+    labels: Any = Field(None, description="a mapping key: value")
+    deadline_kind: Any = Field(None, description="hard or soft")
+    metric: Any = Field(None, description="a mapping {name, regex, goal}")
 
     @field_validator("name")
     @classmethod
@@ -293,6 +327,10 @@ def parse_jobspec(
         if not allow_files:
             raise JobSpecError("profile", "a file path is read by the client: send the points")
     profile, profile_auto = _profile(f.profile, base_dir)
+    try:
+        extra = _container_keys(data, best_effort)
+    except SpecKeyError as exc:
+        raise JobSpecError(exc.field, exc.message) from None
     return JobSpec(
         name=f.name,
         image=f.image,
@@ -307,7 +345,30 @@ def parse_jobspec(
         profile=profile,
         profile_auto=profile_auto,
         env=_env(f.env),
+        **extra,
     )
+
+
+def _container_keys(data: Mapping[str, Any], best_effort: bool) -> dict[str, Any]:
+    """The container-facing keys (``flowcon.service.jobspec_keys``) as JobSpec fields."""
+    cpus, cpus_per_gpu = keys.parse_pair(data, "cpus", "cpus_per_gpu", keys.parse_cpus)
+    memory, memory_per_gpu = keys.parse_pair(data, "memory", "memory_per_gpu", keys.parse_size)
+    for name, value in (("memory", memory), ("memory_per_gpu", memory_per_gpu)):
+        if value is not None and value < keys.MIN_MEMORY:
+            raise SpecKeyError(name, f"{show(data[name])} is not allowed: at least 6m")
+    return {
+        "volumes": keys.parse_volumes(data.get("volumes")),
+        "shm_size": keys.parse_shm(data.get("shm_size")),
+        "cpus": cpus,
+        "cpus_per_gpu": cpus_per_gpu,
+        "memory": memory,
+        "memory_per_gpu": memory_per_gpu,
+        "workdir": keys.parse_workdir(data.get("workdir")),
+        "user": keys.parse_user(data.get("user")),
+        "labels": keys.parse_labels(data.get("labels")),
+        "soft_deadline": keys.parse_deadline_kind(data.get("deadline_kind"), best_effort),
+        "metric": keys.parse_metric(data.get("metric")),
+    }
 
 
 def parse_duration(text: str) -> float:

@@ -13,9 +13,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from flowcon.core.metric_lines import step_points
-from flowcon.service.backend import Backend, ExecutorError
+from flowcon.core.metric_lines import regex_step_points, step_points
+from flowcon.engine.logs import parse_ts
+from flowcon.service.backend import Backend, ExecutorError, Worker
 from flowcon.service.jobspec import JobSpec, ThroughputProfile
+from flowcon.service.jobspec_keys import MetricSpec
 from flowcon.service.workers import Placement
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,31 @@ def rate_of(points: Sequence[tuple[float, float]]) -> tuple[float | None, int]:
     return (s1 - s0) / (t1 - t0), len(points)
 
 
+def split_timestamps(lines: Iterable[str]) -> list[tuple[float, str]]:
+    """(engine timestamp in seconds, text) of log lines read with ``timestamps=True``;
+    a line without a leading timestamp is left out."""
+    out: list[tuple[float, str]] = []
+    for line in lines:
+        raw = line.encode()
+        got = parse_ts(raw)
+        if got is not None:
+            out.append((got[0] / 1e9, raw[got[1] :].decode(errors="replace")))
+    return out
+
+
+def worker_points(
+    backend: Backend, worker: Worker, metric: MetricSpec | None
+) -> list[tuple[float, float]]:
+    """(step, ts) of a worker's metric lines: flowcon's JSON lines, or, for a spec with
+    ``metric.regex``, the lines the regex matches on stdout and stderr, timed by the engine
+    (``flowcon.core.metric_lines.regex_step_points`` says how steps are counted)."""
+    regex = metric.compiled() if metric is not None else None
+    if metric is None or regex is None:
+        return [(float(step), ts) for step, ts in step_points(backend.logs(worker))]
+    timed = split_timestamps(backend.logs(worker, timestamps=True, stderr=True))
+    return regex_step_points(timed, regex, metric.steps_per_line, metric.steps_per_epoch)
+
+
 def profile_spec(spec: JobSpec, gpus: int) -> JobSpec:
     """The pre-run job of ``spec`` at ``gpus`` GPUs (its own name, so its own checkpoint)."""
     return replace(spec, name=f"{spec.name}-p{gpus}", env={**dict(spec.env), ENV_PROFILE: "1"})
@@ -60,6 +87,7 @@ def measure(
     poll_s: float,
     cancelled: Callable[[], bool] | None = None,
     min_steps: int = 20,
+    metric: MetricSpec | None = None,
 ) -> float | None:
     """Poll the rank-0 logs of the workers ``selector`` finds until the step rate is steady
     (``min_points`` lines, ``min_steps`` steps), they exit, or ``max_seconds`` pass."""
@@ -72,7 +100,7 @@ def measure(
         ws = sorted(backend.list_workers(selector), key=lambda w: w.node_rank)
         if not ws:
             return rate
-        points = metric_points(backend.logs(ws[0]))
+        points = [(ts, step) for step, ts in worker_points(backend, ws[0], metric)][1:]
         rate, n = rate_of(points)
         # enough lines, and enough steps that one step of rounding is <= 5 %
         if n >= min_points and points[-1][1] - points[0][1] >= min_steps:

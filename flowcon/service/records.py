@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 from flowcon.service.jobspec import JobSpec, ThroughputProfile
+from flowcon.service.jobspec_keys import MetricSpec, VolumeSpec
 from flowcon.service.store import JobRecord
 
 
@@ -26,6 +27,17 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "max_gpus": spec.max_gpus,
         "profile": {str(g): v for g, v in spec.profile.points} if spec.profile else None,
         "env": dict(spec.env),
+        "volumes": [v.as_dict() for v in spec.volumes],
+        "shm_size": spec.shm_size,
+        "cpus": spec.cpus,
+        "cpus_per_gpu": spec.cpus_per_gpu,
+        "memory": spec.memory,
+        "memory_per_gpu": spec.memory_per_gpu,
+        "workdir": spec.workdir,
+        "user": spec.user,
+        "labels": dict(spec.labels),
+        "soft_deadline": spec.soft_deadline,
+        "metric": spec.metric.as_dict() if spec.metric is not None else None,
     }
 
 
@@ -46,19 +58,39 @@ def spec_from_dict(data: Mapping[str, Any]) -> JobSpec:
         if profile
         else None,
         env=dict(data.get("env") or {}),
+        volumes=tuple(
+            VolumeSpec(str(v["source"]), str(v["target"]), bool(v.get("read_only", False)))
+            for v in data.get("volumes") or ()
+        ),
+        shm_size=data.get("shm_size"),
+        cpus=data.get("cpus"),
+        cpus_per_gpu=data.get("cpus_per_gpu"),
+        memory=data.get("memory"),
+        memory_per_gpu=data.get("memory_per_gpu"),
+        workdir=data.get("workdir"),
+        user=data.get("user"),
+        labels=dict(data.get("labels") or {}),
+        soft_deadline=bool(data.get("soft_deadline", False)),
+        metric=MetricSpec.from_dict(data["metric"]) if data.get("metric") else None,
     )
 
 
+def job_metric(spec: Mapping[str, Any]) -> MetricSpec | None:
+    """The ``metric`` of a stored spec (None when it has none, or is from before the key)."""
+    raw = spec.get("metric")
+    return MetricSpec.from_dict(raw) if isinstance(raw, Mapping) and raw else None
+
+
 def new_record(spec: JobSpec, state: str, profile: dict[int, float], reason: str = "") -> JobRecord:
-    """A job's first record: nothing done yet; hard or soft deadline, or best effort, from its
-    spec (``soft_deadline`` is read when the spec carries it, else the deadline is hard)."""
+    """A job's first record: nothing done yet; hard or soft deadline (the spec's
+    ``deadline_kind``), or best effort."""
     return JobRecord(
         name=spec.name,
         spec=spec_to_dict(spec),
         state=state,
         submit_time=spec.submit_time,
         deadline=spec.deadline,
-        soft_deadline=bool(getattr(spec, "soft_deadline", False)),
+        soft_deadline=spec.soft_deadline,
         iterations=float(spec.iterations),
         done_iterations=0.0,
         progress_ts=None,

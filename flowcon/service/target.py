@@ -11,7 +11,7 @@ from typing import Any
 
 from flowcon.alloc.model import Topology
 from flowcon.alloc.placement import BuddyPlacer
-from flowcon.core.metric_lines import step_points
+from flowcon.service.jobspec_keys import MetricSpec
 from flowcon.service.planner import Planner
 from flowcon.service.records import spec_from_dict
 from flowcon.service.store import JobRecord, Store
@@ -162,21 +162,21 @@ class ExecutorTarget:
                     log.warning("job containers %s are not in the store: left alone", ev.job)
         return out
 
-    def progress(self, name: str) -> tuple[float, float] | None:
+    def progress(self, name: str, metric: MetricSpec | None = None) -> tuple[float, float] | None:
         """(step, ts) of the last metric line of the job's rank-0 container."""
-        return self.progress_since(name, None)[1]
+        return self.progress_since(name, None, metric)[1]
 
     def progress_since(
-        self, name: str, since: float | None
+        self, name: str, since: float | None, metric: MetricSpec | None = None
     ) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
         """(first metric line at or after ``since``, last metric line) of the job's rank-0
-        container, each as (step, ts); one read of its log."""
+        container, each as (step, ts); one read of its log. ``metric``: the job spec's, whose
+        ``regex`` reads the job's own format (``flowcon.service.profiling.worker_points``)."""
         try:
-            lines = self.executor.logs(name)
+            points = self.executor.points(name, metric)
         except Exception as exc:
             log.debug("logs of %s unavailable: %s", name, exc)
             return None, None
-        points = [(float(step), ts) for step, ts in step_points(lines)]
         first = next((p for p in points if p[1] >= since), None) if since is not None else None
         return first, (points[-1] if points else None)
 

@@ -294,7 +294,9 @@ def test_env_values_never_leave_the_api(daemon: Allocator, monkeypatch) -> None:
         ({"env": {"A;B": "x"}}, "env.A;B"),
         ({"iterations": "100"}, "iterations"),
         ({"best_effort": "no"}, "best_effort"),
-        ({"workdir": "/tmp"}, "workdir"),
+        ({"workdir": "../tmp"}, "workdir"),
+        ({"volumes": ["/etc/../:/host"]}, "volumes[0].source"),
+        ({"wokdir": "/tmp"}, "wokdir"),  # a typo is an unknown key, not dropped
     ],
 )
 def test_bad_names_and_paths_are_400_naming_the_field(

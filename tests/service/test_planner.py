@@ -338,18 +338,15 @@ def test_planner_runs_the_configured_policy(tmp_path):
 
 
 def test_soft_deadline_reaches_the_policy(tmp_path):
-    """A deadline no GPU count can meet: dropped when hard; admitted when the record says
-    soft (no reservation, spare GPUs only, section 4.4), and the policy sees it as soft."""
-    from dataclasses import dataclass, fields
+    """A deadline no GPU count can meet: dropped when hard; admitted when the spec says
+    ``deadline_kind: soft`` (no reservation, spare GPUs only, section 4.4), and the policy
+    sees it as soft."""
+    from dataclasses import replace
 
     from flowcon.service.jobspec import JobSpec
 
-    @dataclass(frozen=True)
-    class SoftSpec(JobSpec):  # the spec key comes with the job-interface issue
-        soft_deadline: bool = True
-
     def soft(spec: JobSpec) -> JobSpec:
-        return SoftSpec(**{f.name: getattr(spec, f.name) for f in fields(spec)})
+        return replace(spec, soft_deadline=True)  # what deadline_kind: soft parses to
 
     st = Store(tmp_path / "alloc.db")
     try:

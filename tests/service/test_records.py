@@ -1,21 +1,16 @@
-"""A job's first record carries its soft-deadline flag to the planner."""
+"""A job's record: its soft-deadline flag (``deadline_kind``) reaches the planner, and every
+spec key survives the store's JSON."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import replace
+from typing import Any
 
 from flowcon.service.jobspec import JobSpec, parse_jobspec
-from flowcon.service.records import new_record
+from flowcon.service.records import job_metric, new_record, spec_from_dict, spec_to_dict
 
 
-@dataclass(frozen=True)
-class _SoftSpec(JobSpec):
-    """A spec with the soft-deadline key (added to JobSpec by the job-interface issue)."""
-
-    soft_deadline: bool = True
-
-
-def _spec() -> JobSpec:
+def _spec(**extra: Any) -> JobSpec:
     return parse_jobspec(
         {
             "name": "j",
@@ -25,16 +20,42 @@ def _spec() -> JobSpec:
             "iterations": 100,
             "deadline": 60,
             "profile": {1: 1.0},
+            **extra,
         },
         now=0.0,
     )
 
 
-def soft(spec: JobSpec) -> JobSpec:
-    return _SoftSpec(**{f.name: getattr(spec, f.name) for f in fields(spec)})
-
-
 def test_hard_by_default_soft_when_the_spec_says_so() -> None:
-    spec = _spec()
-    assert new_record(spec, "admitted", {1: 1.0}).soft_deadline is False
-    assert new_record(soft(spec), "admitted", {1: 1.0}).soft_deadline is True
+    assert new_record(_spec(), "admitted", {1: 1.0}).soft_deadline is False
+    hard = _spec(deadline_kind="hard")
+    assert new_record(hard, "admitted", {1: 1.0}).soft_deadline is False
+    soft = _spec(deadline_kind="soft")
+    rec = new_record(soft, "admitted", {1: 1.0})
+    assert rec.soft_deadline is True and rec.spec["soft_deadline"] is True
+
+
+def test_every_key_round_trips_through_the_record() -> None:
+    spec = _spec(
+        volumes=["/srv/data:/data:ro", {"source": "cache", "target": "/cache"}],
+        shm_size="2g",
+        cpus_per_gpu=2,
+        memory="16g",
+        workdir="/work",
+        user="1000:1000",
+        labels={"team": "vision"},
+        deadline_kind="soft",
+        metric={"name": "loss", "regex": r"Step (?P<step>\d+) .*loss (?P<value>\S+)"},
+    )
+    back = spec_from_dict(spec_to_dict(spec))
+    assert replace(back, profile_auto=spec.profile_auto) == spec
+    assert job_metric(spec_to_dict(spec)) == spec.metric
+
+
+def test_records_from_before_the_keys_still_load() -> None:
+    old = spec_to_dict(_spec())
+    for key in ("volumes", "shm_size", "labels", "metric", "soft_deadline", "user"):
+        old.pop(key)
+    back = spec_from_dict(old)
+    assert back.volumes == () and back.metric is None and back.soft_deadline is False
+    assert job_metric(old) is None
