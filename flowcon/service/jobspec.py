@@ -22,6 +22,7 @@ Example::
     min_gpus: 1
     max_gpus: 4
     profile: auto            # or a CSV/YAML file of gpus -> iterations/s, or an inline mapping
+    launcher: none           # or torchrun, or flowcon (docs/jobs.md, "Launchers")
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, field_validator
@@ -63,6 +64,13 @@ _DURATION_RE = re.compile(
     r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?"
     r"(?:(\d+(?:\.\d+)?)s)?$"
 )
+# how a job's command is started in its containers (docs/jobs.md, "Launchers"): "none" runs
+# it as one process per container and container per worker with torchrun's environment, the
+# form that runs the most scripts unchanged; "torchrun" runs it under the image's torchrun,
+# one container per node; "flowcon" runs it once per node for flowcon.elastic's main
+Launcher = Literal["none", "torchrun", "flowcon"]
+LAUNCHERS: tuple[Launcher, ...] = ("none", "torchrun", "flowcon")
+DEFAULT_LAUNCHER: Launcher = "none"
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -112,6 +120,10 @@ class JobSpec:
     profile: ThroughputProfile | None = None
     profile_auto: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
+    launcher: str = DEFAULT_LAUNCHER  # LAUNCHERS; see flowcon.service.launchers and docs/jobs.md
+    # assigned by the allocator (not a spec key): the job's master port on host networking,
+    # unique among live jobs, kept in the job's record (flowcon.service.workers)
+    master_port: int | None = None
 
     def gpu_counts_to_profile(self, available: int) -> list[int]:
         """GPU counts for the pre-run: 1, 2, 4, ... within [min_gpus, max_gpus] and the cluster."""
@@ -235,6 +247,7 @@ class SpecFields(Strict):
     max_gpus: int | None = Field(None, ge=1, description="an integer >= 1, or null")
     profile: Any = Field(None, description="'auto', a file path or a mapping gpus -> iters/s")
     env: Any = Field(default_factory=dict, description="a mapping NAME: value")
+    launcher: Launcher = Field(DEFAULT_LAUNCHER, description="none, torchrun or flowcon")
 
     @field_validator("name")
     @classmethod
@@ -284,6 +297,10 @@ def parse_jobspec(
     submit = time.time() if now is None else now
     f = _fields(data)
     command = _command(f.command)
+    if f.launcher == "torchrun" and (
+        command[0].rsplit("/", 1)[-1] == "torchrun" or "torch.distributed.run" in command[:3]
+    ):
+        raise JobSpecError("command", "starts torchrun: launcher: torchrun adds it, drop it")
     best_effort, deadline = _deadline(data, submit)
     min_gpus, max_gpus = _gpu_bounds(f)
     if isinstance(f.profile, str) and f.profile != "auto":
@@ -307,6 +324,7 @@ def parse_jobspec(
         profile=profile,
         profile_auto=profile_auto,
         env=_env(f.env),
+        launcher=f.launcher,
     )
 
 

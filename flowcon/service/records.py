@@ -26,6 +26,8 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "max_gpus": spec.max_gpus,
         "profile": {str(g): v for g, v in spec.profile.points} if spec.profile else None,
         "env": dict(spec.env),
+        "launcher": spec.launcher,
+        "master_port": spec.master_port,
     }
 
 
@@ -46,6 +48,10 @@ def spec_from_dict(data: Mapping[str, Any]) -> JobSpec:
         if profile
         else None,
         env=dict(data.get("env") or {}),
+        # a record from before the key ran its command as flowcon.elastic's main, once per
+        # node: adopted jobs keep that layout
+        launcher=str(data.get("launcher") or "flowcon"),
+        master_port=int(data["master_port"]) if data.get("master_port") else None,
     )
 
 
