@@ -56,6 +56,7 @@ def step_job_spec(name: str, iterations: int = 10000, **overrides: Any) -> Any:
         "iterations": iterations,
         "best_effort": True,
         "profile": {1: 5.0},
+        "launcher": "flowcon",  # one container per node (the executor tests count them)
     }
     raw.update(overrides)
     return parse_jobspec(raw)

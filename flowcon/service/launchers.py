@@ -131,6 +131,10 @@ def launch_command(
         f"--rdzv_id={spec.name}",
         "--max_restarts=0",
         "--monitor_interval=1",
+        # no redirection, said as a mapping that names no local rank: torch < 2.0 on Python
+        # 3.11 reads the plain "0" (the default) as None and fails before any worker starts
+        f"--redirects={len(slot.gpus)}:0",
+        f"--tee={len(slot.gpus)}:0",
         "--no_python",
     )
     return ("sh", "-c", TORCHRUN_SH, "torchrun", *args, *spec.command)
