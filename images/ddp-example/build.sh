@@ -15,7 +15,7 @@ if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
 fi
 CTX="$(mktemp -d)"
 trap 'rm -rf "$CTX"' EXIT
-cp "$HERE/Dockerfile" "$HERE/train_ddp.py" "$CTX/"
+cp "$HERE/Dockerfile" "$HERE/train_ddp.py" "$HERE/train_min.py" "$CTX/"
 if ! DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$IMAGE" "$CTX" >"$CTX/build.log" 2>&1; then
     cat "$CTX/build.log" >&2
     exit 1

@@ -123,6 +123,40 @@ def test_plain_ddp_script_at_1_2_3_workers(executor, ddp_image, launcher, worker
     executor.remove(name)
 
 
+@pytest.mark.parametrize("launcher", ["none", "torchrun"])
+def test_minimal_script_resumes_at_another_world_size(executor, ddp_image, launcher) -> None:  # type: ignore[no-untyped-def]
+    """docs/jobs.md's minimal script: 3 epochs on 2 workers, then 6 on 1 from the snapshot."""
+    name = f"min{launcher[0]}"
+
+    def run(epochs: int, placement: dict[str, list[str]]) -> str:
+        cmd = ["python3", "/opt/train_min.py", "--snapshot", SNAPSHOT, "--epochs", str(epochs)]
+        body = {"name": name, "image": ddp_image, "command": cmd, "global_batch_size": 64}
+        body |= {"iterations": 1, "best_effort": True, "profile": {1: 1.0}, "launcher": launcher}
+        ws = executor.launch(parse_jobspec(body), placement)
+
+        client = executor.backend.client
+
+        def done():  # type: ignore[no-untyped-def]
+            state = executor.job(name)
+            assert state is not None and state.status != "failed", state
+            return state.status == "completed"
+
+        try:
+            wait_for(done, 120, every=1)
+        except BaseException:
+            tails = [(w.name, w.state, out_of(client.containers.get(w.id))[-800:]) for w in ws]
+            pytest.fail(f"{epochs} epochs on {placement} did not complete: {tails}")
+        return "".join(out_of(client.containers.get(w.id)) for w in ws)
+
+    first = run(3, {"node1": ["0"], "node2": ["0"]})
+    assert sorted(re.findall(r"\[RANK(\d)\] Epoch (\d+)", first)) == [
+        (r, str(e)) for r in "01" for e in range(3)
+    ]
+    again = run(6, {"node1": ["0"]})  # the same job, its volume kept: resumes at epoch 3
+    assert re.findall(r"\[RANK(\d)\] Epoch (\d+)", again) == [("0", str(e)) for e in (3, 4, 5)]
+    executor.remove(name)
+
+
 # ------------------------------------------------------------------ under the allocator
 
 
