@@ -80,6 +80,7 @@ def main() -> int:
             "best_effort": True,
             "profile": {1: 1.0},
             "env": env,
+            "launcher": "flowcon",
         }
     )
     inv = discover({"declared": {"nodes": [{"name": "node1", "gpus": 2}]}})

@@ -53,6 +53,7 @@ bash scripts/ensure-engine.sh
 bash images/testbox/build.sh
 bash images/base/build.sh
 bash images/elastic-example/build.sh
+bash images/ddp-example/build.sh
 # Debian trixie's dockerd (API 1.45), the second engine version the engine tests run on
 # (fixture trixie_engine); a no-op once cached. Without it those tests skip (fail in CI).
 bash scripts/engine-trixie.sh fetch || echo "== trixie's docker.io not fetched: see above" >&2

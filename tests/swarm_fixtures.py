@@ -25,6 +25,7 @@ import pytest
 from conftest import REPO, SESSION_ID, SESSION_LABEL, TEST_LABEL, TESTBOX_IMAGE
 
 ELASTIC_IMAGE = "flowcon/elastic-example:latest"
+DDP_IMAGE = "flowcon/ddp-example:latest"  # the launcher tests' plain DDP script
 
 NODE2_SOCK = os.environ.get("FLOWCON_NODE2_SOCK", "unix:///run/flowcon-node2.sock")
 
@@ -56,6 +57,7 @@ def step_job_spec(name: str, iterations: int = 10000, **overrides: Any) -> Any:
         "iterations": iterations,
         "best_effort": True,
         "profile": {1: 5.0},
+        "launcher": "flowcon",  # one container per node (the executor tests count them)
     }
     raw.update(overrides)
     return parse_jobspec(raw)
@@ -134,7 +136,7 @@ def swarm() -> Iterator[Swarm]:
     up = subprocess.run(
         # elastic-example too (scripts/test.sh builds it), so the cross-node DDP test runs
         # rather than skips; swarm-up.sh passes over an image the main engine lacks.
-        ["bash", str(REPO / "scripts" / "swarm-up.sh"), TESTBOX_IMAGE, ELASTIC_IMAGE],
+        ["bash", str(REPO / "scripts" / "swarm-up.sh"), TESTBOX_IMAGE, ELASTIC_IMAGE, DDP_IMAGE],
         capture_output=True,
         text=True,
         timeout=480,  # a first copy of elastic-example into node 2 moves ~1 GB

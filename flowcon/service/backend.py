@@ -89,6 +89,7 @@ class WorkerRequest:
     network: str | None
     # the spec's mounts, shm, limits, workdir, user, labels (flowcon.service.container_spec)
     settings: ContainerSettings = ContainerSettings()
+    init: bool = False  # run an init as PID 1 (docker --init) that forwards signals
 
 
 @dataclass
@@ -122,9 +123,15 @@ class Backend(Protocol):
     def list_workers(self, selector: Mapping[str, str]) -> list[Worker]: ...
 
     def master_addr(
-        self, job: str, slots: Sequence[WorkerSlot], rank0_name: str, labels: Mapping[str, str]
+        self,
+        job: str,
+        slots: Sequence[WorkerSlot],
+        rank0_name: str,
+        labels: Mapping[str, str],
+        port: int | None = None,
     ) -> tuple[str, int, str | None]:
-        """(MASTER_ADDR, MASTER_PORT, network) for a job's placement; prepares the network."""
+        """(MASTER_ADDR, MASTER_PORT, network) for a job's placement; prepares the network.
+        ``port``: the job's own port, used where jobs share the host's network."""
         ...
 
     def create(self, req: WorkerRequest) -> Worker: ...

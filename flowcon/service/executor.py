@@ -1,19 +1,26 @@
 """The elastic training executor: makes a job's containers match its placement.
 
 ElasticFlow's executor (sections 3.1 and 5) receives "job J runs on these GPUs" and scales
-by checkpoint-restart: stop the job (it checkpoints on SIGTERM), start it again on the new
-GPU set with a local batch size that keeps the global batch size, and it resumes from the
-checkpoint. Here a job runs as one container per node (Docker engine) or one single-replica
-service per node (Swarm), with torchrun's environment so any PyTorch DDP script works.
+by checkpoint-restart: stop the job (SIGTERM), start it again on the new GPU set with a
+local batch size that keeps the global batch size, and it resumes from its checkpoint (or
+snapshot) on the job's checkpoint volume. How the command starts is the spec's
+``launcher`` (``flowcon.service.launchers``, docs/jobs.md): ``none`` (default) runs one
+container per GPU with exactly torchrun's single-process environment, so a PyTorch DDP
+script written for torchrun, or a one-process script, runs unchanged; ``torchrun`` runs
+the command under the image's torchrun in one container per node; ``flowcon`` runs
+``flowcon.elastic`` scripts once per node. A script resumes after a rescale only from what
+it saved itself (in ``contract.CHECKPOINT_MOUNT``, kept across restarts).
 
 Everything the executor needs to know about a running job is in its containers' labels, so
 a restarted allocator adopts what it finds instead of starting duplicates; container and
-service names are derived from job and node, so even a race cannot create two.
+service names are derived from job, node (and rank under ``none``), so even a race cannot
+create two.
 
 Placement: an ordered mapping ``node name -> GPU ids on that node``. The first node holds
 rank 0. GPU ids are UUIDs (or indices, mapped to UUIDs through the inventory when given).
 
-Environment of each container (the allocation is always visible)::
+Environment of each container under ``launcher: flowcon`` (the others: see
+``flowcon.service.launchers``; the allocation is always visible)::
 
     WORLD_SIZE          total GPUs of the job (= worker processes)
     RANK                global rank of this container's first worker
@@ -24,6 +31,8 @@ Environment of each container (the allocation is always visible)::
     FLOWCON_ITERATIONS, FLOWCON_CHECKPOINT_DIR, FLOWCON_CHECKPOINT_EVERY
 
 (names in ``flowcon.contract``; the checkpoint is mounted at ``contract.CHECKPOINT_MOUNT``).
+MASTER_PORT on host networking is the job's own (``spec.master_port``, which the allocator
+keeps unique among live jobs, else one no live worker of another job holds).
 
 Modules, none importing back up this list:
 
@@ -50,7 +59,9 @@ from typing import Any
 from flowcon.contract import (
     LABEL_GPUS,
     LABEL_JOB,
+    LABEL_LAUNCHER,
     LABEL_MANAGED_BY,
+    LABEL_MASTER_PORT,
     LABEL_NODE,
     LABEL_RANK,
     LABEL_ROLE,
@@ -63,12 +74,13 @@ from flowcon.service.backend import Backend, ExecutorError, Worker, WorkerReques
 from flowcon.service.container_spec import settings_for
 from flowcon.service.jobspec import JobSpec, ThroughputProfile
 from flowcon.service.jobspec_keys import MetricSpec
+from flowcon.service.launchers import FLOWCON, container_suffix, launch_command, launch_env, layout
 from flowcon.service.profiling import measure, prerun, worker_points
 from flowcon.service.workers import (
     Placement,
     WorkerSlot,
+    allocate_master_port,
     plan_workers,
-    worker_env,
     world_size,
 )
 
@@ -101,7 +113,10 @@ class JobState:
 
     @property
     def placement(self) -> dict[str, list[str]]:
-        return {w.node: list(w.gpus) for w in sorted(self.workers, key=lambda w: w.node_rank)}
+        out: dict[str, list[str]] = {}
+        for w in sorted(self.workers, key=lambda w: w.node_rank):
+            out.setdefault(w.node, []).extend(w.gpus)  # several containers per node: none
+        return out
 
     @property
     def gpus(self) -> int:
@@ -157,10 +172,10 @@ class Executor:
     # -- naming
 
     @staticmethod
-    def worker_name(job: str, node: str, role: str = ROLE_JOB) -> str:
+    def worker_name(job: str, node: str, role: str = ROLE_JOB, suffix: str = "") -> str:
         safe = "".join(c if c.isalnum() or c == "-" else "-" for c in node.lower())
         prefix = "flowcon" if role == ROLE_JOB else f"flowcon-{role}"
-        return f"{prefix}-{job}--{safe}"
+        return f"{prefix}-{job}--{safe}{suffix}"
 
     @staticmethod
     def volume_name(job: str) -> str:
@@ -196,7 +211,7 @@ class Executor:
 
         Containers of the job that run elsewhere are stopped (checkpointing) first.
         """
-        slots = self._resolve(plan_workers(placement))
+        slots = layout(spec.launcher, self._resolve(plan_workers(placement)))
         current = self.backend.list_workers(self._selector(spec.name, role))
         if current and self._matches(current, slots, spec):
             for w in current:
@@ -213,7 +228,7 @@ class Executor:
 
     def rescale(self, spec: JobSpec, placement: Placement) -> RescaleResult:
         """Checkpoint-restart ``spec`` onto ``placement``; measures the stop time."""
-        slots = self._resolve(plan_workers(placement))
+        slots = layout(spec.launcher, self._resolve(plan_workers(placement)))
         current = self.backend.list_workers(self._selector(spec.name))
         old_gpus = sum(len(w.gpus) for w in current)
         t0 = time.monotonic()
@@ -342,6 +357,16 @@ class Executor:
 
         return prerun(spec, counts, placement_for, rate_at, min_gain, on_point, cancelled)
 
+    def free_master_port(self, job: str) -> int:
+        """A master port no live worker of another job holds (their ``flowcon.master-port``
+        labels), for a job the allocator gave none (pre-runs, the executor on its own)."""
+        taken = []
+        for w in self.backend.list_workers(self._selector(None, None)):
+            raw = w.labels.get(LABEL_MASTER_PORT, "")
+            if w.job != job and raw.isdigit():
+                taken.append(int(raw))
+        return allocate_master_port(job, taken)
+
     # -- internals
 
     def remove_profiles(self) -> int:
@@ -402,8 +427,14 @@ class Executor:
             LABEL_MANAGED_BY: MANAGED_BY_ALLOCATOR,
             LABEL_JOB: spec.name,
         }
-        rank0 = self.worker_name(spec.name, slots[0].node, role)
-        addr, port, network = self.backend.master_addr(spec.name, slots, rank0, job_labels)
+
+        def name_of(s: WorkerSlot) -> str:
+            return self.worker_name(spec.name, s.node, role, container_suffix(spec.launcher, s))
+
+        want = spec.master_port or self.free_master_port(spec.name)
+        addr, port, network = self.backend.master_addr(
+            spec.name, slots, name_of(slots[0]), job_labels, want
+        )
         world = world_size(slots)
         host_dir = self.options.checkpoint_host_dir
         if host_dir:
@@ -421,15 +452,17 @@ class Executor:
                 LABEL_GPUS: ",".join(s.gpus),
                 LABEL_WORLD_SIZE: str(world),
                 LABEL_ROLE: role,
+                LABEL_LAUNCHER: spec.launcher,
+                LABEL_MASTER_PORT: str(port),
             }
             reqs.append(
                 WorkerRequest(
-                    name=self.worker_name(spec.name, s.node, role),
+                    name=name_of(s),
                     job=spec.name,
                     node=s.node,
                     image=spec.image,
-                    command=spec.command,
-                    env=worker_env(spec, s, slots, addr, port, self.options.checkpoint_every),
+                    command=launch_command(spec, s, slots, addr, port),
+                    env=launch_env(spec, s, slots, addr, port, self.options.checkpoint_every),
                     labels=labels,
                     gpus=s.gpus,
                     real_gpus=self._real(s.node),
@@ -438,6 +471,8 @@ class Executor:
                     grace_s=self.options.grace_s,
                     network=network,
                     settings=settings_for(spec, len(s.gpus)),
+                    # an init as PID 1: a script without a SIGTERM handler still stops
+                    init=spec.launcher != FLOWCON,
                 )
             )
         created: list[Worker] = []

@@ -93,10 +93,15 @@ class EngineBackend:
         return [worker_from_container(c) for c in found]
 
     def master_addr(
-        self, job: str, slots: Sequence[WorkerSlot], rank0_name: str, labels: Mapping[str, str]
+        self,
+        job: str,
+        slots: Sequence[WorkerSlot],
+        rank0_name: str,
+        labels: Mapping[str, str],
+        port: int | None = None,
     ) -> tuple[str, int, str | None]:
         if self.network == "host":
-            return "127.0.0.1", master_port_for(job), "host"
+            return "127.0.0.1", port or master_port_for(job), "host"
         if self.network != "auto":
             return rank0_name, DEFAULT_MASTER_PORT, self.network
         if len(slots) == 1:
@@ -134,6 +139,8 @@ class EngineBackend:
             "detach": True,
             "stop_signal": "SIGTERM",
         }
+        if req.init:
+            kwargs["init"] = True
         if req.network == "host":
             kwargs["network_mode"] = "host"
         elif req.network:

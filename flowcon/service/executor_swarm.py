@@ -131,9 +131,14 @@ class SwarmBackend:
         return addr
 
     def master_addr(
-        self, job: str, slots: Sequence[WorkerSlot], rank0_name: str, labels: Mapping[str, str]
+        self,
+        job: str,
+        slots: Sequence[WorkerSlot],
+        rank0_name: str,
+        labels: Mapping[str, str],
+        port: int | None = None,
     ) -> tuple[str, int, str | None]:
-        return self.node_addr(slots[0].node), master_port_for(job), "host"
+        return self.node_addr(slots[0].node), port or master_port_for(job), "host"
 
     def create(self, req: WorkerRequest) -> Worker:
         import docker.errors
@@ -169,6 +174,8 @@ class SwarmBackend:
             "stop_signal": "SIGTERM",
             "mounts": [mount, *spec_kwargs["mounts"]],
         }
+        if req.init:
+            kwargs["init"] = True
         if req.network:
             kwargs["networks"] = [req.network]
         try:

@@ -31,6 +31,7 @@ Example::
 The container-facing keys (volumes, shm_size, cpus/memory, workdir, user, labels,
 deadline_kind, metric) are checked in ``flowcon.service.jobspec_keys``; docs/jobs.md is
 the reference of every key.
+    launcher: none           # or torchrun, or flowcon (docs/jobs.md, "Launchers")
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, field_validator
@@ -74,6 +75,13 @@ _DURATION_RE = re.compile(
     r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?"
     r"(?:(\d+(?:\.\d+)?)s)?$"
 )
+# how a job's command is started in its containers (docs/jobs.md, "Launchers"): "none" runs
+# it as one process per container and container per worker with torchrun's environment, the
+# form that runs the most scripts unchanged; "torchrun" runs it under the image's torchrun,
+# one container per node; "flowcon" runs it once per node for flowcon.elastic's main
+Launcher = Literal["none", "torchrun", "flowcon"]
+LAUNCHERS: tuple[Launcher, ...] = ("none", "torchrun", "flowcon")
+DEFAULT_LAUNCHER: Launcher = "none"
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -135,6 +143,10 @@ class JobSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     soft_deadline: bool = False  # deadline_kind: soft
     metric: MetricSpec | None = None
+    launcher: str = DEFAULT_LAUNCHER  # LAUNCHERS; see flowcon.service.launchers and docs/jobs.md
+    # assigned by the allocator (not a spec key): the job's master port on host networking,
+    # unique among live jobs, kept in the job's record (flowcon.service.workers)
+    master_port: int | None = None
 
     def gpu_counts_to_profile(self, available: int) -> list[int]:
         """GPU counts for the pre-run: 1, 2, 4, ... within [min_gpus, max_gpus] and the cluster."""
@@ -269,6 +281,7 @@ class SpecFields(Strict):
     labels: Any = Field(None, description="a mapping key: value")
     deadline_kind: Any = Field(None, description="hard or soft")
     metric: Any = Field(None, description="a mapping {name, regex, goal}")
+    launcher: Launcher = Field(DEFAULT_LAUNCHER, description="none, torchrun or flowcon")
 
     @field_validator("name")
     @classmethod
@@ -318,6 +331,10 @@ def parse_jobspec(
     submit = time.time() if now is None else now
     f = _fields(data)
     command = _command(f.command)
+    if f.launcher == "torchrun" and (
+        command[0].rsplit("/", 1)[-1] == "torchrun" or "torch.distributed.run" in command[:3]
+    ):
+        raise JobSpecError("command", "starts torchrun: launcher: torchrun adds it, drop it")
     best_effort, deadline = _deadline(data, submit)
     min_gpus, max_gpus = _gpu_bounds(f)
     if isinstance(f.profile, str) and f.profile != "auto":
@@ -346,6 +363,7 @@ def parse_jobspec(
         profile_auto=profile_auto,
         env=_env(f.env),
         **extra,
+        launcher=f.launcher,
     )
 
 

@@ -66,6 +66,8 @@ def rate_job_spec(
         "iterations": iterations,
         "profile": {int(g): float(v) for g, v in profile.items()},
         "env": rate_env(actual or profile),
+        # one container per node that reads WORLD_SIZE itself, as flowcon.elastic's main
+        "launcher": "flowcon",
         **extra,
     }
     if deadline is None:

@@ -38,6 +38,8 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "labels": dict(spec.labels),
         "soft_deadline": spec.soft_deadline,
         "metric": spec.metric.as_dict() if spec.metric is not None else None,
+        "launcher": spec.launcher,
+        "master_port": spec.master_port,
     }
 
 
@@ -72,6 +74,10 @@ def spec_from_dict(data: Mapping[str, Any]) -> JobSpec:
         labels=dict(data.get("labels") or {}),
         soft_deadline=bool(data.get("soft_deadline", False)),
         metric=MetricSpec.from_dict(data["metric"]) if data.get("metric") else None,
+        # a record from before the key ran its command as flowcon.elastic's main, once per
+        # node: adopted jobs keep that layout
+        launcher=str(data.get("launcher") or "flowcon"),
+        master_port=int(data["master_port"]) if data.get("master_port") else None,
     )
 
 

@@ -7,14 +7,17 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from flowcon.alloc.model import Topology
 from flowcon.alloc.placement import BuddyPlacer
+from flowcon.contract import LABEL_MASTER_PORT
 from flowcon.service.jobspec_keys import MetricSpec
 from flowcon.service.planner import Planner
 from flowcon.service.records import spec_from_dict
-from flowcon.service.store import JobRecord, Store
+from flowcon.service.store import ACTIVE_STATES, PENDING_STATES, JobRecord, Store
+from flowcon.service.workers import live_master_port
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +267,7 @@ class ExecutorTarget:
             if state is not None:
                 self._note_containers(planner, rec.name, state)
             return
-        spec = spec_from_dict(rec.spec)
+        spec = replace(spec_from_dict(rec.spec), master_port=self._master_port(store, rec))
         began = time.time()
         if state is None:
             self.executor.launch(spec, placement)
@@ -283,6 +286,35 @@ class ExecutorTarget:
                 placement=placement,
             )
         self._note_containers(planner, rec.name, self.executor.job(rec.name))
+
+    def _master_port(self, store: Store, rec: JobRecord) -> int:
+        """The job's master port, unique among live jobs: the live records' ports and the
+        ports on live containers of other jobs (pre-runs) are taken. Kept in the job's
+        record (``spec.master_port``), so an allocator restart keeps it."""
+        live: dict[str, int | None] = {}
+        for r in store.list_jobs(PENDING_STATES + ACTIVE_STATES):
+            port = r.spec.get("master_port")
+            live[r.name] = int(port) if isinstance(port, int) else None
+        try:
+            found = self.executor.jobs()
+        except Exception as exc:
+            log.debug("labels of live job containers unavailable: %s", exc)
+            found = {}
+        for name, state in found.items():
+            for w in state.workers:
+                raw = str(w.labels.get(LABEL_MASTER_PORT, ""))
+                if name != rec.name and raw.isdigit():
+                    live[f"{name} ({w.name})"] = int(raw)
+        current = rec.spec.get("master_port")
+        port = live_master_port(rec.name, current if isinstance(current, int) else None, live)
+        if port != current:
+            with store.transaction():
+                fresh = store.get_job(rec.name)
+                if fresh is not None:
+                    fresh.spec["master_port"] = port
+                    store.put_job(fresh)
+            rec.spec["master_port"] = port
+        return port
 
     def _remove(self, name: str) -> None:
         try:

@@ -80,9 +80,38 @@ def world_size(slots: Sequence[WorkerSlot]) -> int:
     return sum(len(s.gpus) for s in slots)
 
 
+PORT_RANGE = (20000, 30000)  # master ports given to jobs on host networking: [lo, hi)
+
+
 def master_port_for(job: str) -> int:
-    """A stable per-job port for host networking (jobs sharing a network namespace)."""
-    return 20000 + zlib.crc32(job.encode()) % 10000
+    """The job's preferred port for host networking: a hash of its name (two names can
+    share it; ``allocate_master_port`` resolves that)."""
+    lo, hi = PORT_RANGE
+    return lo + zlib.crc32(job.encode()) % (hi - lo)
+
+
+def allocate_master_port(job: str, taken: Iterable[int | None]) -> int:
+    """A master port for ``job`` that no other live job holds (``taken``: their ports):
+    its hash port when free, else the next free one above it (wrapping in ``PORT_RANGE``).
+    Deterministic, so the same live set always gives the same answer."""
+    lo, hi = PORT_RANGE
+    busy = {int(p) for p in taken if p}
+    start = master_port_for(job) - lo
+    for i in range(hi - lo):
+        port = lo + (start + i) % (hi - lo)
+        if port not in busy:
+            return port
+    raise ValueError(f"no free master port in {lo}-{hi - 1} for job {job}")
+
+
+def live_master_port(job: str, current: int | None, live: Mapping[str, int | None]) -> int:
+    """``job``'s master port among the live jobs ``live`` (name -> port, ``job``'s own entry
+    ignored): the one it holds (``current``) while no other live job holds it, else a newly
+    allocated one."""
+    taken = {p for name, p in live.items() if name != job and p}
+    if current and current not in taken:
+        return current
+    return allocate_master_port(job, taken)
 
 
 def worker_env(
