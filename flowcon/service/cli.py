@@ -363,16 +363,19 @@ def jobs_table(rows: list[dict[str, Any]], url: str, now: float, wide: bool = Fa
 
     table = Table(title=f"allocator {url}")
     for col in _COLUMNS + (_WIDE if wide else ()):
-        table.add_column(col, justify="right" if col in ("GPUs", "progress") else "left")
+        # only the free-text note wraps: a name, a time or an image stays whole
+        table.add_column(
+            col, justify="right" if col in ("GPUs", "progress") else "left", no_wrap=col != "note"
+        )
     for r in rows:
         table.add_row(*_row(r, now, wide))
     return table
 
 
-def _console() -> Any:
+def _console(wide: bool = False) -> Any:
     from rich.console import Console
 
-    return Console(file=sys.stdout, width=max(120, Console().width))
+    return Console(file=sys.stdout, width=max(180 if wide else 120, Console().width))
 
 
 @click.command()
@@ -463,7 +466,7 @@ def _print_jobs(rows: list[dict[str, Any]], output: str, url: str) -> None:
         if shown:
             click.echo(shown)
     else:
-        _console().print(shown)
+        _console(output == "wide").print(shown)
 
 
 def _fingerprint(rows: list[dict[str, Any]]) -> Any:
@@ -479,7 +482,7 @@ def watch_jobs(
     a script can read). Stops after ``count`` refreshes, or at Ctrl-C."""
     import time
 
-    console = _console()
+    console = _console(output == "wide")
     n = 0
     try:
         if console.is_terminal and output not in ("json", "name", "quiet"):

@@ -244,13 +244,7 @@ class Planner:
             state = self.cluster_state(active, now)
             decision = self.policy.on_submit(self.core_job(rec), now, state)
             measured = tuple(r.name for r in active if self.trusted_measurements(r))
-            reason = decision.reason or (
-                "deadline guaranteed, minimum satisfactory share "
-                f"{min_share_of(decision, spec.name)} GPUs now, "
-                f"peak {peak_share_of(decision, spec.name)}"
-                if spec.deadline is not None
-                else "best effort: runs on spare GPUs"
-            )
+            reason = decision_reason(decision, spec)
             min_share = jsonable(decision.min_share or None)
             self.store.record_admission(
                 spec.name, decision.admitted, reason, min_share, bool(measured), now
@@ -292,24 +286,21 @@ class Planner:
             restored = self._restored
         if old is not None and (old.active or old.pending):
             raise PlanError(409, f"job {spec.name!r} exists and is {old.state}")
-        for rec in active:
-            self._progress_to(rec, now)  # copies read from the store; never written back
+        served = {r.name: self._progress_to(r, now)[1] for r in active}  # copies, not written
         if self.complete_on_progress:  # what advance would complete before deciding
-            active = [r for r in active if r.done_iterations < r.iterations - 1e-6]
+            for r in [r for r in active if r.done_iterations >= r.iterations - 1e-6]:
+                policy.on_finish(r.name, now, ClusterState(self.total_gpus, self.slot))
+                active.remove(r)
         state = self._state_of(active)
+        for name in state.attained:
+            state.attained[name] += served.get(name, 0.0)
         if not restored:
             policy.set_overhead(self.overhead)
             policy.restore(now, state)
         rec = new_record(spec, "admitted", spec.profile.as_dict())
         job = self.core_job(rec)
         decision = policy.on_submit(job, now, state)
-        reason = decision.reason or (
-            "deadline guaranteed, minimum satisfactory share "
-            f"{min_share_of(decision, spec.name)} GPUs now, "
-            f"peak {peak_share_of(decision, spec.name)}"
-            if spec.deadline is not None
-            else "best effort: runs on spare GPUs"
-        )
+        reason = decision_reason(decision, spec)
         gpus = 0
         finish: float | None = None
         if decision.admitted:
@@ -558,6 +549,19 @@ def placement_lists(result: Any) -> dict[str, list[Any]]:
         for job, where in raw.items():
             out[str(job)] = jsonable(list(where) if not isinstance(where, list) else where)
     return out
+
+
+def decision_reason(decision: Any, spec: JobSpec) -> str:
+    """The reason stored (and answered) with an admission decision."""
+    if decision.reason:
+        return str(decision.reason)
+    if spec.deadline is None:
+        return "best effort: runs on spare GPUs"
+    return (
+        "deadline guaranteed, minimum satisfactory share "
+        f"{min_share_of(decision, spec.name)} GPUs now, "
+        f"peak {peak_share_of(decision, spec.name)}"
+    )
 
 
 def min_share_of(decision: Any, name: str) -> int:
