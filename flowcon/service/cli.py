@@ -554,7 +554,11 @@ def describe_job(job: dict[str, Any], now: float) -> str:
         + (", ".join(f"{g}: {v:.3g}" for g, v in (job.get("curve") or {}).items()) or "-"),
         "Spec:",
     ]
-    spec_text = _yaml.safe_dump(job.get("spec") or {}, sort_keys=False, default_flow_style=None)
+    shown = dict(job.get("spec") or {})
+    for key in ("submit_time", "deadline"):  # Unix times, as a reader wants them
+        if isinstance(shown.get(key), int | float):
+            shown[key] = _iso(shown[key])
+    spec_text = _yaml.safe_dump(shown, sort_keys=False, default_flow_style=None)
     lines += ["  " + ln for ln in spec_text.rstrip().splitlines()]
     lines.append("GPUs over time:")
     allocs = job.get("allocations") or []
@@ -569,6 +573,10 @@ def describe_job(job: dict[str, Any], now: float) -> str:
     for e in job.get("events") or []:
         lines.append(f"  {_fmt_ts(e.get('ts'), now):<22} {e.get('kind'):<22} {_event_detail(e)}")
     return "\n".join(lines)
+
+
+def _iso(ts: float) -> str:
+    return _dt.datetime.fromtimestamp(float(ts)).astimezone().isoformat(timespec="seconds")
 
 
 def _vs_deadline(finish: Any, deadline: Any) -> str:
