@@ -622,6 +622,10 @@ def job_cmd(
 
 
 TERMINAL = ("completed", "dropped", "cancelled", "failed")
+# -f asks each page from this long before the newest line it printed, and skips the lines
+# it printed already: a worker's line that reached the engine's log a moment after another
+# worker's newer one is still printed (a single cursor would pass over it)
+FOLLOW_OVERLAP_NS = 2_000_000_000
 
 
 def _log_line(ln: dict[str, Any], prefix: bool, timestamps: bool) -> str:
@@ -671,10 +675,13 @@ def logs(
     import time
 
     client = _client(config_path, url, token)
-    after: str | None = None
+    first = True
+    newest = 0  # the newest line's timestamp (ns)
+    seen: set[tuple[Any, ...]] = set()  # lines printed in the last FOLLOW_OVERLAP_NS
     try:
         while True:
-            page = client.logs(name, rank=rank, after=after, tail=tail if after is None else None)
+            after = None if first else str(max(0, newest - FOLLOW_OVERLAP_NS))
+            page = client.logs(name, rank=rank, after=after, tail=tail if first else None)
             ranks = page.get("ranks") or []
             if rank is not None and ranks and rank not in ranks and not follow:
                 raise click.ClickException(
@@ -682,14 +689,18 @@ def logs(
                 )
             prefix = rank is None and len(ranks) > 1
             for ln in page.get("lines") or []:
+                key = (ln.get("rank"), ln.get("node"), ln.get("ts_ns"), ln.get("text"))
+                if key in seen:
+                    continue
+                seen.add(key)
+                newest = max(newest, int(ln.get("ts_ns") or 0))
                 click.echo(_log_line(ln, prefix, timestamps))
-            after = str(page.get("cursor") or after or "0")
-            if not follow:
-                if page.get("note"):
-                    click.echo(page["note"], err=True)
+            if page.get("note") and first:
+                click.echo(page["note"], err=True)  # once, also when following
+            first = False
+            if not follow or page.get("state") in TERMINAL:
                 return
-            if page.get("state") in TERMINAL:
-                return
+            seen = {k for k in seen if int(k[2] or 0) > newest - FOLLOW_OVERLAP_NS}
             time.sleep(interval)
     except KeyboardInterrupt:
         return

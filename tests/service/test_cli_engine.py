@@ -110,7 +110,7 @@ def test_dry_run_creates_nothing(env, docker_client):
         assert alloc.store.get_job(name) is None
         assert alloc.store.admissions(name) == [] and alloc.store.allocations(name) == []
     # the loop's own rows (its job's measurements and events) may grow; none of ours
-    new_events = [e for e in alloc.store.events()][len(events_before) :]
+    new_events = alloc.store.events()[events_before:]
     assert all(e.job in (None, running) for e in new_events), new_events
     after = store_rows(alloc)
     assert after["jobs"] == rows["jobs"] and after["admissions"] == rows["admissions"]
