@@ -187,6 +187,19 @@ def test_jobs_watch_prints_each_change_until_its_count(env):
     assert table.exit_code == 0 and "early" in table.output and "late" in table.output
 
 
+def test_jobs_watch_on_a_terminal_redraws_in_place(env):
+    tmp_path, alloc = env
+    run("submit", write(tmp_path, spec("shown")))
+    res = CliRunner().invoke(
+        main,
+        ["jobs", "--watch", "--interval", "0.1", "--watch-count", "3"],
+        env={"FORCE_COLOR": "1"},  # rich then takes the output for a terminal
+    )
+    assert res.exit_code == 0, res.output
+    assert "shown" in res.output
+    assert "\x1b[1A" in res.output  # rich Live moved the cursor up to redraw the table
+
+
 def test_job_describes_spec_state_placement_events(env):
     tmp_path, alloc = env
     run("submit", write(tmp_path, spec("desc", deadline="1h")))
