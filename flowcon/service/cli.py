@@ -1,4 +1,6 @@
-"""``flowcon allocator`` (the daemon) and its clients ``submit``, ``jobs`` and ``cancel``."""
+"""``flowcon allocator`` (the daemon) and its clients: ``submit`` (``--dry-run``, ``-``),
+``jobs``, ``job``, ``logs`` and ``cancel`` (docs/jobs.md, "Commands"; exit codes in
+``flowcon.contract``, ``CLI_EXIT_*``)."""
 
 from __future__ import annotations
 
@@ -40,18 +42,22 @@ def _client(config_path: str | None, url: str | None, token: str | None) -> Any:
     return AllocatorClient(u, t)
 
 
-def _fail(exc: Exception) -> None:
+def _fail(exc: Exception, what: str = "request") -> None:
+    """The daemon's error as one line; a refused input (400) exits ``CLI_EXIT_INVALID``."""
     from flowcon.service.client import ClientError
 
     if isinstance(exc, ClientError):
         msg = str(exc)
         field = exc.body.get("field")
         if field is not None or exc.status == 400:
-            raise InvalidInput(f"invalid spec: {exc.body.get('error', msg)}")
+            raise InvalidInput(f"invalid {what}: {exc.body.get('error', msg)}")
         elif exc.status == 401:
             msg = f"{msg} (give --token, {ENV_TOKEN}, or the config with the daemon's token)"
         elif exc.status == 403:
-            msg = f"{msg} (submit and cancel need the user or operator token; reads any but agent)"
+            msg = (
+                f"{msg} (submit, its dry run and cancel need the user or operator token; "
+                "reads any but agent)"
+            )
         raise click.ClickException(msg)
     raise exc
 
@@ -195,7 +201,7 @@ def submit(
                 name = str(out.get("name", data.get("name")))
                 out = wait_for_decision(client, name, out, timeout)
     except Exception as exc:
-        _fail(exc)
+        _fail(exc, "spec")
         return
     if as_json:
         click.echo(json.dumps(out, indent=2))
