@@ -247,8 +247,8 @@ class EngineBackend:
         try:
             raw = c.logs(**kwargs)
         except engine_errors() as exc:
-            if getattr(exc, "status_code", None) == 404:
-                return []  # removed between the look-up and the read
+            if getattr(exc, "status_code", None) in (404, 409):
+                return []  # removed, or being removed (the job ended), since the look-up
             raise ExecutorError(f"logs of {worker.name}: {exc}") from exc
         return log_lines_of(bytes(raw), after_ns)
 

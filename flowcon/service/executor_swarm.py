@@ -268,8 +268,8 @@ class SwarmBackend:
         try:
             raw = b"".join(svc.logs(**kwargs))
         except engine_errors() as exc:
-            if getattr(exc, "status_code", None) == 404:
-                return []
+            if getattr(exc, "status_code", None) in (404, 409):
+                return []  # removed, or being removed (the job ended), since the look-up
             raise ExecutorError(f"logs of {worker.name}: {exc}") from exc
         lines = log_lines_of(raw, after_ns)
         lines.sort(key=lambda ln: ln.ts_ns)  # tasks' outputs arrive one after another

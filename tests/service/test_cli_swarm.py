@@ -4,6 +4,8 @@ per node, read through the allocator's logs route and the swarm backend's ``read
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -27,7 +29,8 @@ while [ $i -lt ${LINES_N:-10} ]; do
   i=$((i+1)); echo "rank ${GROUP_RANK} out $i"; echo "rank ${GROUP_RANK} err $i" >&2
   sleep 0.4
 done
-sleep 3
+trap 'exit 143' TERM
+sleep 600 & wait $!
 """
 
 
@@ -81,11 +84,21 @@ def test_logs_of_a_job_on_two_swarm_nodes(swarm, labeled, test_run_id, tmp_path:
         lines = one.output.splitlines()
         assert "rank 1 out 1" in lines and "rank 1 err 1" in lines
         assert all(ln.startswith("rank 1 ") for ln in lines), lines
+
+        def cancel_when_done() -> None:
+            last = f"rank 1 out {n}"
+            wait_for(lambda: last in {ln["text"] for ln in client.logs(name)["lines"]}, 60)
+            time.sleep(1.0)
+            client.cancel(name)
+
+        canceller = threading.Thread(target=cancel_when_done)
+        canceller.start()
         follow = run(main, ["logs", name, "-f", "--rank", "1", "--interval", "0.3", *auth])
+        canceller.join()
         assert follow.exit_code == 0, follow.output
         got = follow.output.splitlines()
         assert [ln for ln in got if " out " in ln] == [f"rank 1 out {i}" for i in range(1, n + 1)]
-        assert client.job(name)["state"] == "completed"
+        assert client.job(name)["state"] == "cancelled"  # follow returned: the job ended
     finally:
         alloc.stop(stop_jobs=True)
         for job in list(ex.jobs()):
