@@ -24,6 +24,8 @@ SUBCOMMANDS: dict[str, str] = {
     "submit": "flowcon.service.cli:submit",
     "jobs": "flowcon.service.cli:jobs",
     "cancel": "flowcon.service.cli:cancel",
+    "job": "flowcon.service.cli:job_cmd",
+    "logs": "flowcon.service.cli:logs",
     "images": "flowcon.engine.images_cli:images",
 }
 

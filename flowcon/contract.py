@@ -118,3 +118,12 @@ class MeasurementReport(TypedDict):
 
 
 MEASUREMENT_FIELDS: Final = tuple(Measurement.__annotations__)
+
+# ------------------------------------------------------------------ CLI exit codes
+# What ``flowcon submit`` (and ``flowcon submit --dry-run``, for "would be ...") exits
+# with, so a script can branch on the decision (docs/jobs.md, "Commands").
+CLI_EXIT_ADMITTED: Final = 0  # admitted (dry run: would be admitted now)
+CLI_EXIT_ERROR: Final = 1  # anything else: allocator unreachable, refused token, conflict
+CLI_EXIT_INVALID: Final = 2  # invalid input: spec, file, options (click's usage errors too)
+CLI_EXIT_DROPPED: Final = 3  # dropped: the deadline cannot be guaranteed (dry run: would be)
+CLI_EXIT_PENDING: Final = 4  # no decision yet: profile: auto still profiling (--no-wait)

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
+from typing import Any
 
 
 def is_power_of_two(n: int) -> bool:
@@ -57,6 +58,11 @@ class ThroughputCurve:
         if not clean:
             raise ValueError("throughput curve has no positive finite point")
         object.__setattr__(self, "points", MappingProxyType(dict(sorted(clean.items()))))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ThroughputCurve:
+        """Immutable (its caches only hold derived values): a deep copy of a policy, as
+        the allocator's dry run makes, shares it."""
+        return self
 
     @cached_property
     def _memo(self) -> dict[int, float]:

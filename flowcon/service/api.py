@@ -7,7 +7,9 @@ Routes (all JSON), with the role each needs (flowcon.service.auth):
   GET    /api/v1/history             jobs, GPUs per job over time, admissions       read
   GET    /api/v1/jobs                every job (env values as "***")                read
   GET    /api/v1/jobs/{name}         one job, with its admissions and events        read
+  GET    /api/v1/jobs/{name}/logs    its workers' output (?rank=N&after=CURSOR&tail=N)  read
   POST   /api/v1/jobs                submit a job spec (JSON object or YAML text)   user
+  POST   /api/v1/jobs?dry_run=true   what a submit would decide now; creates nothing  user
   DELETE /api/v1/jobs/{name}         cancel                                         user
   POST   /api/v1/measurements        agent measurements                             agent
 
@@ -54,6 +56,10 @@ class Service(Protocol):
     def list_jobs(self) -> list[dict[str, Any]]: ...
     def get_job(self, name: str) -> dict[str, Any]: ...
     def submit(self, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]: ...
+    def dry_run(self, spec: dict[str, Any]) -> dict[str, Any]: ...
+    def job_logs(
+        self, name: str, rank: int | None = None, after_ns: int = 0, tail: int | None = None
+    ) -> dict[str, Any]: ...
     def cancel(self, name: str) -> dict[str, Any]: ...
     def ingest_measurements(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
@@ -199,11 +205,43 @@ class _Handler(BaseHTTPRequestHandler):
                 body = body["spec"]
             if not isinstance(body, dict):
                 raise ApiError(400, "job spec must be a mapping", field="")
+            if self._flag("dry_run"):
+                return 200, self.service.dry_run(body), _JSON
             status, out = self.service.submit(body)
             return status, out, _JSON
         raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
 
+    def _query(self) -> dict[str, str]:
+        return {k: v[-1] for k, v in parse_qs(urlsplit(self.path).query).items()}
+
+    def _flag(self, key: str) -> bool:
+        value = self._query().get(key, "false").lower()
+        if value not in ("true", "1", "false", "0", ""):
+            raise ApiError(400, f"{key} must be true or false", field=key)
+        return value in ("true", "1")
+
+    def _int_arg(self, key: str, minimum: int = 0) -> int | None:
+        raw = self._query().get(key)
+        if raw is None or raw == "":
+            return None
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ApiError(400, f"{key} must be an integer", field=key) from None
+        if value < minimum:
+            raise ApiError(400, f"{key} must be >= {minimum}", field=key)
+        return value
+
+    def _logs(self, method: str, name: str) -> tuple[int, Any, str]:
+        if method != "GET":
+            raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
+        after = self._int_arg("after") or 0
+        out = self.service.job_logs(name, self._int_arg("rank"), after, self._int_arg("tail"))
+        return 200, out, _JSON
+
     def _job(self, method: str, name: str) -> tuple[int, Any, str]:
+        if name.endswith("/logs") and "/" not in name[: -len("/logs")]:
+            return self._logs(method, name[: -len("/logs")])
         if not name or "/" in name:
             raise ApiError(404, "no such route")
         if method == "GET":

@@ -2,8 +2,8 @@
 
 Roles:
 
-* ``read``  -- every GET under /api (list, status, one job, history);
-* ``user``  -- submit and cancel jobs; a user token may also read;
+* ``read``  -- every GET under /api (list, status, one job, its logs, history);
+* ``user``  -- submit (and its dry run) and cancel jobs; a user token may also read;
 * ``agent`` -- POST measurement reports, nothing else;
 * ``operator`` -- the legacy single ``token``: valid for every role.
 
@@ -45,7 +45,7 @@ def required_role(method: str, path: str) -> Role:
         return "read"
     if path == "/api/v1/measurements":
         return "agent"
-    return "user"  # submit, cancel, and any other change
+    return "user"  # submit, its dry run (?dry_run=true), cancel, and any other change
 
 
 @dataclass(frozen=True)

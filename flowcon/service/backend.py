@@ -92,6 +92,36 @@ class WorkerRequest:
     init: bool = False  # run an init as PID 1 (docker --init) that forwards signals
 
 
+@dataclass(frozen=True)
+class LogLine:
+    """One line of a worker's output (stdout and stderr), with the engine's timestamp."""
+
+    ts_ns: int  # nanoseconds since the epoch: the cursor a follower pages on
+    text: str
+
+
+# a line longer than this is shown as a notice of its length (flowcon.engine.logs' bound)
+LOG_LINE_MAX_BYTES = 64 * 1024
+
+
+def log_lines_of(raw: bytes, after_ns: int = 0) -> list[LogLine]:
+    """Timestamped engine output (``timestamps=True``, already demultiplexed) as lines
+    newer than ``after_ns``; the bytes become lines in ``flowcon.engine.logs``."""
+    from flowcon.engine.logs import read_lines
+
+    out = []
+    for line in read_lines([raw], LOG_LINE_MAX_BYTES, after_ns):
+        text = line.text if line.text is not None else f"[a line of {line.size} bytes]"
+        out.append(LogLine(line.ts_ns, text))
+    return out
+
+
+def engine_since(after_ns: int) -> int | None:
+    """The engine's ``since`` (whole seconds, inclusive) that covers lines after
+    ``after_ns``; None for "from the start"."""
+    return after_ns // 1_000_000_000 if after_ns > 0 else None
+
+
 @dataclass
 class Worker:
     """One observed container (engine) or service (swarm) of a job."""
@@ -148,3 +178,10 @@ class Backend(Protocol):
         ...
 
     def cleanup(self, job: str, volume: str | None) -> None: ...
+
+    def read_logs(
+        self, worker: Worker, after_ns: int = 0, tail: int | None = None
+    ) -> list[LogLine]:
+        """The worker's output lines (stdout and stderr) newer than ``after_ns``, the last
+        ``tail`` of them when given; [] when the worker is gone."""
+        ...

@@ -6,7 +6,7 @@ import json
 import urllib.error
 import urllib.request
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 
 class ClientError(RuntimeError):
@@ -57,6 +57,20 @@ class AllocatorClient:
 
     def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
         return self._call("POST", "/api/v1/jobs", spec)[1]
+
+    def dry_run(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """What a submit would decide now; the allocator creates nothing."""
+        return self._call("POST", "/api/v1/jobs?dry_run=true", spec)[1]
+
+    def logs(
+        self, name: str, rank: int | None = None, after: str | None = None, tail: int | None = None
+    ) -> dict[str, Any]:
+        """One page of the job's workers' output; pass its ``cursor`` as ``after`` next."""
+        query = {
+            k: v for k, v in (("rank", rank), ("after", after), ("tail", tail)) if v is not None
+        }
+        path = f"/api/v1/jobs/{quote(name, safe='')}/logs"
+        return self._call("GET", path + (f"?{urlencode(query)}" if query else ""))[1]
 
     def cancel(self, name: str) -> dict[str, Any]:
         return self._call("DELETE", f"/api/v1/jobs/{quote(name, safe='')}")[1]

@@ -287,6 +287,9 @@ class Allocator:
         curve = self.planner.curve(rec).points if rec.profile else {}  # none while profiling
         out["curve"] = {str(g): v for g, v in curve.items()}
         out["admissions"] = self.store.admissions(name)
+        out["allocations"] = [
+            {k: a[k] for k in ("ts", "gpus", "placement")} for a in self.store.allocations(name)
+        ]
         out["events"] = [e.to_json() for e in self.store.events(job=name)]
         out["containers"] = self.planner.intake.containers_of(name)
         return out
@@ -308,19 +311,57 @@ class Allocator:
             self.wake()  # start its containers now, not at the next slot
         return (201 if result.admitted else 200), result.to_json()
 
+    def dry_run(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """What ``submit`` would answer now, creating nothing (``sbatch --test-only``): the
+        planner's policy decides on a copy of its state."""
+        now = self.clock()
+        try:
+            parsed = parse_jobspec(spec, now=now, allow_files=False)
+        except JobSpecError as exc:
+            raise ApiError(400, str(exc), field=exc.field, errors=exc.problems) from None
+        if parsed.profile_auto:
+            counts = self._profile_counts(parsed)
+            return {
+                "name": parsed.name,
+                "decision": "profiling",
+                "admitted": None,
+                "dry_run": True,
+                "reason": f"valid; profile: auto: a submit pre-runs it at "
+                f"{', '.join(map(str, counts))} GPUs, admission is decided after",
+                "gpus": 0,
+                "counts": counts,
+            }
+        try:
+            return self.planner.dry_run(parsed, now).to_json()
+        except PlanError as exc:
+            raise ApiError(exc.status, str(exc)) from None
+
+    def job_logs(
+        self, name: str, rank: int | None = None, after_ns: int = 0, tail: int | None = None
+    ) -> dict[str, Any]:
+        """Output lines of the job's worker containers (services on Swarm), newer than
+        ``after_ns``; ``cursor`` is what the next page asks ``after``."""
+        rec = self.store.get_job(name)
+        if rec is None:
+            raise ApiError(404, f"no job {name!r}")
+        body: dict[str, Any] = {"job": name, "state": rec.state, "ranks": [], "lines": []}
+        if self.target is not None:
+            try:
+                body.update(self.target.job_logs(name, rank, after_ns, tail))
+            except Exception as exc:  # engine down: say so, the next page retries
+                raise ApiError(502, f"logs of {name}: {exc}") from None
+        else:
+            body["note"] = "this allocator runs no executor: no containers, no logs"
+        ts = [ln["ts_ns"] for ln in body["lines"]]
+        body["cursor"] = str(max(ts, default=after_ns))
+        return body
+
     # -- profile: auto -----------------------------------------------------------------
 
     def _submit_auto(self, spec: JobSpec, now: float) -> tuple[int, dict[str, Any]]:
         """202 "profiling": the pre-run runs on its own thread (it takes seconds to
         minutes); the decision follows in the job's record, events and admissions."""
-        if self.target is None:
-            raise ApiError(
-                400, "'auto' needs the executor to pre-run the job; give a profile", field="profile"
-            )
-        counts = spec.gpu_counts_to_profile(self.total_gpus)
-        if not counts:
-            msg = f"min_gpus {spec.min_gpus} exceeds the {self.total_gpus} GPUs"
-            raise ApiError(400, msg, field="min_gpus")
+        counts = self._profile_counts(spec)
         try:
             self.planner.begin_profiling(spec, counts, now)
         except PlanError as exc:
@@ -337,6 +378,18 @@ class Allocator:
             "profile_seconds": self.cfg.profile_seconds,
         }
         return 202, body
+
+    def _profile_counts(self, spec: JobSpec) -> list[int]:
+        """The GPU counts a ``profile: auto`` job is pre-run at; 400 when it cannot be."""
+        if self.target is None:
+            raise ApiError(
+                400, "'auto' needs the executor to pre-run the job; give a profile", field="profile"
+            )
+        counts = spec.gpu_counts_to_profile(self.total_gpus)
+        if not counts:
+            msg = f"min_gpus {spec.min_gpus} exceeds the {self.total_gpus} GPUs"
+            raise ApiError(400, msg, field="min_gpus")
+        return counts
 
     def _start_profiling(self, spec: JobSpec, counts: list[int]) -> None:
         th = threading.Thread(

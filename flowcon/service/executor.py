@@ -70,7 +70,7 @@ from flowcon.contract import (
     ROLE_JOB,
     ROLE_PROFILE,
 )
-from flowcon.service.backend import Backend, ExecutorError, Worker, WorkerRequest
+from flowcon.service.backend import Backend, ExecutorError, LogLine, Worker, WorkerRequest
 from flowcon.service.container_spec import settings_for
 from flowcon.service.jobspec import JobSpec, ThroughputProfile
 from flowcon.service.jobspec_keys import MetricSpec
@@ -312,6 +312,20 @@ class Executor:
         ws = self.backend.list_workers(self._selector(job))
         ws.sort(key=lambda w: w.node_rank)
         return worker_points(self.backend, ws[0], metric) if ws else []
+
+    def job_logs(
+        self, job: str, rank: int | None = None, after_ns: int = 0, tail: int | None = None
+    ) -> tuple[list[int], list[tuple[Worker, LogLine]]]:
+        """(the node ranks of the job's workers, their output lines newer than
+        ``after_ns`` in time order); only rank ``rank``'s when given, the last ``tail``
+        lines of each worker when given."""
+        ws = sorted(self.backend.list_workers(self._selector(job)), key=lambda w: w.node_rank)
+        ranks = [w.node_rank for w in ws]
+        if rank is not None:
+            ws = [w for w in ws if w.node_rank == rank]
+        out = [(w, ln) for w in ws for ln in self.backend.read_logs(w, after_ns, tail)]
+        out.sort(key=lambda p: (p[1].ts_ns, p[0].node_rank))
+        return ranks, out
 
     def profile(
         self,

@@ -21,10 +21,13 @@ from typing import Any
 from flowcon.contract import CHECKPOINT_MOUNT, LABEL_GPUS, LABEL_JOB, LABEL_NODE, LABEL_RANK
 from flowcon.service.backend import (
     ExecutorError,
+    LogLine,
     Worker,
     WorkerRequest,
     connect_engine,
     engine_errors,
+    engine_since,
+    log_lines_of,
     volume_labels,
 )
 from flowcon.service.container_spec import engine_kwargs
@@ -237,6 +240,27 @@ class EngineBackend:
             log.warning("logs of %s: %s", worker.name, exc)
             return []
         return bytes(raw).decode(errors="replace").splitlines()
+
+    def read_logs(
+        self, worker: Worker, after_ns: int = 0, tail: int | None = None
+    ) -> list[LogLine]:
+        """``docker logs --timestamps [--since] [--tail]`` of the worker's container."""
+        c = self._get(worker)
+        if c is None:
+            return []
+        kwargs: dict[str, Any] = {"stdout": True, "stderr": True, "timestamps": True}
+        since = engine_since(after_ns)
+        if since is not None:
+            kwargs["since"] = since
+        if tail is not None:
+            kwargs["tail"] = max(0, int(tail))
+        try:
+            raw = c.logs(**kwargs)
+        except engine_errors() as exc:
+            if getattr(exc, "status_code", None) in (404, 409):
+                return []  # removed, or being removed (the job ended), since the look-up
+            raise ExecutorError(f"logs of {worker.name}: {exc}") from exc
+        return log_lines_of(bytes(raw), after_ns)
 
     def cleanup(self, job: str, volume: str | None) -> None:
         import docker.errors

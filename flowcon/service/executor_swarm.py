@@ -26,10 +26,13 @@ from typing import Any
 from flowcon.contract import CHECKPOINT_MOUNT, LABEL_GPUS, LABEL_JOB, LABEL_NODE, LABEL_RANK
 from flowcon.service.backend import (
     ExecutorError,
+    LogLine,
     Worker,
     WorkerRequest,
     connect_engine,
     engine_errors,
+    engine_since,
+    log_lines_of,
     volume_labels,
 )
 from flowcon.service.container_spec import swarm_kwargs
@@ -253,6 +256,35 @@ class SwarmBackend:
             log.warning("logs of %s: %s", worker.name, exc)
             return []
         return raw.decode(errors="replace").splitlines()
+
+    def read_logs(
+        self, worker: Worker, after_ns: int = 0, tail: int | None = None
+    ) -> list[LogLine]:
+        """``docker service logs --timestamps [--since] [--tail]`` of the worker's service
+        (every task of it: a restarted worker's earlier output too)."""
+        svc = self._get(worker)
+        if svc is None:
+            return []
+        kwargs: dict[str, Any] = {
+            "stdout": True,
+            "stderr": True,
+            "timestamps": True,
+            "follow": False,
+        }
+        since = engine_since(after_ns)
+        if since is not None:
+            kwargs["since"] = since
+        if tail is not None:
+            kwargs["tail"] = max(0, int(tail))
+        try:
+            raw = b"".join(svc.logs(**kwargs))
+        except engine_errors() as exc:
+            if getattr(exc, "status_code", None) in (404, 409):
+                return []  # removed, or being removed (the job ended), since the look-up
+            raise ExecutorError(f"logs of {worker.name}: {exc}") from exc
+        lines = log_lines_of(raw, after_ns)
+        lines.sort(key=lambda ln: ln.ts_ns)  # tasks' outputs arrive one after another
+        return lines
 
     def cleanup(self, job: str, volume: str | None) -> None:
         if not volume:

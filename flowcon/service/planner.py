@@ -20,6 +20,7 @@ are ``flowcon.service.records``.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import time
@@ -59,6 +60,26 @@ class SubmitResult:
         out = asdict(self)
         out["decision"] = "admitted" if self.admitted else "dropped"
         out["measured_jobs"] = list(self.measured_jobs)
+        return out
+
+
+@dataclass(frozen=True)
+class DryRunResult:
+    """What a submit would decide now (``Planner.dry_run``); nothing was created."""
+
+    name: str
+    admitted: bool
+    reason: str
+    gpus: int  # GPUs it would hold now (0: admitted but queued for spare GPUs)
+    min_share: Any
+    predicted_finish: float | None  # if it kept those GPUs; None when it would wait
+    deadline: float | None
+    now: float
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["decision"] = "admitted" if self.admitted else "dropped"
+        out["dry_run"] = True
         return out
 
 
@@ -153,19 +174,22 @@ class Planner:
     def cluster_state(self, active: Iterable[JobRecord], now: float) -> ClusterState:
         """The policy's view of the stored active jobs. The first one after a (re)start
         lets the policy rebuild what it keeps between decisions (``Policy.restore``)."""
+        state = self._state_of(active)
+        if not self._restored:
+            self._restored = True
+            self.policy.set_overhead(self.overhead)
+            self.policy.restore(now, state)
+        return state
+
+    def _state_of(self, active: Iterable[JobRecord]) -> ClusterState:
         recs = list(active)
-        state = ClusterState(
+        return ClusterState(
             total_gpus=self.total_gpus,
             slot=self.slot,
             jobs={r.name: self.core_job(r) for r in recs},
             allocation={r.name: r.gpus for r in recs if r.gpus > 0},
             attained={r.name: self._attained.get(r.name, 0.0) for r in recs},
         )
-        if not self._restored:
-            self._restored = True
-            self.policy.set_overhead(self.overhead)
-            self.policy.restore(now, state)
-        return state
 
     # -- submit / cancel / complete ----------------------------------------------------
 
@@ -220,13 +244,7 @@ class Planner:
             state = self.cluster_state(active, now)
             decision = self.policy.on_submit(self.core_job(rec), now, state)
             measured = tuple(r.name for r in active if self.trusted_measurements(r))
-            reason = decision.reason or (
-                "deadline guaranteed, minimum satisfactory share "
-                f"{min_share_of(decision, spec.name)} GPUs now, "
-                f"peak {peak_share_of(decision, spec.name)}"
-                if spec.deadline is not None
-                else "best effort: runs on spare GPUs"
-            )
+            reason = decision_reason(decision, spec)
             min_share = jsonable(decision.min_share or None)
             self.store.record_admission(
                 spec.name, decision.admitted, reason, min_share, bool(measured), now
@@ -251,6 +269,56 @@ class Planner:
             plan = self.plan(now)
             gpus = plan.allocation.get(spec.name, 0)
         return SubmitResult(spec.name, decision.admitted, reason, gpus, min_share, measured)
+
+    def dry_run(self, spec: JobSpec, now: float | None = None) -> DryRunResult:
+        """What ``submit`` would decide now, creating nothing (``sbatch --test-only``).
+
+        The same policy class decides, on a deep copy of the policy (its reservations)
+        and of the stored active jobs moved to ``now`` in memory: nothing is written to
+        the store and the live policy is not touched."""
+        now = self.clock() if now is None else now
+        if spec.profile is None:
+            raise PlanError(400, "profile: no throughput profile yet (run the pre-run first)")
+        with self.store.transaction():  # the planning loop holds this lock while it plans
+            old = self.store.get_job(spec.name)
+            active = self.store.active_jobs()
+            policy = copy.deepcopy(self.policy)
+            restored = self._restored
+        if old is not None and (old.active or old.pending):
+            raise PlanError(409, f"job {spec.name!r} exists and is {old.state}")
+        served = {r.name: self._progress_to(r, now)[1] for r in active}  # copies, not written
+        if self.complete_on_progress:  # what advance would complete before deciding
+            for r in [r for r in active if r.done_iterations >= r.iterations - 1e-6]:
+                policy.on_finish(r.name, now, ClusterState(self.total_gpus, self.slot))
+                active.remove(r)
+        state = self._state_of(active)
+        for name in state.attained:
+            state.attained[name] += served.get(name, 0.0)
+        if not restored:
+            policy.set_overhead(self.overhead)
+            policy.restore(now, state)
+        rec = new_record(spec, "admitted", spec.profile.as_dict())
+        job = self.core_job(rec)
+        decision = policy.on_submit(job, now, state)
+        reason = decision_reason(decision, spec)
+        gpus = 0
+        finish: float | None = None
+        if decision.admitted:
+            state.jobs[spec.name] = job
+            allocation = policy.schedule(now, state)
+            gpus = max(0, int(allocation.get(spec.name, 0)))
+            rec.gpus = gpus
+            finish = self._predict(rec, now)
+        return DryRunResult(
+            name=spec.name,
+            admitted=decision.admitted,
+            reason=reason,
+            gpus=gpus,
+            min_share=jsonable(decision.min_share or None),
+            predicted_finish=finish,
+            deadline=spec.deadline,
+            now=now,
+        )
 
     def cancel(self, name: str, now: float | None = None) -> JobRecord:
         now = self.clock() if now is None else now
@@ -318,24 +386,30 @@ class Planner:
         done: list[str] = []
         with self.store.transaction():
             for rec in self.store.active_jobs():
-                last = rec.progress_ts if rec.progress_ts is not None else now
-                finished_at = now
-                if rec.gpus > 0 and now > last:
-                    speed = self.curve(rec).at(rec.gpus)
-                    remaining = rec.iterations - rec.done_iterations
-                    if speed > 0 and remaining <= speed * (now - last):
-                        finished_at = last + remaining / speed  # when the last iteration ran
-                    rec.done_iterations = min(
-                        rec.iterations, rec.done_iterations + speed * (now - last)
-                    )
-                    served = rec.gpus * (min(finished_at, now) - last)
+                finished_at, served = self._progress_to(rec, now)
+                if served:
                     self._attained[rec.name] = self._attained.get(rec.name, 0.0) + served
-                rec.progress_ts = now
                 self.store.put_job(rec)
                 if self.complete_on_progress and rec.done_iterations >= rec.iterations - 1e-6:
                     self._finish(rec, "completed", finished_at, "iterations done")
                     done.append(rec.name)
         return done
+
+    def _progress_to(self, rec: JobRecord, now: float) -> tuple[float, float]:
+        """Move ``rec``'s estimated progress to ``now`` (in memory); (when its last
+        iteration ran or ``now``, GPU-seconds served since its last update)."""
+        last = rec.progress_ts if rec.progress_ts is not None else now
+        finished_at = now
+        served = 0.0
+        if rec.gpus > 0 and now > last:
+            speed = self.curve(rec).at(rec.gpus)
+            remaining = rec.iterations - rec.done_iterations
+            if speed > 0 and remaining <= speed * (now - last):
+                finished_at = last + remaining / speed  # when the last iteration ran
+            rec.done_iterations = min(rec.iterations, rec.done_iterations + speed * (now - last))
+            served = rec.gpus * (min(finished_at, now) - last)
+        rec.progress_ts = now
+        return finished_at, served
 
     # -- planning ----------------------------------------------------------------------
 
@@ -475,6 +549,19 @@ def placement_lists(result: Any) -> dict[str, list[Any]]:
         for job, where in raw.items():
             out[str(job)] = jsonable(list(where) if not isinstance(where, list) else where)
     return out
+
+
+def decision_reason(decision: Any, spec: JobSpec) -> str:
+    """The reason stored (and answered) with an admission decision."""
+    if decision.reason:
+        return str(decision.reason)
+    if spec.deadline is None:
+        return "best effort: runs on spare GPUs"
+    return (
+        "deadline guaranteed, minimum satisfactory share "
+        f"{min_share_of(decision, spec.name)} GPUs now, "
+        f"peak {peak_share_of(decision, spec.name)}"
+    )
 
 
 def min_share_of(decision: Any, name: str) -> int:

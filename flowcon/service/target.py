@@ -322,6 +322,19 @@ class ExecutorTarget:
         except Exception as exc:
             log.warning("removing job %s failed: %s", name, exc)
 
+    def job_logs(
+        self, name: str, rank: int | None, after_ns: int, tail: int | None
+    ) -> dict[str, Any]:
+        """The job's workers' output as the API returns it (``Daemon.job_logs``)."""
+        ranks, lines = self.executor.job_logs(name, rank, after_ns, tail)
+        return {
+            "ranks": ranks,
+            "lines": [
+                {"rank": w.node_rank, "node": w.node, "ts_ns": ln.ts_ns, "text": ln.text}
+                for w, ln in lines
+            ],
+        }
+
     def stop_job(self, name: str) -> None:
         self._remove(name)
 

@@ -99,6 +99,7 @@ R = {"none": 401, "wrong": 401, "read": 200, "user": 200, "agent": 403, "operato
 SUBMIT = {"none": 401, "wrong": 401, "read": 403, "user": 201, "agent": 403, "operator": 201}
 CANCEL = {"none": 401, "wrong": 401, "read": 403, "user": 200, "agent": 403, "operator": 200}
 REPORT = {"none": 401, "wrong": 401, "read": 403, "user": 403, "agent": 200, "operator": 200}
+DRY_RUN = {**SUBMIT, "user": 200, "operator": 200}  # a user's call that creates nothing
 ENDPOINTS: list[tuple[str, str, Any]] = [
     ("GET", "/healthz", {k: 200 for k in TOKENS}),
     ("GET", "/metrics", {k: 200 for k in TOKENS}),
@@ -109,6 +110,15 @@ ENDPOINTS: list[tuple[str, str, Any]] = [
     ("GET", "/api/v1/jobs/keep/", R),
     ("GET", "/api/v1/nothing-here", {**R, **{k: 404 for k in ("read", "user", "operator")}}),
     ("POST", "/api/v1/jobs", SUBMIT),
+    ("POST", "/api/v1/jobs?dry_run=true", DRY_RUN),
+    ("POST", "/api/v1/jobs?dry_run=1", DRY_RUN),
+    ("POST", "/api/v1/jobs?dry_run=maybe", {**SUBMIT, "user": 400, "operator": 400}),
+    ("GET", "/api/v1/jobs/keep/logs", R),
+    ("GET", "/api/v1/jobs/keep/logs?rank=0&tail=5&after=0", R),
+    ("GET", "/api/v1/jobs/keep/logs?rank=x", {**R, "read": 400, "user": 400, "operator": 400}),
+    ("GET", "/api/v1/jobs/keep/logs?tail=-1", {**R, "read": 400, "user": 400, "operator": 400}),
+    ("GET", "/api/v1/jobs/gone/logs", {**R, "read": 404, "user": 404, "operator": 404}),
+    ("DELETE", "/api/v1/jobs/keep/logs", {**CANCEL, "user": 405, "operator": 405}),
     ("DELETE", "/api/v1/jobs/{victim}", CANCEL),
     ("POST", "/api/v1/measurements", REPORT),
     ("PUT", "/api/v1/jobs", {**SUBMIT, "user": 405, "operator": 405}),
@@ -121,16 +131,20 @@ def test_each_token_kind_against_each_endpoint(
     daemon: Allocator, method: str, path: str, expected: dict[str, Any], kind: str
 ) -> None:
     body: Any = None
+    path_template = path
     victim = next(_names)
     if "{victim}" in path:
         assert call(daemon, "POST", "/api/v1/jobs", "operator", job(victim))[0] == 201
         path = path.format(victim=victim)
-    if method in ("POST", "PUT") and path == "/api/v1/jobs":
+    if method in ("POST", "PUT") and path.split("?")[0] == "/api/v1/jobs":
         body = job(victim)
     if path == "/api/v1/measurements":
         body = {"node": "n1", "measurements": [{"container_id": "c", "job": "keep", "step": 1}]}
     jobs_before = daemon.store.count("jobs")
     status, out = call(daemon, method, path, kind, body)
+    if "dry_run" in path or "/logs" in path:
+        assert daemon.store.count("jobs") == jobs_before  # whoever asks, nothing is created
+        assert daemon.store.get_job("keep").state != "cancelled"  # type: ignore[union-attr]
     want = expected[kind]
     if want == PUBLIC:
         assert status not in (401, 403), (status, out)
@@ -139,7 +153,7 @@ def test_each_token_kind_against_each_endpoint(
     if status in (401, 403):
         assert "token" in out["error"]
         assert daemon.store.count("jobs") == jobs_before  # nothing was created
-        if method == "DELETE":
+        if method == "DELETE" and "{victim}" in path_template:
             assert daemon.store.get_job(victim).state != "cancelled"  # type: ignore[union-attr]
 
 

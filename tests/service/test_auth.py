@@ -21,10 +21,11 @@ from flowcon.service.auth import Credentials, required_role
         ("GET", "/api/v1/jobs", "read"),
         ("HEAD", "/api/v1/jobs", "read"),
         ("GET", "/api/v1/jobs/a", "read"),
+        ("GET", "/api/v1/jobs/a/logs", "read"),
         ("GET", "/api/v1/history", "read"),
         ("GET", "/api", "read"),
         ("GET", "/apiary", "public"),
-        ("POST", "/api/v1/jobs", "user"),
+        ("POST", "/api/v1/jobs", "user"),  # also ?dry_run=true: the path has no query
         ("DELETE", "/api/v1/jobs/a", "user"),
         ("PUT", "/api/v1/jobs", "user"),
         ("post", "/api/v1/measurements", "agent"),

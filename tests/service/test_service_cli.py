@@ -6,6 +6,11 @@ import pytest
 from click.testing import CliRunner
 
 from flowcon.cli import main
+from flowcon.contract import (
+    CLI_EXIT_DROPPED,
+    CLI_EXIT_ERROR,
+    CLI_EXIT_INVALID,
+)
 from flowcon.service.config import AllocatorConfig
 from flowcon.service.daemon import Allocator
 
@@ -54,7 +59,7 @@ def test_submit_jobs_cancel(setup):
     assert ok.exit_code == 0, ok.output
     assert ok.output.startswith("admitted small:") and "GPUs" in ok.output
     drop = run(main, ["submit", _job(tmp_path, "huge", 10**7, "1m"), "--config", str(cfg_file)])
-    assert drop.exit_code == 0, drop.output
+    assert drop.exit_code == CLI_EXIT_DROPPED, drop.output
     assert drop.output.startswith("dropped huge:") and "unsatisfiable" in drop.output
     table = run(main, ["jobs", "--config", str(cfg_file)])
     assert table.exit_code == 0, table.output
@@ -70,7 +75,7 @@ def test_invalid_spec_fails_before_the_network(setup):
     p = tmp_path / "bad.yaml"
     p.write_text(JOB.format(name="bad", its=-1, deadline="10m"))
     res = CliRunner().invoke(main, ["submit", str(p), "--config", str(cfg_file)])
-    assert res.exit_code != 0
+    assert res.exit_code == CLI_EXIT_INVALID
     assert "iterations" in res.output
     assert alloc.store.count("jobs") == 0
 
@@ -81,6 +86,6 @@ def test_wrong_token_and_unreachable_daemon_fail_clearly(setup):
     res = CliRunner().invoke(main, ["submit", job, "--url", alloc.url, "--token", "nope"])
     assert res.exit_code != 0 and "token" in res.output
     res = CliRunner().invoke(main, ["submit", job, "--url", "http://127.0.0.1:9", "--token", "t"])
-    assert res.exit_code != 0 and "cannot reach the allocator" in res.output
+    assert res.exit_code == CLI_EXIT_ERROR and "cannot reach the allocator" in res.output
     res = CliRunner().invoke(main, ["jobs"], env={"FLOWCON_ALLOCATOR_URL": "http://127.0.0.1:9"})
     assert res.exit_code != 0 and "cannot reach" in res.output
