@@ -124,11 +124,14 @@ class JobState:
 
     @property
     def status(self) -> str:
-        """running, completed, failed (a worker is dead), starting, or mixed."""
+        """running, completed, failed (a worker is dead), finishing (some workers exited
+        0, the others not yet), starting, or mixed."""
         if self.workers and all(w.completed for w in self.workers):
             return "completed"
         if any(w.dead for w in self.workers):
             return "failed"
+        if any(w.completed for w in self.workers):
+            return "finishing"
         if all(w.state == "running" for w in self.workers):
             return "running"
         if any(w.state in ("starting", "created") for w in self.workers):

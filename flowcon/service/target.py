@@ -237,10 +237,10 @@ class ExecutorTarget:
                         store.append_event("suspended", rec.name)
                     planner.intake.set_containers(rec.name, {})
                     continue
-                if state is not None and state.status in ("completed", "failed"):
-                    # exited since the last poll: the next poll reports the completion or
-                    # restarts it from its checkpoint; rescaling it now would run a
-                    # finished job again
+                if state is not None and state.status in ("completed", "finishing", "failed"):
+                    # exited (or its workers are exiting one by one) since the last poll:
+                    # the next poll reports the completion or restarts it from its
+                    # checkpoint; rescaling it now would run a finished job again
                     continue
                 self._match(store, planner, rec, state)
                 self._failed_actions.pop(rec.name, None)

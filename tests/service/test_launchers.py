@@ -312,6 +312,28 @@ def test_allocator_keeps_colliding_jobs_apart_and_the_port_across_restarts(tmp_p
     store.close()
 
 
+def test_a_job_whose_workers_are_finishing_is_not_rescaled(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Workers exit 0 one after another: a planning round between them saw the job as
+    "mixed" and rescaled it, so a finished job ran again from its checkpoint."""
+    store = Store(tmp_path / "state.db")
+    rec = new_record(step_job_spec("done-soon", launcher="none"), "running", {1: 1.0})
+    rec.gpus, rec.placement = 2, [[0, 0], [0, 1]]
+    store.put_job(rec)
+    be = MemoryBackend()
+    target = ExecutorTarget(Executor(be), Inventory())
+    target.apply(store, Planner())  # type: ignore[arg-type]
+    assert len(be.workers) == 2
+    first = be.workers[0]
+    first.state, first.exit_code = "exited", 0  # rank 0 finished, rank 1 still running
+    assert target.executor.jobs()["done-soon"].status == "finishing"
+    rec.gpus, rec.placement = 1, [[0, 0]]  # the plan moved on meanwhile
+    store.put_job(rec)
+    target.apply(store, Planner())  # type: ignore[arg-type]
+    assert len(be.workers) == 2 and be.workers[0] is first and first.state == "exited"
+    assert len(be.requests) == 2  # nothing created again
+    store.close()
+
+
 def test_slot_layout_is_the_ranks_in_node_order() -> None:
     slots = slots_of("none", {"b": ["x", "y"], "a": ["z"]})
     assert [(s.node, s.node_rank, s.first_rank, s.gpus) for s in slots] == [
