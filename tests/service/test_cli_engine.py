@@ -148,6 +148,7 @@ def chatty_spec(name: str, n: int) -> dict:
         "iterations": 1000000,
         "best_effort": True,
         "min_gpus": 8,  # 8 GPUs: both declared nodes, two containers (ranks 0 and 1)
+        "launcher": "flowcon",  # one container per node (none: one per GPU)
         "profile": {1: 1.0, 2: 2.0, 4: 4.0, 8: 8.0},
         "env": {"LINES_N": str(n)},
     }

@@ -64,6 +64,7 @@ def test_logs_of_a_job_on_two_swarm_nodes(swarm, labeled, test_run_id, tmp_path:
             "iterations": 1000000,
             "best_effort": True,
             "min_gpus": 8,  # both nodes: one service on each
+            "launcher": "flowcon",  # one service per node (none: one per GPU)
             "profile": {1: 1.0, 2: 2.0, 4: 4.0, 8: 8.0},
             "env": {"LINES_N": str(n)},
         }

@@ -12,6 +12,7 @@ on the real engine.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -154,6 +155,45 @@ def test_minimal_script_resumes_at_another_world_size(executor, ddp_image, launc
     ]
     again = run(6, {"node1": ["0"]})  # the same job, its volume kept: resumes at epoch 3
     assert re.findall(r"\[RANK(\d)\] Epoch (\d+)", again) == [("0", str(e)) for e in (3, 4, 5)]
+    executor.remove(name)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_flowcon_runtime_at_1_2_3_workers(executor, workers) -> None:  # type: ignore[no-untyped-def]
+    """``launcher: flowcon``: one container per node, flowcon.elastic's main spawning a
+    worker per GPU; rank 0 reports every step at the job's world size."""
+    name = f"ddpf{workers}"
+    spec = parse_jobspec(
+        {
+            "name": name,
+            "image": "flowcon/elastic-example:latest",
+            "command": ["python3", "/opt/train.py"],
+            "global_batch_size": 48,
+            "iterations": 6,
+            "best_effort": True,
+            "profile": {1: 1.0},
+            "launcher": "flowcon",
+        }
+    )
+    placement = PLACEMENTS[workers]
+    ws = executor.launch(spec, placement)
+    assert len(ws) == len(placement)  # one container per node
+
+    def done():  # type: ignore[no-untyped-def]
+        state = executor.job(name)
+        assert state is not None and state.status != "failed", [
+            (w.name, w.state, w.exit_code) for w in state.workers
+        ]
+        return state if state.status == "completed" else None
+
+    wait_for(done, 150, every=1)
+    client = executor.backend.client
+    text = "".join(out_of(client.containers.get(w.id)) for w in ws)
+    lines = [json.loads(ln) for ln in text.splitlines() if '"world_size":' in ln]
+    reports = [r for r in lines if "loss" in r]  # the steps; then one "done" event
+    assert [r["step"] for r in reports] == list(range(1, 7)), text[-2000:]
+    assert {r["world_size"] for r in reports} == {workers}
+    assert {r["local_batch"] for r in reports} == {48 // workers}
     executor.remove(name)
 
 

@@ -72,6 +72,7 @@ def test_every_spec_key_reaches_the_container(env, docker_client, labeled, tmp_p
             "user": "1000:1000",
             "labels": {"team": "vision", "example.com/cost-center": "42"},
             "metric": {"name": "loss", "regex": REGEX, "goal": "min"},
+            "launcher": "flowcon",  # one container holding both GPUs: per-GPU limits x 2
         }
     )
     assert out["admitted"] is True, out

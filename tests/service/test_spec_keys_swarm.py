@@ -65,6 +65,7 @@ def test_every_spec_key_reaches_the_service(swarm, swarm_executor, tmp_path, tes
             "user": "1000:1000",
             "labels": {"team": "vision"},
             "metric": {"name": "loss", "regex": REGEX, "goal": "min"},
+            "launcher": "flowcon",  # one service holding both GPUs: per-GPU limits x 2
         }
     )
     (w,) = ex.launch(spec, {"node1": ["0", "1"]})
