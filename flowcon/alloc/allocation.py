@@ -18,9 +18,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import cast
 
 from flowcon.alloc.admission import SlotLedger
-from flowcon.alloc.model import Job, floor_power_of_two
+from flowcon.alloc.model import Job, ThroughputCurve, floor_power_of_two
 
 
 def _next_step(job: Job, cur: int, cap: int) -> int | None:
@@ -51,54 +52,89 @@ def _return(at: Callable[[int], float], r: float, cur: int, nxt: int, slot: floa
     return gain / (nxt - cur) / (t1 * slot)
 
 
+# (next step, T(next)*slot, T(cur)*slot, T(1)*slot (T(cur)*slot when T(1) is 0)) or None
+_Step = tuple[int, float, float, float] | None
+
+
+def _steps(curve: ThroughputCurve, cap: int, slot: float) -> dict[int, _Step]:
+    """The step table of one curve under one cap and slot, filled lazily by ``_step``;
+    kept on the (immutable) curve, so jobs of one model and batch size share it."""
+    key = ("alloc-steps", cap, slot)
+    table = curve.tables.get(key)
+    if table is None:
+        table = curve.tables[key] = {}
+    return cast("dict[int, _Step]", table)
+
+
+def _step(
+    curve: ThroughputCurve, cap: int, slot: float, cur: int, table: dict[int, _Step]
+) -> _Step:
+    """The greedy loop's next step from ``cur`` GPUs and the products its return needs."""
+    nxt = curve.next_faster(cur, cap)
+    out: _Step = None
+    if nxt is not None:
+        at = curve.at
+        t_cur = at(cur)
+        t1 = at(1) or t_cur
+        if t1 > 0:
+            out = (nxt, at(nxt) * slot, t_cur * slot, t1 * slot)
+    table[cur] = out
+    return out
+
+
 def distribute_spare(
     jobs: Sequence[Job], base: Mapping[str, int], total_gpus: int, slot: float
 ) -> dict[str, int]:
-    """Algorithm 2's greedy loop: start from ``base`` (minimum shares), hand out the rest."""
+    """Algorithm 2's greedy loop: start from ``base`` (minimum shares), hand out the rest.
+
+    Each step's return is ``(min(R, T(nxt)*slot) - min(R, T(cur)*slot)) / (nxt - cur) /
+    (T(1)*slot)`` with the products looked up in the curve's step table (``_steps``): the
+    same floating-point operations on the same operands as computing them afresh."""
     alloc = {j.job_id: int(base.get(j.job_id, 0)) for j in jobs}
     spare = total_gpus - sum(alloc.values())
     if spare < 0:
         raise ValueError(f"minimum shares ({sum(alloc.values())}) exceed {total_gpus} GPUs")
     if spare == 0:
         return alloc  # nothing to hand out (a full cluster: the common case under load)
-    heap: list[tuple[float, tuple[int, float, float, str], int, int, int]] = []
+    heap: list[tuple[float, tuple[int, float, float, str], int, int]] = []
     rem: list[float] = []
+    held: list[int] = []
+    tables: list[dict[int, _Step]] = []
+    caps: list[int] = []
     for idx, job in enumerate(jobs):
         r = job.remaining
         rem.append(r)
+        cur = alloc[job.job_id]
+        held.append(cur)
+        cap = job.gpu_cap(total_gpus)
+        caps.append(cap)
+        tables.append(_steps(job.curve, cap, slot))
         if r <= 0:
             continue
-        cap = job.gpu_cap(total_gpus)
-        cur = alloc[job.job_id]
         nxt = _next_step(job, cur, cap)
         if nxt is not None:
             pr = _return(job.curve.at, r, cur, nxt, slot)
             if pr > 0:
-                heap.append((-pr, _tier(job), idx, nxt, cap))
+                heap.append((-pr, _tier(job), idx, nxt))
     heapq.heapify(heap)
     pop, push = heapq.heappop, heapq.heappush
     while spare > 0 and heap:
-        _, tier, idx, cur, cap = pop(heap)
-        job = jobs[idx]
-        jid = job.job_id
-        step = cur - alloc[jid]
+        _, tier, idx, cur = pop(heap)
+        step = cur - held[idx]
         if step > spare:
             continue  # cannot afford this job's next step; cheaper steps of others may fit
-        alloc[jid] = cur
+        held[idx] = cur
         spare -= step
-        curve = job.curve
-        nxt = curve.next_faster(cur, cap)
-        if nxt is not None:
-            # _return(curve.at, r, cur, nxt, slot), inlined: this loop runs once per step
-            at = curve.at
-            t_cur = at(cur)
-            t1 = at(1) or t_cur
-            if t1 > 0:
-                r = rem[idx]
-                gain = min(r, at(nxt) * slot) - min(r, t_cur * slot)
-                pr = gain / (nxt - cur) / (t1 * slot)
-                if pr > 0:
-                    push(heap, (-pr, tier, idx, nxt, cap))
+        table = tables[idx]
+        e = table[cur] if cur in table else _step(jobs[idx].curve, caps[idx], slot, cur, table)
+        if e is not None:
+            nxt, tn_s, tc_s, t1_s = e
+            r = rem[idx]
+            pr = (min(r, tn_s) - min(r, tc_s)) / (nxt - cur) / t1_s
+            if pr > 0:
+                push(heap, (-pr, tier, idx, nxt))
+    for idx, job in enumerate(jobs):
+        alloc[job.job_id] = held[idx]
     return alloc
 
 
