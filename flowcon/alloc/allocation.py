@@ -82,6 +82,68 @@ def _step(
     return out
 
 
+# a curve's steps from one GPU count on with no cap by the remaining work: ([(-return,
+# next count)], the largest T(next)*slot among them, whether the returns never rise)
+_Chain = tuple[list[tuple[float, int]], float, bool]
+
+
+def _chain(
+    curve: ThroughputCurve, cap: int, slot: float, cur: int, table: dict[int, _Step]
+) -> _Chain:
+    """The steps the greedy loop would give a job from ``cur`` GPUs on when its remaining
+    work caps no step (R >= T(next)*slot on each: then min(R, x) is x and the return the
+    same float); cached on the curve beside its step table."""
+    chains = cast("dict[int, _Chain]", curve.tables.setdefault(("alloc-chains", cap, slot), {}))
+    got = chains.get(cur)
+    if got is None:
+        steps: list[tuple[float, int]] = []
+        top = 0.0
+        mono = True
+        c = cur
+        while True:
+            e = table[c] if c in table else _step(curve, cap, slot, c, table)
+            if e is None:
+                break
+            nxt, tn_s, tc_s, t1_s = e
+            top = max(top, tn_s)
+            pr = (tn_s - tc_s) / (nxt - c) / t1_s
+            if not pr > 0:
+                break
+            if steps and -pr < steps[-1][0]:
+                mono = False
+            steps.append((-pr, nxt))
+            c = nxt
+        got = chains[cur] = (steps, top, mono)
+    return got
+
+
+def _job_steps(
+    curve: ThroughputCurve, cap: int, slot: float, first: tuple[float, int], r: float,
+    table: dict[int, _Step],
+) -> tuple[list[tuple[float, int]], bool]:  # fmt: skip
+    """Every step the greedy loop would give one job, in order, as (-return, next count),
+    from its ``first`` step on, and whether the returns never rise along them."""
+    key0, cur = first
+    steps, top, mono = _chain(curve, cap, slot, cur, table)
+    if r >= top:
+        return [first, *steps], mono and (not steps or key0 <= steps[0][0])
+    out = [first]
+    mono = True
+    while True:  # the remaining work caps a step: the loop's own formula with R
+        e = table[cur] if cur in table else _step(curve, cap, slot, cur, table)
+        if e is None:
+            break
+        nxt, tn_s, tc_s, t1_s = e
+        pr = (min(r, tn_s) - min(r, tc_s)) / (nxt - cur) / t1_s
+        if not pr > 0:
+            break
+        if -pr < out[-1][0]:
+            mono = False
+        out.append((-pr, nxt))
+        cur = nxt
+    return out, mono
+
+
 def distribute_spare(
     jobs: Sequence[Job], base: Mapping[str, int], total_gpus: int, slot: float
 ) -> dict[str, int]:
@@ -89,14 +151,18 @@ def distribute_spare(
 
     Each step's return is ``(min(R, T(nxt)*slot) - min(R, T(cur)*slot)) / (nxt - cur) /
     (T(1)*slot)`` with the products looked up in the curve's step table (``_steps``): the
-    same floating-point operations on the same operands as computing them afresh."""
+    same floating-point operations on the same operands as computing them afresh.
+
+    When every job's returns never rise along its steps (concave curves: the usual case),
+    the heap would pop the steps in sorted order, so they are listed and sorted instead
+    (``_merge``); otherwise the heap runs (``_heap_loop``). Same answer either way."""
     alloc = {j.job_id: int(base.get(j.job_id, 0)) for j in jobs}
     spare = total_gpus - sum(alloc.values())
     if spare < 0:
         raise ValueError(f"minimum shares ({sum(alloc.values())}) exceed {total_gpus} GPUs")
     if spare == 0:
         return alloc  # nothing to hand out (a full cluster: the common case under load)
-    heap: list[tuple[float, tuple[int, float, float, str], int, int]] = []
+    heap: list[_Entry] = []
     rem: list[float] = []
     held: list[int] = []
     tables: list[dict[int, _Step]] = []
@@ -116,13 +182,62 @@ def distribute_spare(
             pr = _return(job.curve.at, r, cur, nxt, slot)
             if pr > 0:
                 heap.append((-pr, _tier(job), idx, nxt))
-    heapq.heapify(heap)
-    pop, push = heapq.heappop, heapq.heappush
-    while spare > 0 and heap:
-        _, tier, idx, cur = pop(heap)
-        step = cur - held[idx]
+    items: list[_Entry] = []
+    for key0, tier, idx, nxt in heap:
+        steps, mono = _job_steps(
+            jobs[idx].curve, caps[idx], slot, (key0, nxt), rem[idx], tables[idx]
+        )
+        if not mono:
+            _heap_loop(jobs, heap, held, rem, tables, caps, slot, spare)
+            break
+        items.extend([(k, tier, idx, n) for k, n in steps])
+    else:
+        _merge(items, held, spare)
+    for idx, job in enumerate(jobs):
+        alloc[job.job_id] = held[idx]
+    return alloc
+
+
+# (-return, tie-break tier, index of the job, the GPU count this step brings it to)
+_Entry = tuple[float, tuple[int, float, float, str], int, int]
+
+
+def _merge(items: list[_Entry], held: list[int], spare: int) -> None:
+    """The heap loop's answer from all steps sorted: valid when each job's returns never
+    rise, since the heap then pops the steps it was given in sorted order (a job's next
+    step is never better than the one just popped). A job whose step is unaffordable gets
+    no later step (the loop would not have pushed them)."""
+    items.sort()
+    dead: set[int] = set()
+    for _, _, idx, nxt in items:
+        if spare <= 0:
+            break
+        if idx in dead:
+            continue
+        step = nxt - held[idx]
         if step > spare:
-            continue  # cannot afford this job's next step; cheaper steps of others may fit
+            dead.add(idx)
+            continue
+        held[idx] = nxt
+        spare -= step
+
+
+def _heap_loop(
+    jobs: Sequence[Job], heap: list[_Entry], held: list[int], rem: list[float],
+    tables: list[dict[int, _Step]], caps: list[int], slot: float, spare: int,
+) -> None:  # fmt: skip
+    """Algorithm 2's greedy loop on a heap of each job's next step (``held`` updated)."""
+    heapq.heapify(heap)
+    pop, pushpop = heapq.heappop, heapq.heappushpop
+    # a job's next step is pushed and the best step popped in one heap operation (entries
+    # never tie: one per job, the tier names it)
+    item = pop(heap) if heap else None
+    while spare > 0 and item is not None:
+        _, tier, idx, cur = item
+        step = cur - held[idx]
+        if step > spare:  # cannot afford this job's next step; cheaper steps of others may fit
+            item = pop(heap) if heap else None
+            continue
         held[idx] = cur
         spare -= step
         table = tables[idx]
@@ -132,10 +247,9 @@ def distribute_spare(
             r = rem[idx]
             pr = (min(r, tn_s) - min(r, tc_s)) / (nxt - cur) / t1_s
             if pr > 0:
-                push(heap, (-pr, tier, idx, nxt))
-    for idx, job in enumerate(jobs):
-        alloc[job.job_id] = held[idx]
-    return alloc
+                item = pushpop(heap, (-pr, tier, idx, nxt))
+                continue
+        item = pop(heap) if heap else None
 
 
 def _gpu_time(ledger: SlotLedger, job: Job, n: int, now: float, slot: float) -> float:
