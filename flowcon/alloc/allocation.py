@@ -205,21 +205,17 @@ _Entry = tuple[float, tuple[int, float, float, str], int, int]
 def _merge(items: list[_Entry], held: list[int], spare: int) -> None:
     """The heap loop's answer from all steps sorted: valid when each job's returns never
     rise, since the heap then pops the steps it was given in sorted order (a job's next
-    step is never better than the one just popped). A job whose step is unaffordable gets
-    no later step (the loop would not have pushed them)."""
+    step is never better than the one just popped). A step that does not fit is passed
+    over, as the loop does; the job's later steps, larger still, do not fit either (the
+    loop would not even have pushed them)."""
     items.sort()
-    dead: set[int] = set()
     for _, _, idx, nxt in items:
-        if spare <= 0:
-            break
-        if idx in dead:
-            continue
         step = nxt - held[idx]
-        if step > spare:
-            dead.add(idx)
-            continue
-        held[idx] = nxt
-        spare -= step
+        if step <= spare:
+            held[idx] = nxt
+            spare -= step
+            if spare <= 0:
+                break
 
 
 def _heap_loop(
