@@ -82,9 +82,9 @@ def _step(
     return out
 
 
-# a curve's steps from one GPU count on with no cap by the remaining work: ([(-return,
-# next count)], the largest T(next)*slot among them, whether the returns never rise)
-_Chain = tuple[list[tuple[float, int]], float, bool]
+# a curve's steps from one GPU count on with no cap by the remaining work, as (order key,
+# next count) with the order key of ``_job_steps``, and the largest T(next)*slot among them
+_Chain = tuple[list[tuple[float, int]], float]
 
 
 def _chain(
@@ -98,7 +98,6 @@ def _chain(
     if got is None:
         steps: list[tuple[float, int]] = []
         top = 0.0
-        mono = True
         c = cur
         while True:
             e = table[c] if c in table else _step(curve, cap, slot, c, table)
@@ -109,26 +108,28 @@ def _chain(
             pr = (tn_s - tc_s) / (nxt - c) / t1_s
             if not pr > 0:
                 break
-            if steps and -pr < steps[-1][0]:
-                mono = False
-            steps.append((-pr, nxt))
+            key = -pr if not steps or -pr > steps[-1][0] else steps[-1][0]
+            steps.append((key, nxt))
             c = nxt
-        got = chains[cur] = (steps, top, mono)
+        got = chains[cur] = (steps, top)
     return got
 
 
 def _job_steps(
     curve: ThroughputCurve, cap: int, slot: float, first: tuple[float, int], r: float,
     table: dict[int, _Step],
-) -> tuple[list[tuple[float, int]], bool]:  # fmt: skip
-    """Every step the greedy loop would give one job, in order, as (-return, next count),
-    from its ``first`` step on, and whether the returns never rise along them."""
+) -> list[tuple[float, int]]:  # fmt: skip
+    """Every step the greedy loop would give one job, in order, as (order key, next
+    count), from its ``first`` step on. The order key of a step is the largest -return
+    of it and the job's earlier steps: the heap pops a step whose return is better than
+    its predecessor's right after that predecessor (it is then better than everything
+    left in the heap), so sorting by these keys (ties: tier, then the count) gives the
+    heap's own pop order."""
     key0, cur = first
-    steps, top, mono = _chain(curve, cap, slot, cur, table)
+    steps, top = _chain(curve, cap, slot, cur, table)
     if r >= top:
-        return [first, *steps], mono and (not steps or key0 <= steps[0][0])
+        return [first, *((k if k > key0 else key0, n) for k, n in steps)]
     out = [first]
-    mono = True
     while True:  # the remaining work caps a step: the loop's own formula with R
         e = table[cur] if cur in table else _step(curve, cap, slot, cur, table)
         if e is None:
@@ -137,11 +138,10 @@ def _job_steps(
         pr = (min(r, tn_s) - min(r, tc_s)) / (nxt - cur) / t1_s
         if not pr > 0:
             break
-        if -pr < out[-1][0]:
-            mono = False
-        out.append((-pr, nxt))
+        last = out[-1][0]
+        out.append((-pr if -pr > last else last, nxt))
         cur = nxt
-    return out, mono
+    return out
 
 
 def distribute_spare(
@@ -151,63 +151,48 @@ def distribute_spare(
 
     Each step's return is ``(min(R, T(nxt)*slot) - min(R, T(cur)*slot)) / (nxt - cur) /
     (T(1)*slot)`` with the products looked up in the curve's step table (``_steps``): the
-    same floating-point operations on the same operands as computing them afresh.
-
-    When every job's returns never rise along its steps (concave curves: the usual case),
-    the heap would pop the steps in sorted order, so they are listed and sorted instead
-    (``_merge``); otherwise the heap runs (``_heap_loop``). Same answer either way."""
+    same floating-point operations on the same operands as computing them afresh. The
+    loop's heap is replaced by one sort of every job's steps in the heap's own pop order
+    (``_job_steps``, ``_merge``); ``flowcon.alloc.reference.distribute_spare_reference``
+    is the loop as written and the tests hold the two equal."""
     alloc = {j.job_id: int(base.get(j.job_id, 0)) for j in jobs}
     spare = total_gpus - sum(alloc.values())
     if spare < 0:
         raise ValueError(f"minimum shares ({sum(alloc.values())}) exceed {total_gpus} GPUs")
     if spare == 0:
         return alloc  # nothing to hand out (a full cluster: the common case under load)
-    heap: list[_Entry] = []
-    rem: list[float] = []
     held: list[int] = []
-    tables: list[dict[int, _Step]] = []
-    caps: list[int] = []
+    items: list[_Entry] = []
     for idx, job in enumerate(jobs):
-        r = job.remaining
-        rem.append(r)
         cur = alloc[job.job_id]
         held.append(cur)
-        cap = job.gpu_cap(total_gpus)
-        caps.append(cap)
-        tables.append(_steps(job.curve, cap, slot))
+        r = job.remaining
         if r <= 0:
             continue
+        cap = job.gpu_cap(total_gpus)
         nxt = _next_step(job, cur, cap)
-        if nxt is not None:
-            pr = _return(job.curve.at, r, cur, nxt, slot)
-            if pr > 0:
-                heap.append((-pr, _tier(job), idx, nxt))
-    items: list[_Entry] = []
-    for key0, tier, idx, nxt in heap:
-        steps, mono = _job_steps(
-            jobs[idx].curve, caps[idx], slot, (key0, nxt), rem[idx], tables[idx]
-        )
-        if not mono:
-            _heap_loop(jobs, heap, held, rem, tables, caps, slot, spare)
-            break
-        items.extend([(k, tier, idx, n) for k, n in steps])
-    else:
-        _merge(items, held, spare)
+        if nxt is None:
+            continue
+        curve = job.curve
+        pr = _return(curve.at, r, cur, nxt, slot)
+        if pr > 0:
+            tier = _tier(job)
+            steps = _job_steps(curve, cap, slot, (-pr, nxt), r, _steps(curve, cap, slot))
+            items.extend([(k, tier, idx, n) for k, n in steps])
+    _merge(items, held, spare)
     for idx, job in enumerate(jobs):
         alloc[job.job_id] = held[idx]
     return alloc
 
 
-# (-return, tie-break tier, index of the job, the GPU count this step brings it to)
+# (order key, tie-break tier, index of the job, the GPU count this step brings it to)
 _Entry = tuple[float, tuple[int, float, float, str], int, int]
 
 
 def _merge(items: list[_Entry], held: list[int], spare: int) -> None:
-    """The heap loop's answer from all steps sorted: valid when each job's returns never
-    rise, since the heap then pops the steps it was given in sorted order (a job's next
-    step is never better than the one just popped). A step that does not fit is passed
-    over, as the loop does; the job's later steps, larger still, do not fit either (the
-    loop would not even have pushed them)."""
+    """The greedy loop over every job's steps in its pop order (``_job_steps``). A step
+    that does not fit is passed over, as the loop does; the job's later steps, larger
+    still, do not fit either (the loop would not even have pushed them)."""
     items.sort()
     for _, _, idx, nxt in items:
         step = nxt - held[idx]
@@ -216,36 +201,6 @@ def _merge(items: list[_Entry], held: list[int], spare: int) -> None:
             spare -= step
             if spare <= 0:
                 break
-
-
-def _heap_loop(
-    jobs: Sequence[Job], heap: list[_Entry], held: list[int], rem: list[float],
-    tables: list[dict[int, _Step]], caps: list[int], slot: float, spare: int,
-) -> None:  # fmt: skip
-    """Algorithm 2's greedy loop on a heap of each job's next step (``held`` updated)."""
-    heapq.heapify(heap)
-    pop, pushpop = heapq.heappop, heapq.heappushpop
-    # a job's next step is pushed and the best step popped in one heap operation (entries
-    # never tie: one per job, the tier names it)
-    item = pop(heap) if heap else None
-    while spare > 0 and item is not None:
-        _, tier, idx, cur = item
-        step = cur - held[idx]
-        if step > spare:  # cannot afford this job's next step; cheaper steps of others may fit
-            item = pop(heap) if heap else None
-            continue
-        held[idx] = cur
-        spare -= step
-        table = tables[idx]
-        e = table[cur] if cur in table else _step(jobs[idx].curve, caps[idx], slot, cur, table)
-        if e is not None:
-            nxt, tn_s, tc_s, t1_s = e
-            r = rem[idx]
-            pr = (min(r, tn_s) - min(r, tc_s)) / (nxt - cur) / t1_s
-            if pr > 0:
-                item = pushpop(heap, (-pr, tier, idx, nxt))
-                continue
-        item = pop(heap) if heap else None
 
 
 def _gpu_time(ledger: SlotLedger, job: Job, n: int, now: float, slot: float) -> float:
