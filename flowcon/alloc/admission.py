@@ -279,6 +279,17 @@ def _smallest_level(tps: list[float], secs: list[float], need: float, extra: flo
     seconds at that level (bisection: with extra = 0 the test is monotone in j)."""
     lo, hi = 0, len(tps) - 1
     nz = [(i, s) for i, s in enumerate(secs) if s]
+    if len(nz) == 1:  # one level over the whole horizon (the usual case): _gain is one product
+        (i0, s0), top = nz[0], tps[hi]
+        if tps[i0 if i0 < hi else hi] * s0 < need + extra * top:
+            return None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if tps[i0 if i0 < mid else mid] * s0 >= need + extra * tps[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
+        return hi
     if _gain(tps, nz, hi) < need + extra * tps[hi]:
         return None
     while lo < hi:

@@ -170,14 +170,22 @@ def distribute_spare(
         if r <= 0:
             continue
         cap = job.gpu_cap(total_gpus)
+        curve = job.curve
+        table = _steps(curve, cap, slot)
+        if cur > 0:  # the first step is the table's: the cached chain unless R caps a step
+            chain, top = _chain(curve, cap, slot, cur, table)
+            if r >= top:
+                if chain:
+                    tier = _tier(job)
+                    items.extend([(k, tier, idx, n) for k, n in chain])
+                continue
         nxt = _next_step(job, cur, cap)
         if nxt is None:
             continue
-        curve = job.curve
         pr = _return(curve.at, r, cur, nxt, slot)
         if pr > 0:
             tier = _tier(job)
-            steps = _job_steps(curve, cap, slot, (-pr, nxt), r, _steps(curve, cap, slot))
+            steps = _job_steps(curve, cap, slot, (-pr, nxt), r, table)
             items.extend([(k, tier, idx, n) for k, n in steps])
     _merge(items, held, spare)
     for idx, job in enumerate(jobs):
