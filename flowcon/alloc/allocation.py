@@ -115,6 +115,32 @@ def _chain(
     return got
 
 
+def _chain_from_zero(
+    curve: ThroughputCurve, cap: int, slot: float, first: int | None, table: dict[int, _Step]
+) -> _Chain:
+    """``_chain`` for a job that holds no GPU: its first step to ``first`` (its minimum
+    GPU count as a power of two; None: over its cap), then the curve's steps from there.
+    The first return is the loop's with T(0) = 0: min(R, 0.0) is 0.0 whatever R."""
+    if first is None:
+        return [], 0.0
+    chains = cast("dict[int, _Chain]", curve.tables.setdefault(("alloc-chains", cap, slot), {}))
+    got = chains.get(-first)  # keys >= 1 are chains from a count, -first from zero
+    if got is None:
+        at = curve.at
+        t1 = at(1) or at(1)  # _return's T(1), T(max(1, cur)) as its fallback
+        tn_s = at(first) * slot
+        pr = (tn_s - at(0) * slot) / first / (t1 * slot) if t1 > 0 else 0.0
+        if not pr > 0:
+            got = ([], tn_s)
+        else:
+            rest, top = _chain(curve, cap, slot, first, table)
+            key0 = -pr
+            steps = [(key0, first), *((k if k > key0 else key0, n) for k, n in rest)]
+            got = (steps, max(tn_s, top))
+        chains[-first] = got
+    return got
+
+
 def _job_steps(
     curve: ThroughputCurve, cap: int, slot: float, first: tuple[float, int], r: float,
     table: dict[int, _Step],
@@ -172,13 +198,16 @@ def distribute_spare(
         cap = job.gpu_cap(total_gpus)
         curve = job.curve
         table = _steps(curve, cap, slot)
-        if cur > 0:  # the first step is the table's: the cached chain unless R caps a step
+        # the cached chain unless R caps a step
+        if cur > 0:
             chain, top = _chain(curve, cap, slot, cur, table)
-            if r >= top:
-                if chain:
-                    tier = _tier(job)
-                    items.extend([(k, tier, idx, n) for k, n in chain])
-                continue
+        else:
+            chain, top = _chain_from_zero(curve, cap, slot, _next_step(job, 0, cap), table)
+        if r >= top:
+            if chain:
+                tier = _tier(job)
+                items.extend([(k, tier, idx, n) for k, n in chain])
+            continue
         nxt = _next_step(job, cur, cap)
         if nxt is None:
             continue
