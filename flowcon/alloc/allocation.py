@@ -1,9 +1,10 @@
 """Resource allocation for the next slot (ElasticFlow Algorithm 2).
 
 Every hard-deadline job first gets its minimum satisfactory share a_i(0); the spare GPUs then
-go, one power-of-two step at a time, to the job with the highest marginal return, kept in a
-heap. The marginal return of growing a job from ``cur`` to ``nxt`` GPUs is the extra
-iterations it does in the next slot per extra GPU, normalised by its single-GPU throughput:
+go, one power-of-two step at a time, to the job with the highest marginal return (the loop
+of a heap, computed as one sort in its pop order, see ``distribute_spare``). The marginal
+return of growing a job from ``cur`` to ``nxt`` GPUs is the extra iterations it does in the
+next slot per extra GPU, normalised by its single-GPU throughput:
 
     (min(R, T(nxt)*slot) - min(R, T(cur)*slot)) / (nxt - cur) / (T(1)*slot)
 

@@ -1,11 +1,12 @@
-"""``distribute_spare`` (per-curve step tables, steps sorted once when no job's return
-rises, heap otherwise) against the greedy loop as written
+"""``distribute_spare`` (per-curve step tables and chains, every step sorted once in the
+heap's pop order) against the greedy loop as written
 (``flowcon.alloc.reference.distribute_spare_reference``): the same allocation, GPU for GPU.
 
-The strategies mix concave curves (the sorted path) with curves whose gains rise again
-(the heap path), remaining work small enough to cap a step's return within the next slot,
-jobs sharing one curve object (its cached tables are shared) and the same jobs asked again
-after progress (cached tables reused with another remaining work)."""
+The strategies mix concave curves with curves whose gains rise again (a step better than
+its predecessor, which the heap pops right after it), remaining work small enough to cap a
+step's return within the next slot, jobs sharing one curve object (its cached tables are
+shared) and the same jobs asked again after progress (cached tables reused with another
+remaining work)."""
 
 from __future__ import annotations
 
