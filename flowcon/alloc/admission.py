@@ -21,8 +21,10 @@ from __future__ import annotations
 import bisect
 import copy
 import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 
 from flowcon.alloc.model import Job, powers_of_two
 
@@ -154,8 +156,7 @@ class _Profile:
         i = self._split(a)
         j = self._split(b)
         vals = self.vals
-        for x in range(i, j):
-            vals[x] += g
+        vals[i:j] = [v + g for v in vals[i:j]]
 
     def segments(self, a: int, b: int) -> list[tuple[int, int, int]]:
         """(start, end, value) steps covering [a, b)."""
@@ -223,15 +224,11 @@ def _free_runs(
     else:
         ks = [now_k, *keys[:j]]
         lis = [by_used[0], *map(by_used.__getitem__, vals[:j])]
-    starts: list[int] = []
-    levs: list[int] = []
-    prev = -2
-    for k, li in zip(ks, lis, strict=True):
-        if li != prev:
-            starts.append(k)
-            levs.append(li)
-            prev = li
-    starts.append(end_k)
+    # keep a step where its level differs from the previous one (C-level loops: this runs
+    # once per progressive filling, over every step of the horizon)
+    changed = list(map(operator.ne, lis[1:], lis[:-1]))
+    starts = [ks[0], *compress(ks[1:], changed), end_k]
+    levs = [lis[0], *compress(lis[1:], changed)]
     return starts, levs
 
 
@@ -271,20 +268,33 @@ def _level_seconds(segs: list[_Seg], nl: int) -> list[float]:
     return secs
 
 
-def _gain(tps: list[float], secs: list[float], j: int) -> float:
-    """Iterations over the horizon with x(t) capped at level ``j`` (line 17's sum)."""
-    return sum(tps[min(i, j)] * s for i, s in enumerate(secs) if s)
+def _gain(tps: list[float], nz: list[tuple[int, float]], j: int) -> float:
+    """Iterations over the horizon with x(t) capped at level ``j`` (line 17's sum); ``nz``:
+    (level index, seconds) of the levels with nonzero seconds, in level order."""
+    return sum([tps[i if i < j else j] * s for i, s in nz])
 
 
 def _smallest_level(tps: list[float], secs: list[float], need: float, extra: float) -> int | None:
     """Lines 13-19: the smallest level ``j`` whose gain covers ``need`` plus ``extra``
     seconds at that level (bisection: with extra = 0 the test is monotone in j)."""
     lo, hi = 0, len(tps) - 1
-    if _gain(tps, secs, hi) < need + extra * tps[hi]:
+    nz = [(i, s) for i, s in enumerate(secs) if s]
+    if len(nz) == 1:  # one level over the whole horizon (the usual case): _gain is one product
+        (i0, s0), top = nz[0], tps[hi]
+        if tps[i0 if i0 < hi else hi] * s0 < need + extra * top:
+            return None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if tps[i0 if i0 < mid else mid] * s0 >= need + extra * tps[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
+        return hi
+    if _gain(tps, nz, hi) < need + extra * tps[hi]:
         return None
     while lo < hi:
         mid = (lo + hi) // 2
-        if _gain(tps, secs, mid) >= need + extra * tps[mid]:
+        if _gain(tps, nz, mid) >= need + extra * tps[mid]:
             hi = mid
         else:
             lo = mid + 1
@@ -446,6 +456,30 @@ class SlotLedger:
         runs = _reserve(segs[first:], c.levels, tps, hi, b_slot, target - back_prev)
         return _make_plan(now_k, runs, partial)
 
+    def _sum_of(self, plans: Iterable[_Plan]) -> _Profile:
+        """The reserved GPUs of ``plans`` from the floor on, as ``_apply`` would add them
+        to an empty profile (equal slot for slot from the floor on; one sweep)."""
+        floor = self._floor
+        delta: dict[int, int] = {}
+        for plan in plans:
+            for a, b, g, _ in plan.runs:
+                if b > floor:
+                    a = a if a > floor else floor
+                    delta[a] = delta.get(a, 0) + g
+                    delta[b] = delta.get(b, 0) - g
+        keys: list[int] = []
+        vals: list[int] = []
+        v = 0
+        for k in sorted(delta):
+            v += delta[k]
+            if vals and vals[-1] == v:
+                continue
+            if not vals and v == 0:
+                continue
+            keys.append(k)
+            vals.append(v)
+        return _Profile(keys, vals)
+
     def _apply(self, plan: _Plan, sign: int, used: _Profile) -> None:
         floor = self._floor
         for a, b, g, _ in plan.runs:
@@ -542,9 +576,14 @@ class SlotLedger:
         key = (job.deadline, job.submit_time, job.job_id)
         pos = bisect.bisect_left(self._order, key)
         suffix = [k[2] for k in self._order[pos:]]
-        work = self._used.copy()
-        for jid in suffix:  # give back the later jobs' reservations, then re-plan them
-            self._apply(self._plans[jid], -1, work)
+        # the reservations without the later jobs', which are re-planned: the sum of the
+        # earlier jobs' plans (usually the shorter list) or the total minus the later ones
+        if pos < len(suffix):
+            work = self._sum_of(self._plans[k[2]] for k in self._order[:pos])
+        else:
+            work = self._used.copy()
+            for jid in suffix:
+                self._apply(self._plans[jid], -1, work)
         new_plans: dict[str, _Plan] = {}
         for jid, j in [(job.job_id, job), *((s, jobs[s]) for s in suffix)]:
             plan = self._fill(j, now_k, now, work)

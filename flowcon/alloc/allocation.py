@@ -1,9 +1,10 @@
 """Resource allocation for the next slot (ElasticFlow Algorithm 2).
 
 Every hard-deadline job first gets its minimum satisfactory share a_i(0); the spare GPUs then
-go, one power-of-two step at a time, to the job with the highest marginal return, kept in a
-heap. The marginal return of growing a job from ``cur`` to ``nxt`` GPUs is the extra
-iterations it does in the next slot per extra GPU, normalised by its single-GPU throughput:
+go, one power-of-two step at a time, to the job with the highest marginal return (the loop
+of a heap, computed as one sort in its pop order, see ``distribute_spare``). The marginal
+return of growing a job from ``cur`` to ``nxt`` GPUs is the extra iterations it does in the
+next slot per extra GPU, normalised by its single-GPU throughput:
 
     (min(R, T(nxt)*slot) - min(R, T(cur)*slot)) / (nxt - cur) / (T(1)*slot)
 
@@ -18,9 +19,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import cast
 
 from flowcon.alloc.admission import SlotLedger
-from flowcon.alloc.model import Job, floor_power_of_two
+from flowcon.alloc.model import Job, ThroughputCurve, floor_power_of_two
 
 
 def _next_step(job: Job, cur: int, cap: int) -> int | None:
@@ -51,55 +53,192 @@ def _return(at: Callable[[int], float], r: float, cur: int, nxt: int, slot: floa
     return gain / (nxt - cur) / (t1 * slot)
 
 
+# (next step, T(next)*slot, T(cur)*slot, T(1)*slot (T(cur)*slot when T(1) is 0)) or None
+_Step = tuple[int, float, float, float] | None
+
+
+def _steps(curve: ThroughputCurve, cap: int, slot: float) -> dict[int, _Step]:
+    """The step table of one curve under one cap and slot, filled lazily by ``_step``;
+    kept on the (immutable) curve, so jobs of one model and batch size share it."""
+    key = ("alloc-steps", cap, slot)
+    table = curve.tables.get(key)
+    if table is None:
+        table = curve.tables[key] = {}
+    return cast("dict[int, _Step]", table)
+
+
+def _step(
+    curve: ThroughputCurve, cap: int, slot: float, cur: int, table: dict[int, _Step]
+) -> _Step:
+    """The greedy loop's next step from ``cur`` GPUs and the products its return needs."""
+    nxt = curve.next_faster(cur, cap)
+    out: _Step = None
+    if nxt is not None:
+        at = curve.at
+        t_cur = at(cur)
+        t1 = at(1) or t_cur
+        if t1 > 0:
+            out = (nxt, at(nxt) * slot, t_cur * slot, t1 * slot)
+    table[cur] = out
+    return out
+
+
+# a curve's steps from one GPU count on with no cap by the remaining work, as (order key,
+# next count) with the order key of ``_job_steps``, and the largest T(next)*slot among them
+_Chain = tuple[list[tuple[float, int]], float]
+
+
+def _chain(
+    curve: ThroughputCurve, cap: int, slot: float, cur: int, table: dict[int, _Step]
+) -> _Chain:
+    """The steps the greedy loop would give a job from ``cur`` GPUs on when its remaining
+    work caps no step (R >= T(next)*slot on each: then min(R, x) is x and the return the
+    same float); cached on the curve beside its step table."""
+    chains = cast("dict[int, _Chain]", curve.tables.setdefault(("alloc-chains", cap, slot), {}))
+    got = chains.get(cur)
+    if got is None:
+        steps: list[tuple[float, int]] = []
+        top = 0.0
+        c = cur
+        while True:
+            e = table[c] if c in table else _step(curve, cap, slot, c, table)
+            if e is None:
+                break
+            nxt, tn_s, tc_s, t1_s = e
+            top = max(top, tn_s)
+            pr = (tn_s - tc_s) / (nxt - c) / t1_s
+            if not pr > 0:
+                break
+            key = -pr if not steps or -pr > steps[-1][0] else steps[-1][0]
+            steps.append((key, nxt))
+            c = nxt
+        got = chains[cur] = (steps, top)
+    return got
+
+
+def _chain_from_zero(
+    curve: ThroughputCurve, cap: int, slot: float, first: int | None, table: dict[int, _Step]
+) -> _Chain:
+    """``_chain`` for a job that holds no GPU: its first step to ``first`` (its minimum
+    GPU count as a power of two; None: over its cap), then the curve's steps from there.
+    The first return is the loop's with T(0) = 0: min(R, 0.0) is 0.0 whatever R."""
+    if first is None:
+        return [], 0.0
+    chains = cast("dict[int, _Chain]", curve.tables.setdefault(("alloc-chains", cap, slot), {}))
+    got = chains.get(-first)  # keys >= 1 are chains from a count, -first from zero
+    if got is None:
+        at = curve.at
+        t1 = at(1) or at(1)  # _return's T(1), T(max(1, cur)) as its fallback
+        tn_s = at(first) * slot
+        pr = (tn_s - at(0) * slot) / first / (t1 * slot) if t1 > 0 else 0.0
+        if not pr > 0:
+            got = ([], tn_s)
+        else:
+            rest, top = _chain(curve, cap, slot, first, table)
+            key0 = -pr
+            steps = [(key0, first), *((k if k > key0 else key0, n) for k, n in rest)]
+            got = (steps, max(tn_s, top))
+        chains[-first] = got
+    return got
+
+
+def _job_steps(
+    curve: ThroughputCurve, cap: int, slot: float, first: tuple[float, int], r: float,
+    table: dict[int, _Step],
+) -> list[tuple[float, int]]:  # fmt: skip
+    """Every step the greedy loop would give one job, in order, as (order key, next
+    count), from its ``first`` step on. The order key of a step is the largest -return
+    of it and the job's earlier steps: the heap pops a step whose return is better than
+    its predecessor's right after that predecessor (it is then better than everything
+    left in the heap), so sorting by these keys (ties: tier, then the count) gives the
+    heap's own pop order."""
+    key0, cur = first
+    steps, top = _chain(curve, cap, slot, cur, table)
+    if r >= top:
+        return [first, *((k if k > key0 else key0, n) for k, n in steps)]
+    out = [first]
+    while True:  # the remaining work caps a step: the loop's own formula with R
+        e = table[cur] if cur in table else _step(curve, cap, slot, cur, table)
+        if e is None:
+            break
+        nxt, tn_s, tc_s, t1_s = e
+        pr = (min(r, tn_s) - min(r, tc_s)) / (nxt - cur) / t1_s
+        if not pr > 0:
+            break
+        last = out[-1][0]
+        out.append((-pr if -pr > last else last, nxt))
+        cur = nxt
+    return out
+
+
 def distribute_spare(
     jobs: Sequence[Job], base: Mapping[str, int], total_gpus: int, slot: float
 ) -> dict[str, int]:
-    """Algorithm 2's greedy loop: start from ``base`` (minimum shares), hand out the rest."""
+    """Algorithm 2's greedy loop: start from ``base`` (minimum shares), hand out the rest.
+
+    Each step's return is ``(min(R, T(nxt)*slot) - min(R, T(cur)*slot)) / (nxt - cur) /
+    (T(1)*slot)`` with the products looked up in the curve's step table (``_steps``): the
+    same floating-point operations on the same operands as computing them afresh. The
+    loop's heap is replaced by one sort of every job's steps in the heap's own pop order
+    (``_job_steps``, ``_merge``); ``flowcon.alloc.reference.distribute_spare_reference``
+    is the loop as written and the tests hold the two equal."""
     alloc = {j.job_id: int(base.get(j.job_id, 0)) for j in jobs}
     spare = total_gpus - sum(alloc.values())
     if spare < 0:
         raise ValueError(f"minimum shares ({sum(alloc.values())}) exceed {total_gpus} GPUs")
     if spare == 0:
         return alloc  # nothing to hand out (a full cluster: the common case under load)
-    heap: list[tuple[float, tuple[int, float, float, str], int, int, int]] = []
-    rem: list[float] = []
+    held: list[int] = []
+    items: list[_Entry] = []
     for idx, job in enumerate(jobs):
+        cur = alloc[job.job_id]
+        held.append(cur)
         r = job.remaining
-        rem.append(r)
         if r <= 0:
             continue
         cap = job.gpu_cap(total_gpus)
-        cur = alloc[job.job_id]
-        nxt = _next_step(job, cur, cap)
-        if nxt is not None:
-            pr = _return(job.curve.at, r, cur, nxt, slot)
-            if pr > 0:
-                heap.append((-pr, _tier(job), idx, nxt, cap))
-    heapq.heapify(heap)
-    pop, push = heapq.heappop, heapq.heappush
-    while spare > 0 and heap:
-        _, tier, idx, cur, cap = pop(heap)
-        job = jobs[idx]
-        jid = job.job_id
-        step = cur - alloc[jid]
-        if step > spare:
-            continue  # cannot afford this job's next step; cheaper steps of others may fit
-        alloc[jid] = cur
-        spare -= step
         curve = job.curve
-        nxt = curve.next_faster(cur, cap)
-        if nxt is not None:
-            # _return(curve.at, r, cur, nxt, slot), inlined: this loop runs once per step
-            at = curve.at
-            t_cur = at(cur)
-            t1 = at(1) or t_cur
-            if t1 > 0:
-                r = rem[idx]
-                gain = min(r, at(nxt) * slot) - min(r, t_cur * slot)
-                pr = gain / (nxt - cur) / (t1 * slot)
-                if pr > 0:
-                    push(heap, (-pr, tier, idx, nxt, cap))
+        table = _steps(curve, cap, slot)
+        # the cached chain unless R caps a step
+        if cur > 0:
+            chain, top = _chain(curve, cap, slot, cur, table)
+        else:
+            chain, top = _chain_from_zero(curve, cap, slot, _next_step(job, 0, cap), table)
+        if r >= top:
+            if chain:
+                tier = _tier(job)
+                items.extend([(k, tier, idx, n) for k, n in chain])
+            continue
+        nxt = _next_step(job, cur, cap)
+        if nxt is None:
+            continue
+        pr = _return(curve.at, r, cur, nxt, slot)
+        if pr > 0:
+            tier = _tier(job)
+            steps = _job_steps(curve, cap, slot, (-pr, nxt), r, table)
+            items.extend([(k, tier, idx, n) for k, n in steps])
+    _merge(items, held, spare)
+    for idx, job in enumerate(jobs):
+        alloc[job.job_id] = held[idx]
     return alloc
+
+
+# (order key, tie-break tier, index of the job, the GPU count this step brings it to)
+_Entry = tuple[float, tuple[int, float, float, str], int, int]
+
+
+def _merge(items: list[_Entry], held: list[int], spare: int) -> None:
+    """The greedy loop over every job's steps in its pop order (``_job_steps``). A step
+    that does not fit is passed over, as the loop does; the job's later steps, larger
+    still, do not fit either (the loop would not even have pushed them)."""
+    items.sort()
+    for _, _, idx, nxt in items:
+        step = nxt - held[idx]
+        if step <= spare:
+            held[idx] = nxt
+            spare -= step
+            if spare <= 0:
+                break
 
 
 def _gpu_time(ledger: SlotLedger, job: Job, n: int, now: float, slot: float) -> float:

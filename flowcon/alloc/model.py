@@ -108,6 +108,12 @@ class ThroughputCurve:
     def _steps(self) -> dict[tuple[int, int], int | None]:
         return {}
 
+    @cached_property
+    def tables(self) -> dict[object, object]:
+        """Derived tables other modules keep per curve (the allocator's step table); the
+        curve is immutable, so they never go stale. Not a dataclass field."""
+        return {}
+
     def best_at_most(self, gpus: int) -> tuple[int, float]:
         """(GPU count actually worth using, its throughput) when up to ``gpus`` power-of-two
         GPUs are available: the smallest power of two reaching the highest throughput."""

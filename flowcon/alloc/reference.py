@@ -133,3 +133,56 @@ def _smallest_covering(
         if u == n and tp * w >= residual:
             return n
     return x
+
+
+def distribute_spare_reference(
+    jobs: Sequence[Job], base: dict[str, int], total_gpus: int, slot: float
+) -> dict[str, int]:
+    """Algorithm 2's greedy loop as written, the slow reference for
+    ``flowcon.alloc.allocation.distribute_spare`` (which looks the products up in per-curve
+    step tables and sorts the steps instead of using a heap when no job's return rises):
+    a heap of each job's next power-of-two step, keyed by the marginal return
+    ``(min(R, T(nxt)*slot) - min(R, T(cur)*slot)) / (nxt - cur) / (T(1)*slot)``, ties by
+    tier (hard deadline, soft, best-effort; then deadline, submission, id); a step that no
+    longer fits in the spare GPUs is dropped with the job's later steps."""
+    import heapq
+
+    def tier(j: Job) -> tuple[int, float, float, str]:
+        if j.deadline is None:
+            return (2, math.inf, j.submit_time, j.job_id)
+        return (1 if j.soft_deadline else 0, j.deadline, j.submit_time, j.job_id)
+
+    def ret(j: Job, cur: int, nxt: int) -> float:
+        at = j.curve.at
+        t1 = at(1) or at(max(1, cur))
+        if t1 <= 0 or nxt <= cur:
+            return 0.0
+        r = j.remaining
+        return (min(r, at(nxt) * slot) - min(r, at(cur) * slot)) / (nxt - cur) / (t1 * slot)
+
+    alloc = {j.job_id: int(base.get(j.job_id, 0)) for j in jobs}
+    spare = total_gpus - sum(alloc.values())
+    heap: list[tuple[float, tuple[int, float, float, str], int, int]] = []
+    for idx, j in enumerate(jobs):
+        if j.remaining <= 0:
+            continue
+        cap = j.gpu_cap(total_gpus)
+        cur = alloc[j.job_id]
+        if cur <= 0:
+            first = 1 << (max(1, j.min_gpus) - 1).bit_length()
+            nxt: int | None = first if first <= cap else None
+        else:
+            nxt = j.curve.next_faster(cur, cap)
+        if nxt is not None and ret(j, cur, nxt) > 0:
+            heapq.heappush(heap, (-ret(j, cur, nxt), tier(j), idx, nxt))
+    while spare > 0 and heap:
+        _, t, idx, n = heapq.heappop(heap)
+        j = jobs[idx]
+        if n - alloc[j.job_id] > spare:
+            continue
+        spare -= n - alloc[j.job_id]
+        alloc[j.job_id] = n
+        nxt = j.curve.next_faster(n, j.gpu_cap(total_gpus))
+        if nxt is not None and ret(j, n, nxt) > 0:
+            heapq.heappush(heap, (-ret(j, n, nxt), t, idx, nxt))
+    return alloc
