@@ -1,7 +1,7 @@
 """Fixtures for executor and swarm tests; import them in a test module::
 
     pytest_plugins = ("swarm_fixtures",)   # the fixtures
-    from swarm_fixtures import STEP_JOB, step_job_spec, wait_for
+    from swarm_fixtures import STEP_JOB, step_job_spec, swarm_executor_for, wait_for
 
 ``swarm`` (session scope) brings up the two-node swarm with scripts/swarm-up.sh and takes
 it down at the end if it brought it up; it skips with the reason when that is impossible
@@ -28,6 +28,23 @@ ELASTIC_IMAGE = "flowcon/elastic-example:latest"
 DDP_IMAGE = "flowcon/ddp-example:latest"  # the launcher tests' plain DDP script
 
 NODE2_SOCK = os.environ.get("FLOWCON_NODE2_SOCK", "unix:///run/flowcon-node2.sock")
+
+
+def swarm_executor_for(
+    swarm: Any, labels: dict[str, str], ckpt: str, grace_s: float, gpus_per_node: int = 2
+) -> Any:
+    """A real executor on the two-node swarm with a declared inventory (``gpus_per_node``
+    GPUs on node1 and node2), this test's labels and checkpoint folder."""
+    from flowcon.engine.gpus import discover
+    from flowcon.service.executor import Executor, ExecutorOptions
+    from flowcon.service.executor_swarm import SwarmBackend
+
+    nodes = [{"name": n, "gpus": gpus_per_node} for n in ("node1", "node2")]
+    inv = discover({"declared": {"nodes": nodes}})
+    backend = SwarmBackend(swarm.manager, node_clients={"node2": swarm.node2})
+    opts = ExecutorOptions(grace_s=grace_s, extra_labels=labels, checkpoint_host_dir=ckpt)
+    return Executor(backend, inv, opts)
+
 
 STEP_JOB = r"""
 d=${FLOWCON_CHECKPOINT_DIR:-/tmp}; s=0

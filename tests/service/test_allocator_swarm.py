@@ -20,7 +20,7 @@ from flowcon.service.ratejob import rate_job_spec
 from flowcon.service.target import ExecutorTarget
 
 pytest.register_assert_rewrite("swarm_fixtures")
-from swarm_fixtures import wait_for  # noqa: E402
+from swarm_fixtures import swarm_executor_for, wait_for  # noqa: E402
 
 pytest_plugins = ("swarm_fixtures",)
 pytestmark = [pytest.mark.swarm, pytest.mark.docker]
@@ -29,22 +29,13 @@ PROFILE = {1: 2.0, 2: 3.6, 4: 6.4, 8: 10.0}
 
 
 def test_scenario_on_the_swarm(swarm, labeled, test_run_id, tmp_path: Path):  # type: ignore[no-untyped-def]
-    from flowcon.engine.gpus import discover
-    from flowcon.service.executor import Executor, ExecutorOptions
-    from flowcon.service.executor_swarm import SwarmBackend
 
     (tmp_path / "a.yaml").write_text(
         "allocator: {listen: '127.0.0.1:0', state_dir: state, slot_seconds: 2}\n"
     )
     cfg = load_config(tmp_path / "a.yaml")
-    inv = discover(
-        {"declared": {"nodes": [{"name": "node1", "gpus": 4}, {"name": "node2", "gpus": 4}]}}
-    )
-    backend = SwarmBackend(swarm.manager, node_clients={"node2": swarm.node2})
-    opts = ExecutorOptions(
-        grace_s=5.0, extra_labels=labeled(), checkpoint_host_dir=str(tmp_path / "ckpt")
-    )
-    ex = Executor(backend, inv, opts)
+    ex = swarm_executor_for(swarm, labeled(), str(tmp_path / "ckpt"), 5.0, gpus_per_node=4)
+    inv = ex.inventory
     alloc = Allocator(cfg, ExecutorTarget(ex, inv))
     alloc.start(port=0)
     try:

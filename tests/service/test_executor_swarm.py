@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from flowcon.service.executor import Executor, ExecutorOptions
+from flowcon.service.executor import Executor
 
 pytest.register_assert_rewrite("swarm_fixtures")  # it is also loaded as a plugin below
-from swarm_fixtures import step_job_spec, wait_for  # noqa: E402
+from swarm_fixtures import step_job_spec, swarm_executor_for, wait_for  # noqa: E402
 
 pytest_plugins = ("swarm_fixtures",)
 pytestmark = [pytest.mark.swarm, pytest.mark.docker]
@@ -26,17 +26,7 @@ def _job_containers(client, job: str) -> list:  # type: ignore[no-untyped-def, t
 
 @pytest.fixture
 def swarm_executor(swarm, labeled, tmp_path: Path):  # type: ignore[no-untyped-def]
-    from flowcon.engine.gpus import discover
-    from flowcon.service.executor_swarm import SwarmBackend
-
-    inv = discover(
-        {"declared": {"nodes": [{"name": "node1", "gpus": 2}, {"name": "node2", "gpus": 2}]}}
-    )
-    backend = SwarmBackend(swarm.manager, node_clients={"node2": swarm.node2})
-    opts = ExecutorOptions(
-        grace_s=10.0, extra_labels=labeled(), checkpoint_host_dir=str(tmp_path / "ckpt")
-    )
-    ex = Executor(backend, inv, opts)
+    ex = swarm_executor_for(swarm, labeled(), str(tmp_path / "ckpt"), 10.0)
     yield ex
     for name in list(ex.jobs()):
         ex.remove(name, grace_s=1.0)

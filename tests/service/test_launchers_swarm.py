@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from flowcon.contract import LABEL_MASTER_PORT
-from flowcon.service.executor import Executor, ExecutorOptions
+from flowcon.service.executor import Executor
 from flowcon.service.jobspec import parse_jobspec
 
 pytest.register_assert_rewrite("swarm_fixtures")  # it is also loaded as a plugin below
-from swarm_fixtures import DDP_IMAGE, wait_for  # noqa: E402
+from swarm_fixtures import DDP_IMAGE, swarm_executor_for, wait_for  # noqa: E402
 
 pytest_plugins = ("swarm_fixtures",)
 pytestmark = [pytest.mark.swarm, pytest.mark.docker, pytest.mark.slow]
@@ -32,22 +32,12 @@ PLACEMENTS = {
 
 @pytest.fixture
 def ddp_executor(swarm, labeled, tmp_path: Path):  # type: ignore[no-untyped-def]
-    from flowcon.engine.gpus import discover
-    from flowcon.service.executor_swarm import SwarmBackend
-
     for client in (swarm.manager, swarm.node2):
         try:
             client.images.get(DDP_IMAGE)
         except Exception:
             pytest.fail(f"{DDP_IMAGE} not on both nodes (scripts/swarm-up.sh copies it)")
-    inv = discover(
-        {"declared": {"nodes": [{"name": "node1", "gpus": 2}, {"name": "node2", "gpus": 2}]}}
-    )
-    backend = SwarmBackend(swarm.manager, node_clients={"node2": swarm.node2})
-    opts = ExecutorOptions(
-        grace_s=10.0, extra_labels=labeled(), checkpoint_host_dir=str(tmp_path / "ckpt")
-    )
-    ex = Executor(backend, inv, opts)
+    ex = swarm_executor_for(swarm, labeled(), str(tmp_path / "ckpt"), 10.0)
     yield ex
     for name in list(ex.jobs()):
         ex.remove(name, grace_s=1.0)
