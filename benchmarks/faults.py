@@ -49,6 +49,7 @@ from flowcon.service.store import (  # noqa: E402
     ACTIVE_STATES,
     ALL_STATES,
     TERMINAL_STATES,
+    JobRecord,
     Store,
 )
 
@@ -123,7 +124,12 @@ def run_scenario(sc: Scenario, runs: int, seed: int) -> Summary:
 
 # -- the API scenario ---------------------------------------------------------------------
 
-TOKENS = {"operator": "op-t0ken", "user": "us3r-t0ken", "read": "re4d-t0ken", "agent": "ag3nt-t0ken"}
+TOKENS = {
+    "operator": "op-t0ken",
+    "user": "us3r-t0ken",
+    "read": "re4d-t0ken",
+    "agent": "ag3nt-t0ken",
+}
 PROFILE = {"1": 10.0, "2": 18.0, "4": 32.0}
 HOSTILE_NAMES = [
     "../../etc/passwd",
@@ -264,6 +270,10 @@ class ApiRequests:
             b"   ",
             b"{" * 5000,  # deep nesting
             b"[" * 100000,  # deeper than the parser's recursion limit
+            good.replace('"true"', "[" * 900 + '"true"' + "]" * 900).encode(),  # parses, deep
+            good.replace(
+                '"command"', '"env": {"A": ' + "[" * 900 + "]" * 900 + '}, "command"'
+            ).encode(),
             good.replace('"name"', '"name", "x"').encode(),
             b"NaN",
             ("{" + ",".join(f'"k{i}": {i}' for i in range(2000)) + "}").encode(),
@@ -272,7 +282,12 @@ class ApiRequests:
         headers = _auth("user")
         if self.rng.random() < 0.3:
             headers["Content-Type"] = "application/yaml"
-            yamls = [b"name: [unclosed", b"- a\n- b\n", b"!!python/object/apply:os.system [ls]", b"[" * 100000]
+            yamls = [
+                b"name: [unclosed",
+                b"- a\n- b\n",
+                b"!!python/object/apply:os.system [ls]",
+                b"[" * 100000,
+            ]
             body = self.rng.choice([*yamls, body])
         return Request("bad_json", "POST", "/api/v1/jobs", body, headers)
 
@@ -290,28 +305,47 @@ class ApiRequests:
 
     def bad_token(self) -> Request:
         header = self.rng.choice(
-            [None, "", "Bearer", "Bearer ", "Bearer wrong", "Basic " + TOKENS["operator"],
-             "bearer " + TOKENS["user"][:-1], "Bearer " + TOKENS["user"] + "x",
-             "Bearer " + "\u00e9" * 10, "Bearer " + "a" * 8000]
-        )  # fmt: skip
+            [
+                None,
+                "",
+                "Bearer",
+                "Bearer ",
+                "Bearer wrong",
+                "Basic " + TOKENS["operator"],
+                "bearer " + TOKENS["user"][:-1],
+                "Bearer " + TOKENS["user"] + "x",
+                "Bearer " + "\u00e9" * 10,
+                "Bearer " + "a" * 8000,
+            ]
+        )
         headers = {"Content-Type": "application/json"}
         if header is not None:
             headers["Authorization"] = header
         method, path = self.rng.choice(
-            [("POST", "/api/v1/jobs"), ("GET", "/api/v1/jobs"), ("DELETE", "/api/v1/jobs/fz-keep"),
-             ("POST", "/api/v1/measurements"), ("GET", "/api/v1/history"),
-             ("GET", "/api/v1/jobs/fz-keep/logs")]
-        )  # fmt: skip
+            [
+                ("POST", "/api/v1/jobs"),
+                ("GET", "/api/v1/jobs"),
+                ("DELETE", "/api/v1/jobs/fz-keep"),
+                ("POST", "/api/v1/measurements"),
+                ("GET", "/api/v1/history"),
+                ("GET", "/api/v1/jobs/fz-keep/logs"),
+            ]
+        )
         body = json.dumps(valid_spec("fz-tok")).encode() if method == "POST" else None
         return Request("bad_token", method, path, body, headers)
 
     def wrong_role(self) -> Request:
         role, method, path = self.rng.choice(
-            [("read", "POST", "/api/v1/jobs"), ("agent", "POST", "/api/v1/jobs"),
-             ("read", "DELETE", "/api/v1/jobs/fz-keep"), ("agent", "DELETE", "/api/v1/jobs/fz-keep"),
-             ("user", "POST", "/api/v1/measurements"), ("read", "POST", "/api/v1/measurements"),
-             ("agent", "GET", "/api/v1/jobs")]
-        )  # fmt: skip
+            [
+                ("read", "POST", "/api/v1/jobs"),
+                ("agent", "POST", "/api/v1/jobs"),
+                ("read", "DELETE", "/api/v1/jobs/fz-keep"),
+                ("agent", "DELETE", "/api/v1/jobs/fz-keep"),
+                ("user", "POST", "/api/v1/measurements"),
+                ("read", "POST", "/api/v1/measurements"),
+                ("agent", "GET", "/api/v1/jobs"),
+            ]
+        )
         body = json.dumps(valid_spec("fz-role")).encode() if method == "POST" else None
         return Request("wrong_role", method, path, body, _auth(role))
 
@@ -331,17 +365,40 @@ class ApiRequests:
     def wrong_type(self) -> Request:
         spec: dict[str, Any] = valid_spec("fz-types")
         key, value = self.rng.choice(
-            [("iterations", "many"), ("iterations", -5), ("iterations", 1.5), ("iterations", True),
-             ("global_batch_size", None), ("deadline", "yesterday"), ("deadline", -1),
-             ("deadline", [1]), ("profile", {"1": -3.0}), ("profile", {"1": float("inf")}),
-             ("profile", "../../etc/passwd"), ("profile", "/etc/passwd"), ("profile", []),
-             ("min_gpus", 0), ("max_gpus", "all"), ("env", ["A=1"]), ("env", {"A": {"b": 1}}),
-             ("command", 5), ("command", []), ("image", "img; rm -rf /"), ("image", "$(id)"),
-             ("volumes", ["/:/host"]), ("volumes", "x"), ("labels", {"flowcon.managed": 1}),
-             ("memory", "1k"), ("shm_size", "lots"), ("workdir", "rel/path"),
-             ("launcher", "bash"), ("deadline_kind", "maybe"), ("metric", {"regex": "(a+)+$"}),
-             ("best_effort", "yes")]
-        )  # fmt: skip
+            [
+                ("iterations", "many"),
+                ("iterations", -5),
+                ("iterations", 1.5),
+                ("iterations", True),
+                ("global_batch_size", None),
+                ("deadline", "yesterday"),
+                ("deadline", -1),
+                ("deadline", [1]),
+                ("profile", {"1": -3.0}),
+                ("profile", {"1": float("inf")}),
+                ("profile", "../../etc/passwd"),
+                ("profile", "/etc/passwd"),
+                ("profile", []),
+                ("min_gpus", 0),
+                ("max_gpus", "all"),
+                ("env", ["A=1"]),
+                ("env", {"A": {"b": 1}}),
+                ("command", 5),
+                ("command", []),
+                ("image", "img; rm -rf /"),
+                ("image", "$(id)"),
+                ("volumes", ["/:/host"]),
+                ("volumes", "x"),
+                ("labels", {"flowcon.managed": 1}),
+                ("memory", "1k"),
+                ("shm_size", "lots"),
+                ("workdir", "rel/path"),
+                ("launcher", "bash"),
+                ("deadline_kind", "maybe"),
+                ("metric", {"regex": "(a+)+$"}),
+                ("best_effort", "yes"),
+            ]
+        )
         if key == "deadline":
             spec.pop("best_effort")
         spec[key] = value
@@ -373,31 +430,62 @@ class ApiRequests:
 
     def bad_query(self) -> Request:
         req = self.rng.choice(
-            [Request("bad_query", "GET", "/api/v1/history?since=soon", None, _auth("read")),
-             Request("bad_query", "GET", "/api/v1/jobs/fz-keep/logs?tail=-1", None, _auth("read")),
-             Request("bad_query", "GET", "/api/v1/jobs/fz-keep/logs?rank=x", None, _auth("read")),
-             Request("bad_query", "GET", "/api/v1/jobs/fz-keep/logs?after=1e9", None, _auth("read")),
-             _submit(valid_spec("fz-query"), kind="bad_query")]
-        )  # fmt: skip
+            [
+                Request("bad_query", "GET", "/api/v1/history?since=soon", None, _auth("read")),
+                Request(
+                    "bad_query", "GET", "/api/v1/jobs/fz-keep/logs?tail=-1", None, _auth("read")
+                ),
+                Request(
+                    "bad_query", "GET", "/api/v1/jobs/fz-keep/logs?rank=x", None, _auth("read")
+                ),
+                Request(
+                    "bad_query", "GET", "/api/v1/jobs/fz-keep/logs?after=1e9", None, _auth("read")
+                ),
+                _submit(valid_spec("fz-query"), kind="bad_query"),
+            ]
+        )
         if req.method == "POST":
-            req.path += "?dry_run=" + self.rng.choice(["maybe", "2", "yes please"]).replace(" ", "%20")
+            req.path += "?dry_run=" + self.rng.choice(["maybe", "2", "yes please"]).replace(
+                " ", "%20"
+            )
         return req
 
     def bad_method(self) -> Request:
         method, path = self.rng.choice(
-            [("PUT", "/api/v1/jobs"), ("PATCH", "/api/v1/jobs/fz-keep"), ("POST", "/api/v1/jobs/fz-keep"),
-             ("DELETE", "/api/v1/jobs"), ("GET", "/api/v1/measurements"), ("POST", "/api/v2/jobs"),
-             ("DELETE", "/api/v1/jobs/"), ("POST", "/api/v1/jobs/fz-keep/logs"), ("GET", "/api/v1/nope")]
-        )  # fmt: skip
+            [
+                ("PUT", "/api/v1/jobs"),
+                ("PATCH", "/api/v1/jobs/fz-keep"),
+                ("POST", "/api/v1/jobs/fz-keep"),
+                ("DELETE", "/api/v1/jobs"),
+                ("GET", "/api/v1/measurements"),
+                ("POST", "/api/v2/jobs"),
+                ("DELETE", "/api/v1/jobs/"),
+                ("POST", "/api/v1/jobs/fz-keep/logs"),
+                ("GET", "/api/v1/nope"),
+            ]
+        )
         body = b"{}" if method in ("PUT", "PATCH", "POST") else None
         return Request("bad_method", method, path, body, _auth("operator"))
 
     def bad_measurements(self) -> Request:
         body = self.rng.choice(
-            [{}, {"node": ""}, {"node": 5, "measurements": []}, {"node": "n", "measurements": {}},
-             {"node": "n"}, [], {"node": "n" * 10, "measurements": "all"}]
-        )  # fmt: skip
-        return Request("bad_measurements", "POST", "/api/v1/measurements", json.dumps(body).encode(), _auth("agent"))
+            [
+                {},
+                {"node": ""},
+                {"node": 5, "measurements": []},
+                {"node": "n", "measurements": {}},
+                {"node": "n"},
+                [],
+                {"node": "n" * 10, "measurements": "all"},
+            ]
+        )
+        return Request(
+            "bad_measurements",
+            "POST",
+            "/api/v1/measurements",
+            json.dumps(body).encode(),
+            _auth("agent"),
+        )
 
     def valid_op(self) -> Request:
         """Allowed requests (answers 2xx, 404 or 409): they may change the store."""
@@ -406,14 +494,24 @@ class ApiRequests:
         if choice < 0.4:
             req = _submit(valid_spec(name), hostile=False, kind="valid_submit")
         elif choice < 0.7:
-            req = Request("valid_cancel", "DELETE", f"/api/v1/jobs/{name}", None, _auth("user"), False)
+            req = Request(
+                "valid_cancel", "DELETE", f"/api/v1/jobs/{name}", None, _auth("user"), False
+            )
         elif choice < 0.85:
-            m = {"container_id": "c" * 12, "job": name, "step": self.rng.choice([1, -1, "x", None, 1e308]),
-                 "iterations_per_second": self.rng.choice([5.0, float("nan"), -1, "fast"])}  # fmt: skip
+            m = {
+                "container_id": "c" * 12,
+                "job": name,
+                "step": self.rng.choice([1, -1, "x", None, 1e308]),
+                "iterations_per_second": self.rng.choice([5.0, float("nan"), -1, "fast"]),
+            }
             body = json.dumps({"node": "n1", "measurements": [m, 5, None]}).encode()
-            req = Request("valid_measure", "POST", "/api/v1/measurements", body, _auth("agent"), False)
+            req = Request(
+                "valid_measure", "POST", "/api/v1/measurements", body, _auth("agent"), False
+            )
         else:
-            path = self.rng.choice(["/api/v1/jobs", f"/api/v1/jobs/{name}", "/api/v1/history", "/healthz", "/metrics"])
+            path = self.rng.choice(
+                ["/api/v1/jobs", f"/api/v1/jobs/{name}", "/api/v1/history", "/healthz", "/metrics"]
+            )
             req = Request("valid_read", "GET", path, None, _auth("read"), False)
         return req
 
@@ -427,38 +525,43 @@ def snapshot(store: Store) -> dict[str, list[tuple[Any, ...]]]:
     return out
 
 
+def job_problems(store: Store, rec: JobRecord) -> list[str]:
+    """What is inconsistent about one stored job (see ``store_problems``)."""
+    bad: list[str] = []
+    tag = f"job {rec.name!r}"
+    if not NAME_RE.match(rec.name):
+        bad.append(f"{tag}: a name the API must refuse is stored")
+    if rec.state not in ALL_STATES:
+        bad.append(f"{tag}: unknown state {rec.state!r}")
+    if rec.state in ACTIVE_STATES and rec.finish_time is not None:
+        bad.append(f"{tag}: {rec.state} with a finish time")
+    if rec.state in TERMINAL_STATES and (rec.finish_time is None or rec.gpus):
+        bad.append(f"{tag}: {rec.state} with finish {rec.finish_time} and {rec.gpus} GPUs")
+    adm = store.admissions(rec.name)
+    last = adm[-1]["admitted"] if adm else None
+    if rec.state != "profiling" and last is None:
+        bad.append(f"{tag}: {rec.state} without an admission row")
+    if (rec.state in ACTIVE_STATES and last is False) or (rec.state == "dropped" and last):
+        bad.append(f"{tag}: {rec.state} but its last admission says admitted={last}")
+    kinds = [e.kind for e in store.events(job=rec.name)]
+    if kinds.count("admitted") != sum(1 for a in adm if a["admitted"]):
+        bad.append(f"{tag}: {kinds.count('admitted')} admitted events, admissions {adm}")
+    if rec.state == "cancelled" and kinds[-1:] != ["cancelled"]:
+        bad.append(f"{tag}: cancelled but its last event is {kinds[-1:]}")
+    return bad
+
+
 def store_problems(store: Store, total_gpus: int) -> list[str]:
     """What makes the allocator's store inconsistent (empty: consistent): a bad state or
     name, a finish time on a live job or none on an ended one, GPUs held by an ended job
     or more than the cluster has, a job whose last admission contradicts its state,
-    "admitted" events not matching admitted admission rows, or a cancelled job with a
-    cancel event missing."""
+    "admitted" events not matching admitted admission rows, or a cancelled job whose last
+    event is not its cancellation."""
     bad: list[str] = []
-    used = 0
-    for rec in store.list_jobs():
-        tag = f"job {rec.name!r}"
-        if not NAME_RE.match(rec.name):
-            bad.append(f"{tag}: a name the API must refuse is stored")
-        if rec.state not in ALL_STATES:
-            bad.append(f"{tag}: unknown state {rec.state!r}")
-        if rec.state in ACTIVE_STATES:
-            used += rec.gpus
-            if rec.finish_time is not None:
-                bad.append(f"{tag}: {rec.state} with a finish time")
-        if rec.state in TERMINAL_STATES and (rec.finish_time is None or rec.gpus):
-            bad.append(f"{tag}: {rec.state} with finish {rec.finish_time} and {rec.gpus} GPUs")
-        adm = store.admissions(rec.name)
-        if rec.state != "profiling" and not adm:
-            bad.append(f"{tag}: {rec.state} without an admission row")
-        if adm and rec.state in ACTIVE_STATES and not adm[-1]["admitted"]:
-            bad.append(f"{tag}: {rec.state} but its last admission refused it")
-        if adm and rec.state == "dropped" and adm[-1]["admitted"]:
-            bad.append(f"{tag}: dropped but its last admission admitted it")
-        kinds = [e.kind for e in store.events(job=rec.name)]
-        if kinds.count("admitted") != sum(1 for a in adm if a["admitted"]):
-            bad.append(f"{tag}: {kinds.count('admitted')} admitted events, admissions {adm}")
-        if rec.state == "cancelled" and (not kinds or kinds[-1] != "cancelled"):
-            bad.append(f"{tag}: cancelled but its last event is {kinds[-1:]}")
+    jobs = store.list_jobs()
+    for rec in jobs:
+        bad += job_problems(store, rec)
+    used = sum(r.gpus for r in jobs if r.state in ACTIVE_STATES)
     if used > total_gpus:
         bad.append(f"{used} GPUs held by active jobs, the cluster has {total_gpus}")
     return bad
@@ -551,7 +654,9 @@ class ApiFuzz:
             if op == "submit":
                 req = _submit(valid_spec(name), hostile=False, kind="race_submit")
             else:
-                req = Request("race_cancel", "DELETE", f"/api/v1/jobs/{name}", None, _auth("user"), False)
+                req = Request(
+                    "race_cancel", "DELETE", f"/api/v1/jobs/{name}", None, _auth("user"), False
+                )
             barrier.wait(timeout=10)
             ans = call(self.port, req)
             with lock:
@@ -597,7 +702,10 @@ class ApiFuzz:
         if got != want:
             bad.append(f"race {name}: state {state}, answers imply {want}")
         if rec is not None and rec.active:  # leave it ended: races must not fill the cluster
-            call(self.port, Request("race_cleanup", "DELETE", f"/api/v1/jobs/{name}", None, _auth("user")))
+            call(
+                self.port,
+                Request("race_cleanup", "DELETE", f"/api/v1/jobs/{name}", None, _auth("user")),
+            )
         return bad
 
 
@@ -645,7 +753,7 @@ def report(summaries: list[Summary]) -> None:
             table.add_row(s.name, "-", "not yet implemented", "-", "-")
             continue
         table.add_row(s.name, str(s.runs), str(s.violations), _fmt(s.pct(50)), _fmt(s.pct(95)))
-    console = Console(stderr=False)
+    console = Console(width=110)
     console.print(table)
     for s in summaries:
         for msg in s.messages[:20]:
