@@ -20,6 +20,10 @@ Scenarios implemented:
         after each run (see ``store_problems``); a race leaves its name in the one state
         its answered submits and cancels imply. Recovery: seconds from sending the
         request(s) to the last answer.
+  inputs each file of tests/data/malformed (agent and allocator configs, job specs, replay
+        scenarios, traces, throughput tables) through its real loader: refused with the
+        loader's error naming the file; a traceback-type error or an accepted file is a
+        violation. Recovery: seconds the loader took to refuse.
 """
 
 from __future__ import annotations
@@ -720,6 +724,66 @@ def api_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
             fuzz.stop()
 
 
+# -- the inputs scenario ------------------------------------------------------------------
+
+CORPUS = REPO / "tests" / "data" / "malformed"
+
+
+def load_input(kind: str, path: Path) -> Any:
+    """A corpus file through the real loader of its kind (the corpus folder's name)."""
+    from flowcon import config as agent_config
+    from flowcon.replay.scenario import load_scenario
+    from flowcon.service.config import load_config
+    from flowcon.service.jobspec import load_jobspec
+    from flowcon.sim.loaders import load_throughputs, load_trace
+
+    loaders: dict[str, Callable[[], Any]] = {
+        "agent": lambda: agent_config.load(path, environ={}),
+        "allocator": lambda: load_config(path, environ={}, secrets_dir=path.parent / "-"),
+        "jobspec": lambda: load_jobspec(path, now=0.0),
+        "scenario": lambda: load_scenario(path),
+        "throughput": lambda: load_throughputs(path.parent),
+        "trace": lambda: load_trace(path, load_throughputs(CORPUS / "throughput" / "good")),
+    }
+    return loaders[kind]()
+
+
+def corpus_files() -> list[tuple[str, Path]]:
+    """(kind, file) of every malformed file (not the helpers they point at)."""
+    helpers = {"good", "profile-bad.csv", "profile-notutf8.csv", "profile-list.yml"}
+    out = []
+    for path in sorted(CORPUS.rglob("*")):
+        rel = path.relative_to(CORPUS)
+        if path.is_file() and not helpers & set(rel.parts):
+            out.append((rel.parts[0], path))
+    return out
+
+
+@contextmanager
+def inputs_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
+    """Each run loads one corpus file (cycling): it must be refused with a ValueError
+    (the loaders' error types; not UnicodeDecodeError) naming the file."""
+    files = corpus_files()
+
+    def run(i: int) -> RunResult:
+        kind, path = files[i % len(files)]
+        t0 = time.monotonic()
+        try:
+            load_input(kind, path)
+        except UnicodeDecodeError as exc:
+            return RunResult([f"{path.name}: UnicodeDecodeError {exc}"], time.monotonic() - t0)
+        except ValueError as exc:
+            took = time.monotonic() - t0
+            if str(path) not in str(exc):
+                return RunResult([f"{kind}/{path.name}: message without the file: {exc}"], took)
+            return RunResult([], took)
+        except Exception as exc:  # a traceback-type error: the violation this counts
+            return RunResult([f"{kind}/{path.name}: {type(exc).__name__} {exc}"])
+        return RunResult([f"{kind}/{path.name}: accepted"], time.monotonic() - t0)
+
+    yield run
+
+
 # -- the scenarios of issue 15 ------------------------------------------------------------
 
 SCENARIOS = [
@@ -733,7 +797,12 @@ SCENARIOS = [
     Scenario("allocator-engine-restart", "engine restart and swarm node stop", 5),
     Scenario("allocator-disk-full", "full store disk, corrupted checkpoint", 5),
     Scenario("interrupted-commands", "benchmarks and CLI stopped by SIGTERM/SIGINT", 5),
-    Scenario("inputs", "malformed YAML and CSV corpus", 1),
+    Scenario(
+        "inputs",
+        "the malformed YAML and CSV corpus, each file once",
+        len(corpus_files()),
+        inputs_session,
+    ),
 ]
 
 

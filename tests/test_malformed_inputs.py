@@ -194,3 +194,21 @@ def test_one_bad_table_refuses_the_whole_directory(tmp_path: Path) -> None:
         (tmp_path / f"{name}.csv").write_text((CORPUS / "throughput" / src / "m.csv").read_text())
     with pytest.raises(InputError, match=r"b\.csv, row 2"):
         load_throughputs(tmp_path)
+
+
+def test_faults_inputs_scenario_counts_every_corpus_file() -> None:
+    """benchmarks/faults.py --scenario inputs: the same corpus, one run per file."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(
+        "flowcon_bench_faults", Path(__file__).parents[1] / "benchmarks" / "faults.py"
+    )
+    assert spec is not None and spec.loader is not None
+    faults = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = faults
+    spec.loader.exec_module(faults)
+    assert {str(p.relative_to(CORPUS)) for _, p in faults.corpus_files()} == set(EXPECT)
+    scenario = next(s for s in faults.SCENARIOS if s.name == "inputs")
+    summary = faults.run_scenario(scenario, len(EXPECT), seed=1)
+    assert (summary.runs, summary.violations) == (len(EXPECT), 0), summary.messages
