@@ -1,10 +1,11 @@
-"""Issue 15, "Interrupted commands": benchmarks/bench_rescale.py stopped mid-run by SIGTERM
+"""Issue 15, "Interrupted commands": bench_rescale.py and bench_agent.py stopped mid-run by SIGTERM
 (what ``timeout`` sends) or SIGINT (Ctrl-C), once it has created its job's containers,
 removes its containers, network and checkpoint volume before it exits (real engine)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -19,6 +20,14 @@ from flowcon.service.executor import Executor
 from flowcon.service.executor_engine import network_name
 
 pytestmark = pytest.mark.docker
+
+
+def _env() -> dict[str, str]:
+    """This checkout's flowcon first (an installed copy may be another checkout's)."""
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
 
 
 def _remove_leftovers(client, selector: dict[str, str], job: str) -> None:  # type: ignore[no-untyped-def]
@@ -59,7 +68,7 @@ def test_interrupted_bench_rescale_leaves_nothing(docker_client, test_run_id, si
         f"{SESSION_LABEL}={SESSION_ID}",
     ]
     proc = subprocess.Popen(
-        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         # mid-run: its job's first worker container and checkpoint volume exist
@@ -86,3 +95,50 @@ def test_interrupted_bench_rescale_leaves_nothing(docker_client, test_run_id, si
             proc.kill()
             proc.wait()
         _remove_leftovers(docker_client, selector, job)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_interrupted_bench_agent_leaves_nothing(docker_client, test_run_id, sig) -> None:  # type: ignore[no-untyped-def]
+    """bench_agent.py starts its labeled containers, then measures rounds for minutes: a
+    signal while it measures removes them all."""
+    selector = {"label": f"{TEST_LABEL}={test_run_id}"}
+    cmd = [
+        sys.executable,
+        str(REPO / "benchmarks" / "bench_agent.py"),
+        "--sizes",
+        "3",
+        "--rounds",
+        "100",
+        "--gap",
+        "1",
+        "--sources",
+        "auto",
+        "--label",
+        f"{TEST_LABEL}={test_run_id}",
+        "--label",
+        f"{SESSION_LABEL}={SESSION_ID}",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            if len(docker_client.containers.list(all=True, sparse=True, filters=selector)) >= 3:
+                break
+            time.sleep(0.3)
+        assert proc.poll() is None, proc.communicate()
+        assert len(docker_client.containers.list(all=True, sparse=True, filters=selector)) == 3
+        time.sleep(1.5)  # into its measured rounds
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=90)
+        assert proc.returncode == 130, (out, err)
+        assert "interrupted" in err and "Traceback" not in err, err
+        assert docker_client.containers.list(all=True, sparse=True, filters=selector) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for c in docker_client.containers.list(all=True, sparse=True, filters=selector):
+            with contextlib.suppress(docker.errors.NotFound):
+                c.remove(force=True)
