@@ -24,6 +24,12 @@ Scenarios implemented:
         scenarios, traces, throughput tables) through its real loader: refused with the
         loader's error naming the file; a traceback-type error or an accepted file is a
         violation. Recovery: seconds the loader took to refuse.
+  interrupted-commands
+        benchmarks/bench_rescale.py (testbox image, real engine) stopped by SIGTERM or
+        SIGINT at a random moment of its run: it must exit 130 and leave no container,
+        network or checkpoint volume. Recovery: seconds from the signal to its exit.
+
+A scenario whose set-up fails (no engine) is reported "not run", not passed.
 """
 
 from __future__ import annotations
@@ -89,6 +95,7 @@ class Summary:
     messages: list[str] = field(default_factory=list)
     recovery: list[float] = field(default_factory=list)
     implemented: bool = True
+    error: str = ""  # the scenario could not run (no engine, say)
 
     def pct(self, q: float) -> float | None:
         if not self.recovery:
@@ -100,6 +107,13 @@ class Summary:
     def to_json(self) -> dict[str, Any]:
         if not self.implemented:
             return {"runs": 0, "violations": None, "recovery_p95_s": None, "implemented": False}
+        if self.error:
+            return {
+                "runs": self.runs,
+                "violations": None,
+                "recovery_p95_s": None,
+                "error": self.error,
+            }
         p95 = self.pct(95)
         return {
             "runs": self.runs,
@@ -114,7 +128,15 @@ def run_scenario(sc: Scenario, runs: int, seed: int) -> Summary:
     if sc.session is None:
         return out
     rng = random.Random(seed)
-    with sc.session(rng) as run:
+    try:
+        _runs(sc.session, rng, runs, out)
+    except Exception as exc:  # the scenario's set-up failed: not run, not passed
+        out.error = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def _runs(session: Session, rng: random.Random, runs: int, out: Summary) -> None:
+    with session(rng) as run:
         for i in range(runs):
             result = run(i)
             out.runs += 1
@@ -123,7 +145,6 @@ def run_scenario(sc: Scenario, runs: int, seed: int) -> Summary:
                 out.messages.extend(f"run {i}: {v}" for v in result.violations)
             if result.recovery_s is not None:
                 out.recovery.append(result.recovery_s)
-    return out
 
 
 # -- the API scenario ---------------------------------------------------------------------
@@ -784,6 +805,93 @@ def inputs_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
     yield run
 
 
+# -- the interrupted-commands scenario ---------------------------------------------------
+
+
+def _leftovers(client: Any, run: str) -> list[str]:
+    """What a bench_rescale run ``run`` left in the engine."""
+    from flowcon.service.executor import Executor
+    from flowcon.service.executor_engine import network_name
+
+    job = f"bench-{run}"
+    left = [
+        f"container {c.id[:12]}"
+        for c in client.containers.list(
+            all=True, sparse=True, filters={"label": f"flowcon.bench={run}"}
+        )
+    ]
+    names = {"volume": Executor.volume_name(job), "network": network_name(job)}
+    for kind, name in names.items():
+        found = client.volumes.list(filters={"name": name}) if kind == "volume" else None
+        if kind == "network":
+            found = client.networks.list(names=[name])
+        left += [f"{kind} {name}" for f in found or [] if f.name == name]
+    return left
+
+
+@contextmanager
+def interrupted_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
+    """Each run starts benchmarks/bench_rescale.py (testbox image), sends SIGTERM or
+    SIGINT at a random moment of its run (0 to 4 s after its first container exists) and
+    checks it exits 130 and leaves no container, network or checkpoint volume. Recovery:
+    seconds from the signal to its exit. Needs the engine and flowcon/testbox:latest."""
+    import signal
+    import subprocess
+    import uuid
+
+    import docker
+
+    client = docker.from_env()
+
+    def sweep(run: str) -> None:
+        for c in client.containers.list(
+            all=True, sparse=True, filters={"label": f"flowcon.bench={run}"}
+        ):
+            c.remove(force=True)
+        subprocess.run(["docker", "network", "rm", f"flowcon-net-bench-{run}"], capture_output=True)
+        subprocess.run(
+            ["docker", "volume", "rm", "-f", f"flowcon-ckpt-bench-{run}"], capture_output=True
+        )
+
+    def run(i: int) -> RunResult:
+        run_id = f"f{uuid.uuid4().hex[:6]}"
+        sig = rng.choice([signal.SIGTERM, signal.SIGINT])
+        cmd = [sys.executable, str(REPO / "benchmarks" / "bench_rescale.py"), "--image",
+               "flowcon/testbox:latest", "--rescales", "50", "--grace", "5", "--run-id", run_id,
+               "--label", "flowcon.faults=1"]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        problems: list[str] = []
+        took = None
+        try:
+            end = time.monotonic() + 120
+            sel = {"label": f"flowcon.bench={run_id}"}
+            while time.monotonic() < end and proc.poll() is None:
+                if client.containers.list(all=True, sparse=True, filters=sel):
+                    break
+                time.sleep(0.2)
+            time.sleep(rng.uniform(0.0, 4.0))
+            if proc.poll() is not None:
+                return RunResult([f"exited {proc.returncode} before the signal"])
+            t0 = time.monotonic()
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=90)
+            took = time.monotonic() - t0
+            if proc.returncode != 130 or "Traceback" in err:
+                problems.append(f"{sig.name}: exit {proc.returncode}: {err[-300:]}")
+            problems += [f"{sig.name}: left {x}" for x in _leftovers(client, run_id)]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            sweep(run_id)
+        return RunResult(problems, took)
+
+    try:
+        yield run
+    finally:
+        client.close()
+
+
 # -- the scenarios of issue 15 ------------------------------------------------------------
 
 SCENARIOS = [
@@ -796,7 +904,12 @@ SCENARIOS = [
     Scenario("allocator-kill", "kill -9 of the allocator mid-rescale and mid-submit", 10),
     Scenario("allocator-engine-restart", "engine restart and swarm node stop", 5),
     Scenario("allocator-disk-full", "full store disk, corrupted checkpoint", 5),
-    Scenario("interrupted-commands", "benchmarks and CLI stopped by SIGTERM/SIGINT", 5),
+    Scenario(
+        "interrupted-commands",
+        "bench_rescale.py stopped by SIGTERM/SIGINT at a random moment",
+        5,
+        interrupted_session,
+    ),
     Scenario(
         "inputs",
         "the malformed YAML and CSV corpus, each file once",
@@ -821,6 +934,9 @@ def report(summaries: list[Summary]) -> None:
         if not s.implemented:
             table.add_row(s.name, "-", "not yet implemented", "-", "-")
             continue
+        if s.error:
+            table.add_row(s.name, str(s.runs), f"not run: {s.error[:60]}", "-", "-")
+            continue
         table.add_row(s.name, str(s.runs), str(s.violations), _fmt(s.pct(50)), _fmt(s.pct(95)))
     console = Console(width=110)
     console.print(table)
@@ -839,7 +955,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [s for s in SCENARIOS if not args.scenario or s.name in args.scenario]
     summaries = [run_scenario(s, args.runs or s.default_runs, args.seed) for s in chosen]
     report(summaries)
-    return 1 if any(s.violations for s in summaries) else 0
+    return 1 if any(s.violations or s.error for s in summaries) else 0
 
 
 if __name__ == "__main__":
