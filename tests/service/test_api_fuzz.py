@@ -115,3 +115,21 @@ def test_store_problems_finds_an_inconsistent_store(tmp_path: Path) -> None:
     assert "without an admission row" in text
     assert "5 GPUs held by active jobs" in text
     store.close()
+
+
+def test_framework_reports_not_implemented_and_not_run_honestly() -> None:
+    """faults.py never counts a scenario it did not run as passed."""
+
+    def broken(rng: random.Random) -> Iterator[object]:
+        raise RuntimeError("no engine")
+
+    missing = faults.run_scenario(faults.Scenario("x", "later", 5), 5, seed=1)
+    assert missing.to_json() == {
+        "runs": 0,
+        "violations": None,
+        "recovery_p95_s": None,
+        "implemented": False,
+    }
+    failed = faults.run_scenario(faults.Scenario("y", "engine", 5, broken), 5, seed=1)
+    assert failed.to_json()["violations"] is None and "no engine" in failed.error
+    assert faults.main(["--scenario", "inputs", "--runs", "3"]) == 0
