@@ -15,11 +15,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,9 +103,11 @@ def run_size(
     sources: list[str],
     client: Any,
     workdir: Path,
+    extra_labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     run = uuid.uuid4().hex[:8]
     labels = {"flowcon.enable": "true", "flowcon.bench": run, "flowcon.test.bench": "1"}
+    labels.update(extra_labels or {})
     host_cpus = client.info()["NCPU"]
     ctls: dict[str, Controller] = {}
     for source in sources:
@@ -172,12 +177,33 @@ def run_size(
             "latencies": latencies,
         }
     finally:
-        listener.stop()
-        for c in client.containers.list(all=True, filters={"label": f"flowcon.bench={run}"}):
-            with contextlib.suppress(docker.errors.APIError):
-                c.remove(force=True)
-        for c in ctls.values():
-            c.engine.close()
+        with _cleanup_guard():
+            listener.stop()
+            for c in client.containers.list(all=True, filters={"label": f"flowcon.bench={run}"}):
+                with contextlib.suppress(docker.errors.APIError):
+                    c.remove(force=True)
+            for c in ctls.values():
+                c.engine.close()
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def _cleanup_guard() -> Iterator[None]:
+    """The cleanup runs to its end: a SIGINT/SIGTERM meanwhile is held, raised after."""
+    pending: list[int] = []
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in old:
+        signal.signal(sig, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if pending:
+        raise KeyboardInterrupt(f"signal {pending[0]}")
 
 
 def main() -> None:
@@ -193,12 +219,17 @@ def main() -> None:
         default=["auto", "engine"],
         help="CPU sources to compare in the same run: auto (cgroup files), engine (stats API)",
     )
+    ap.add_argument(
+        "--label", action="append", default=[], help="KEY=VALUE on every container it starts"
+    )
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # as Ctrl-C: cleanup runs
     logging.basicConfig(level=logging.WARNING)
     client = docker.from_env()
+    extra = dict(kv.split("=", 1) for kv in args.label)
     with tempfile.TemporaryDirectory() as tmp:
         results = [
-            run_size(n, args.rounds, args.events, args.gap, args.sources, client, Path(tmp))
+            run_size(n, args.rounds, args.events, args.gap, args.sources, client, Path(tmp), extra)
             for n in args.sizes
         ]
     print(
@@ -236,4 +267,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as exc:  # SIGINT or SIGTERM: the finally blocks cleaned up
+        print(f"interrupted ({exc or 'SIGINT'}): its containers were removed", file=sys.stderr)
+        sys.exit(130)

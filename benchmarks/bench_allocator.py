@@ -19,11 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -194,10 +196,11 @@ def run_live(
             )
         return out, stats
     finally:
-        alloc.stop(stop_jobs=True)
-        _sweep(client_docker, f"flowcon.bench={run_id}")
-        client_docker.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        with _cleanup_guard():
+            alloc.stop(stop_jobs=True)
+            _sweep(client_docker, f"flowcon.bench={run_id}")
+            client_docker.close()
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _iso(ts: float) -> str:
@@ -220,6 +223,26 @@ def ratio(rows: dict[str, dict]) -> float:
     return sum(1 for r in rows.values() if r["met"]) / len(rows)
 
 
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def _cleanup_guard() -> Iterator[None]:
+    """The cleanup runs to its end: a SIGINT/SIGTERM meanwhile is held, raised after."""
+    pending: list[int] = []
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in old:
+        signal.signal(sig, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    if pending:
+        raise KeyboardInterrupt(f"signal {pending[0]}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--slot", type=float, default=2.0, help="scheduling slot (s)")
@@ -227,6 +250,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print a JSON summary too")
     ap.add_argument("--dump", type=Path, help="write the live run's events and allocations here")
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # as Ctrl-C: cleanup runs
     trace = scaled(args.scale)
     run_id = uuid.uuid4().hex[:6]
     print(
@@ -298,4 +322,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as exc:  # SIGINT or SIGTERM: the finally blocks cleaned up
+        print(f"interrupted ({exc or 'SIGINT'}): its containers were removed", file=sys.stderr)
+        sys.exit(130)

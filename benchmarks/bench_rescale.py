@@ -11,12 +11,17 @@ prints per rescale:
 
     python3 benchmarks/bench_rescale.py [--rescales 4] [--image flowcon/elastic-example:latest]
     python3 benchmarks/bench_rescale.py --image flowcon/testbox:latest   # shell job, no torch
+
+Stopped by SIGTERM (``timeout``), SIGINT (Ctrl-C) or an error, it removes the job's
+containers, network and checkpoint volume before it exits (130 when interrupted); a second
+signal during that cleanup is ignored.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -50,12 +55,27 @@ def metric_steps(lines: list[str]) -> list[int]:
     return out
 
 
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _shield() -> None:
+    """Cleanup must finish: further SIGINT/SIGTERM are ignored from here on."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--image", default=EXAMPLE)
     ap.add_argument("--rescales", type=int, default=4)
     ap.add_argument("--grace", type=float, default=30.0)
+    ap.add_argument("--run-id", default=None, help="names the job bench-RUN_ID (default: random)")
+    ap.add_argument(
+        "--label", action="append", default=[], help="KEY=VALUE on every object it creates"
+    )
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # as Ctrl-C: the finally below cleans up
 
     import docker
 
@@ -69,7 +89,7 @@ def main() -> int:
 
         command = ["sh", "-c", STEP_JOB]
         env = {"STEP_SECONDS": "0.1"}
-    run_id = uuid.uuid4().hex[:6]
+    run_id = args.run_id or uuid.uuid4().hex[:6]
     spec = parse_jobspec(
         {
             "name": f"bench-{run_id}",
@@ -84,14 +104,16 @@ def main() -> int:
         }
     )
     inv = discover({"declared": {"nodes": [{"name": "node1", "gpus": 2}]}})
-    labels = {"flowcon.bench": run_id}
+    labels = {"flowcon.bench": run_id, **dict(kv.split("=", 1) for kv in args.label)}
     ex = Executor(
         EngineBackend(client), inv, ExecutorOptions(grace_s=args.grace, extra_labels=labels)
     )
     placements = [{"node1": ["0"]}, {"node1": ["0", "1"]}]
     rows = []
+    interrupted = False
     try:
         ex.launch(spec, placements[0])
+        print(f"launched {spec.name}", flush=True)
         t_end = time.monotonic() + 120
         while not metric_steps(ex.logs(spec.name)) and time.monotonic() < t_end:
             time.sleep(0.2)
@@ -117,8 +139,14 @@ def main() -> int:
                     after[0] if after else None,
                 )
             )
+    except KeyboardInterrupt as exc:
+        interrupted = True
+        print(f"interrupted ({exc or 'SIGINT'}): removing {spec.name}", file=sys.stderr)
     finally:
+        _shield()
         ex.remove(spec.name, grace_s=2.0)
+    if interrupted:
+        return 130
 
     print(f"image {args.image}; grace {args.grace:.0f} s; {len(rows)} rescales")
     print(

@@ -24,6 +24,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from flowcon.schema import SchemaError, Strict, env_overrides, label_problem, merge, path_problem
 from flowcon.schema import validate as schema_validate
+from flowcon.textfile import NotText, read_text, safe_load_yaml
 
 ENV_CONFIG = "FLOWCON_CONFIG"
 # Swarm secret read for allocator.token when neither token nor token_file is set
@@ -184,7 +185,9 @@ def _resolve_token(cfg: Config, source: str) -> Config:
     if path is None:
         return cfg
     try:
-        token = Path(path).read_text().strip()
+        token = read_text(path).strip()
+    except NotText as exc:
+        raise ConfigError(f"{source}allocator.token_file: {path}, {exc}") from None
     except OSError as exc:
         raise ConfigError(
             f"{source}allocator.token_file: cannot read {path}: {exc.strerror or exc}"
@@ -207,11 +210,13 @@ def from_mapping(
 
 def _read(path: str | Path) -> dict[str, Any]:
     try:
-        text = Path(path).read_text()
+        text = read_text(path)
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except NotText as exc:
+        raise ConfigError(f"{path}, {exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = safe_load_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
     if data is None:

@@ -66,7 +66,8 @@ class EventListener:
         if stream is not None:
             with contextlib.suppress(Exception):  # closing a broken socket
                 stream.close()
-        self._thread.join(timeout)
+        if self._thread.ident is not None:  # a listener stopped before it started: no-op
+            self._thread.join(timeout)
 
     def dispatch(self, event: dict[str, Any]) -> None:
         action = str(event.get("Action") or event.get("status") or "")

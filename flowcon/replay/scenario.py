@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from flowcon.engine.images import DEFAULT_ITERATIONS, image_tag, model_of
+from flowcon.textfile import NotText, read_text, safe_load_yaml
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -303,11 +304,13 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = read_text(p)
     except OSError as exc:
         raise ScenarioError(str(p), [f"(file): cannot read: {exc.strerror or exc}"]) from None
+    except NotText as exc:
+        raise ScenarioError(str(p), [f"(file): {exc}"]) from None
     try:
-        data = yaml.safe_load(text)
+        data = safe_load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

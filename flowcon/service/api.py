@@ -81,10 +81,14 @@ def _parse_body(raw: bytes, content_type: str) -> Any:
             return yaml.safe_load(text)
         except yaml.YAMLError as exc:
             raise ApiError(HTTPStatus.BAD_REQUEST, f"invalid YAML: {exc}") from None
+        except RecursionError:  # "[[[[..." deeper than the parser's recursion limit
+            raise ApiError(HTTPStatus.BAD_REQUEST, "invalid YAML: nested too deeply") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ApiError(HTTPStatus.BAD_REQUEST, f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(HTTPStatus.BAD_REQUEST, "invalid JSON: nested too deeply") from None
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -20,6 +20,7 @@ from flowcon.contract import (
     CLI_EXIT_PENDING,
 )
 from flowcon.service.config import ENV_CONFIG, ENV_TOKEN, ENV_URL, ConfigError, client_settings
+from flowcon.textfile import NotText, read_text, safe_load_yaml
 
 _config_opt = click.option(
     "--config",
@@ -99,8 +100,8 @@ def read_spec_file(path: Path) -> dict[str, Any]:
     """The spec as a mapping, with a profile file inlined (the daemon cannot read the
     client's files). Checked locally first so a typo fails before any network call."""
     try:
-        text = path.read_text()
-    except OSError as exc:
+        text = read_text(path)
+    except (OSError, NotText) as exc:
         raise InvalidInput(f"cannot read {path}: {exc}") from None
     return read_spec_text(text, path.parent, str(path))
 
@@ -112,7 +113,7 @@ def read_spec_text(text: str, base_dir: Path, label: str) -> dict[str, Any]:
 
     try:
         parse_jobspec(text, base_dir=base_dir)
-        data = yaml.safe_load(text)
+        data = safe_load_yaml(text)
     except JobSpecError as exc:
         raise InvalidInput(f"invalid spec {label}: {exc}") from None
     except (OSError, yaml.YAMLError) as exc:

@@ -29,6 +29,7 @@ from pydantic import Field, field_validator
 from flowcon.alloc.policy import POLICIES
 from flowcon.schema import SchemaError, Strict, env_overrides, merge, path_problem
 from flowcon.schema import validate as schema_validate
+from flowcon.textfile import NotText, read_text, safe_load_yaml
 
 DEFAULT_PORT = 8470
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
@@ -232,7 +233,9 @@ def check_listen(value: str) -> str:
 def _read_mapping(p: Path) -> dict[str, Any]:
     """The YAML file's top-level mapping."""
     try:
-        raw = yaml.safe_load(p.read_text()) or {}
+        raw = safe_load_yaml(read_text(p)) or {}
+    except NotText as exc:
+        raise ConfigError(f"{p}, {exc}") from None
     except OSError as exc:
         raise ConfigError(f"cannot read {p}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
@@ -247,7 +250,9 @@ def _read_mapping(p: Path) -> dict[str, Any]:
 
 def _read_token(path: str | Path, where: str) -> str | None:
     try:
-        return Path(path).read_text().strip() or None
+        return read_text(path).strip() or None
+    except NotText as exc:
+        raise ConfigError(f"{where}: {path}, {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read {path}: {exc.strerror or exc}") from None
 

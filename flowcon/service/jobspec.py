@@ -55,6 +55,7 @@ from flowcon.schema import SchemaError, Strict, path_problem, show
 from flowcon.schema import validate as schema_validate
 from flowcon.service import jobspec_keys as keys
 from flowcon.service.jobspec_keys import MetricSpec, SpecKeyError, VolumeSpec
+from flowcon.textfile import NotText, read_text, safe_load_yaml
 
 # a DNS label of at most 40 characters, starting with a letter: safe in container,
 # service and network names and in label values
@@ -198,10 +199,16 @@ def load_jobspec(path: str | Path, now: float | None = None) -> JobSpec:
     """Read a spec file; a relative profile path is resolved against the spec's folder."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = read_text(p)
     except OSError as exc:
         raise JobSpecError("file", f"cannot read {p}: {exc.strerror or exc}") from exc
-    return parse_jobspec(text, base_dir=p.parent, now=now)
+    except NotText as exc:
+        raise JobSpecError("file", f"{p}, {exc}") from None
+    try:
+        return parse_jobspec(text, base_dir=p.parent, now=now)
+    except JobSpecError as exc:
+        exc.args = (f"{p}: {exc}",)  # the field and why, after the file they are in
+        raise
 
 
 def _load(source: str | Mapping[str, Any]) -> Any:
@@ -209,7 +216,7 @@ def _load(source: str | Mapping[str, Any]) -> Any:
     if not isinstance(source, str):
         return source
     try:
-        return yaml.safe_load(source)
+        return safe_load_yaml(source)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -430,26 +437,19 @@ def parse_deadline(value: Any, now: float) -> float:
 def load_profile(path: Path) -> ThroughputProfile:
     """A CSV (gpus,iterations_per_s; header optional) or YAML mapping gpus -> iterations/s."""
     try:
-        text = path.read_text()
+        text = read_text(path)
     except OSError as exc:
         raise JobSpecError("profile", f"cannot read {path}: {exc.strerror or exc}") from exc
+    except NotText as exc:
+        raise JobSpecError("profile", f"{path}, {exc}") from None
     if path.suffix.lower() in {".yaml", ".yml"}:
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError:
-            raise JobSpecError("profile", f"{path.name} is not valid YAML") from None
-        if isinstance(data, list):  # [{gpus: 1, throughput: 10}, ...]
-            try:
-                data = {
-                    row["gpus"]: row.get("throughput", row.get("iterations_per_s")) for row in data
-                }
-            except (TypeError, KeyError):
-                raise JobSpecError("profile", "list rows need 'gpus' and 'throughput'") from None
-        if not isinstance(data, Mapping):
-            raise JobSpecError("profile", f"{path.name} must map gpus -> iterations/s")
-        return ThroughputProfile.from_mapping(data)
+        return _yaml_profile(path, text)
     rows: dict[str, str] = {}
-    for lineno, row in enumerate(csv.reader(io.StringIO(text)), start=1):
+    try:
+        table = list(csv.reader(io.StringIO(text)))
+    except csv.Error as exc:  # a cell over the csv module's field size limit, ...
+        raise JobSpecError("profile", f"{path.name}: not a CSV table: {exc}") from None
+    for lineno, row in enumerate(table, start=1):
         cells = [c.strip() for c in row]
         if not cells or not any(cells) or cells[0].startswith("#"):
             continue
@@ -459,6 +459,22 @@ def load_profile(path: Path) -> ThroughputProfile:
             continue  # header
         rows[cells[0]] = cells[1]
     return ThroughputProfile.from_mapping(rows)
+
+
+def _yaml_profile(path: Path, text: str) -> ThroughputProfile:
+    """A YAML profile: a mapping gpus -> iterations/s, or a list of {gpus, throughput}."""
+    try:
+        data = safe_load_yaml(text)
+    except yaml.YAMLError:
+        raise JobSpecError("profile", f"{path.name} is not valid YAML") from None
+    if isinstance(data, list):  # [{gpus: 1, throughput: 10}, ...]
+        try:
+            data = {row["gpus"]: row.get("throughput", row.get("iterations_per_s")) for row in data}
+        except (TypeError, KeyError):
+            raise JobSpecError("profile", "list rows need 'gpus' and 'throughput'") from None
+    if not isinstance(data, Mapping):
+        raise JobSpecError("profile", f"{path.name} must map gpus -> iterations/s")
+    return ThroughputProfile.from_mapping(data)
 
 
 def _positive_int(value: Any, name: str) -> int:

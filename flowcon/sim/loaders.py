@@ -7,11 +7,13 @@ line in a 15,000-job trace is found without a debugger.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from flowcon.alloc.model import Job, ThroughputCurve
+from flowcon.textfile import NotText, read_text
 
 TRACE_COLUMNS = (
     "job_id",
@@ -54,9 +56,20 @@ def load_throughputs(directory: str | Path) -> Tables:
     return tables
 
 
+def _text(path: Path) -> str:
+    """The file's text; not UTF-8 is an InputError naming the line."""
+    try:
+        return read_text(path)
+    except NotText as exc:
+        raise InputError(path, None, None, str(exc)) from None
+
+
 def _load_table(path: Path) -> dict[int, ThroughputCurve]:
-    with path.open(newline="") as fh:
-        rows = list(csv.reader(fh))
+    reader = csv.reader(io.StringIO(_text(path), newline=""))
+    try:
+        rows = list(reader)
+    except csv.Error as exc:  # a cell over the csv module's field size limit, ...
+        raise InputError(path, reader.line_num, None, f"not a CSV table: {exc}") from None
     if not rows:
         raise InputError(path, None, None, "empty throughput table")
     header = [h.strip() for h in rows[0]]
@@ -141,58 +154,67 @@ def load_trace(path: str | Path, tables: Tables) -> list[Job]:
     p = Path(path)
     if not p.is_file():
         raise InputError(p, None, None, "trace file not found")
-    jobs: list[Job] = []
-    seen: set[str] = set()
-    with p.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        fields = [f.strip() for f in (reader.fieldnames or [])]
-        missing = [c for c in TRACE_COLUMNS if c not in fields]
-        if missing:
-            raise InputError(p, 1, missing[0], "required column missing from header")
-        reader.fieldnames = fields
-        for i, row in enumerate(reader, start=2):
-            if None in row:
-                raise InputError(p, i, None, "more cells than header columns")
-            jid = (row["job_id"] or "").strip()
-            if not jid:
-                raise InputError(p, i, "job_id", "empty job id")
-            if jid in seen:
-                raise InputError(p, i, "job_id", f"duplicate job id {jid!r}")
-            seen.add(jid)
-            submit = _num(p, i, row, "submission_time")
-            iters = _num(p, i, row, "num_iteration")
-            if iters <= 0:
-                raise InputError(p, i, "num_iteration", "must be > 0")
-            dl_raw = (row.get("deadline") or "").strip()
-            deadline = None if dl_raw == "" else _num(p, i, row, "deadline")
-            bs = int(_num(p, i, row, "batch_size", integer=True))
-            ngpu = int(_num(p, i, row, "num_gpu", integer=True))
-            if ngpu < 1:
-                raise InputError(p, i, "num_gpu", "must be >= 1")
-            model = (row["model_name"] or "").strip()
-            if model not in tables:
-                raise InputError(p, i, "model_name", f"no throughput table for model {model!r}")
-            curve = tables[model].get(bs)
-            if curve is None:
-                raise InputError(
-                    p, i, "batch_size", f"model {model!r} has no row for batch size {bs}"
-                )
-            soft = (row.get("soft_deadline") or "").strip().lower() in ("1", "true", "yes")
-            dur_raw = (row.get("duration") or "").strip()
-            duration = None if dur_raw == "" else _num(p, i, row, "duration")
-            jobs.append(
-                Job(
-                    job_id=jid,
-                    submit_time=submit,
-                    iterations=iters,
-                    deadline=deadline,
-                    curve=curve,
-                    soft_deadline=soft,
-                    requested_gpus=ngpu,
-                    model=model,
-                    batch_size=bs,
-                    duration=duration,
-                )
-            )
+    reader = csv.DictReader(io.StringIO(_text(p), newline=""))
+    try:
+        jobs = _trace_jobs(p, reader, tables)
+    except csv.Error as exc:  # a cell over the csv module's field size limit, ...
+        raise InputError(p, reader.reader.line_num, None, f"not a CSV table: {exc}") from None
     jobs.sort(key=lambda j: j.submit_time)  # stable: ties keep the file order
     return jobs
+
+
+def _trace_jobs(p: Path, reader: csv.DictReader[str], tables: Tables) -> list[Job]:
+    fields = [f.strip() for f in (reader.fieldnames or [])]
+    missing = [c for c in TRACE_COLUMNS if c not in fields]
+    if missing:
+        raise InputError(p, 1, missing[0], "required column missing from header")
+    reader.fieldnames = fields
+    jobs: list[Job] = []
+    seen: set[str] = set()
+    for i, row in enumerate(reader, start=2):
+        if None in row:
+            raise InputError(p, i, None, "more cells than header columns")
+        jid = (row["job_id"] or "").strip()
+        if not jid:
+            raise InputError(p, i, "job_id", "empty job id")
+        if not jid.isprintable():
+            raise InputError(p, i, "job_id", f"control characters in job id {jid!r}")
+        if jid in seen:
+            raise InputError(p, i, "job_id", f"duplicate job id {jid!r}")
+        seen.add(jid)
+        jobs.append(_trace_job(p, i, row, jid, tables))
+    return jobs
+
+
+def _trace_job(p: Path, i: int, row: dict[str, str], jid: str, tables: Tables) -> Job:
+    submit = _num(p, i, row, "submission_time")
+    iters = _num(p, i, row, "num_iteration")
+    if iters <= 0:
+        raise InputError(p, i, "num_iteration", "must be > 0")
+    dl_raw = (row.get("deadline") or "").strip()
+    deadline = None if dl_raw == "" else _num(p, i, row, "deadline")
+    bs = int(_num(p, i, row, "batch_size", integer=True))
+    ngpu = int(_num(p, i, row, "num_gpu", integer=True))
+    if ngpu < 1:
+        raise InputError(p, i, "num_gpu", "must be >= 1")
+    model = (row["model_name"] or "").strip()
+    if model not in tables:
+        raise InputError(p, i, "model_name", f"no throughput table for model {model!r}")
+    curve = tables[model].get(bs)
+    if curve is None:
+        raise InputError(p, i, "batch_size", f"model {model!r} has no row for batch size {bs}")
+    soft = (row.get("soft_deadline") or "").strip().lower() in ("1", "true", "yes")
+    dur_raw = (row.get("duration") or "").strip()
+    duration = None if dur_raw == "" else _num(p, i, row, "duration")
+    return Job(
+        job_id=jid,
+        submit_time=submit,
+        iterations=iters,
+        deadline=deadline,
+        curve=curve,
+        soft_deadline=soft,
+        requested_gpus=ngpu,
+        model=model,
+        batch_size=bs,
+        duration=duration,
+    )

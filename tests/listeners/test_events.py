@@ -131,3 +131,14 @@ def test_interesting_events() -> None:
     # a Swarm task: its flowcon.* labels may be on its service (deploy.labels)
     assert interesting(ev(**{"com.docker.swarm.service.id": "s1"}))
     assert not interesting(ev(image="x", name="web"))
+
+
+def test_stop_before_start_is_a_no_op() -> None:
+    """A program interrupted before it started its listener cleans up with stop(): that
+    must not raise ("cannot join thread before it is started" skipped bench_agent's
+    container removal)."""
+    eng = FlakyEngine()
+    eng.plan = []
+    lst = EventListener(eng, lambda _c: None, lambda _c: None, lambda: None)  # type: ignore[arg-type]
+    lst.stop()
+    assert not lst.connected.is_set()

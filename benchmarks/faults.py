@@ -1,0 +1,965 @@
+"""Fault injection with figures (issue 15): each scenario runs N times, its invariant is
+checked after every run, and the table says how many runs broke it.
+
+    python3 benchmarks/faults.py                       # every implemented scenario
+    python3 benchmarks/faults.py --scenario api --runs 1000 --seed 7
+
+Prints a table (scenario, runs, violations, recovery p50/p95) and, as its last line, one
+JSON object: per scenario {"runs", "violations", "recovery_p95_s"} (null for a scenario
+that is not implemented yet; those are listed as such, not counted as passing).
+
+Scenarios implemented:
+
+  api   generated requests against a real in-process allocator (plan-only, no executor)
+        over real HTTP: bad JSON and YAML, huge or lying bodies, wrong, missing and
+        under-privileged tokens, unknown fields and wrong types, names with ``../`` and
+        shell characters in bodies and URLs, junk query arguments, wrong methods, and
+        concurrent submits and cancels of one name from several threads. Invariant: no
+        answer is 5xx (or missing); a hostile request is refused with a 4xx; every store
+        row is identical before and after a refused request; the store is consistent
+        after each run (see ``store_problems``); a race leaves its name in the one state
+        its answered submits and cancels imply. Recovery: seconds from sending the
+        request(s) to the last answer.
+  inputs each file of tests/data/malformed (agent and allocator configs, job specs, replay
+        scenarios, traces, throughput tables) through its real loader: refused with the
+        loader's error naming the file; a traceback-type error or an accepted file is a
+        violation. Recovery: seconds the loader took to refuse.
+  interrupted-commands
+        benchmarks/bench_rescale.py (testbox image, real engine) stopped by SIGTERM or
+        SIGINT at a random moment of its run: it must exit 130 and leave no container,
+        network or checkpoint volume. Recovery: seconds from the signal to its exit.
+
+A scenario whose set-up fails (no engine) is reported "not run", not passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from flowcon.service.config import AllocatorConfig  # noqa: E402
+from flowcon.service.daemon import Allocator  # noqa: E402
+from flowcon.service.jobspec import NAME_RE  # noqa: E402
+from flowcon.service.store import (  # noqa: E402
+    ACTIVE_STATES,
+    ALL_STATES,
+    TERMINAL_STATES,
+    JobRecord,
+    Store,
+)
+
+# -- the framework ------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    """One run of a scenario: what broke its invariant (empty: nothing) and how long the
+    system took to answer/recover."""
+
+    violations: list[str] = field(default_factory=list)
+    recovery_s: float | None = None
+
+
+# a scenario's session: set up once, yields "do run i", torn down after every run
+Session = Callable[[random.Random], AbstractContextManager[Callable[[int], RunResult]]]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    summary: str
+    default_runs: int
+    session: Session | None = None  # None: not implemented yet
+
+
+@dataclass
+class Summary:
+    name: str
+    runs: int = 0
+    violations: int = 0
+    messages: list[str] = field(default_factory=list)
+    recovery: list[float] = field(default_factory=list)
+    implemented: bool = True
+    error: str = ""  # the scenario could not run (no engine, say)
+
+    def pct(self, q: float) -> float | None:
+        if not self.recovery:
+            return None
+        if len(self.recovery) == 1:
+            return self.recovery[0]
+        return statistics.quantiles(self.recovery, n=100, method="inclusive")[int(q) - 1]
+
+    def to_json(self) -> dict[str, Any]:
+        if not self.implemented:
+            return {"runs": 0, "violations": None, "recovery_p95_s": None, "implemented": False}
+        if self.error:
+            return {
+                "runs": self.runs,
+                "violations": None,
+                "recovery_p95_s": None,
+                "error": self.error,
+            }
+        p95 = self.pct(95)
+        return {
+            "runs": self.runs,
+            "violations": self.violations,
+            "recovery_p95_s": None if p95 is None else round(p95, 4),
+        }
+
+
+def run_scenario(sc: Scenario, runs: int, seed: int) -> Summary:
+    """``runs`` runs of ``sc``; a run counts as one violation however many checks fail."""
+    out = Summary(sc.name, implemented=sc.session is not None)
+    if sc.session is None:
+        return out
+    rng = random.Random(seed)
+    try:
+        _runs(sc.session, rng, runs, out)
+    except Exception as exc:  # the scenario's set-up failed: not run, not passed
+        out.error = f"{type(exc).__name__}: {exc}"
+    return out
+
+
+def _runs(session: Session, rng: random.Random, runs: int, out: Summary) -> None:
+    with session(rng) as run:
+        for i in range(runs):
+            result = run(i)
+            out.runs += 1
+            if result.violations:
+                out.violations += 1
+                out.messages.extend(f"run {i}: {v}" for v in result.violations)
+            if result.recovery_s is not None:
+                out.recovery.append(result.recovery_s)
+
+
+# -- the API scenario ---------------------------------------------------------------------
+
+TOKENS = {
+    "operator": "op-t0ken",
+    "user": "us3r-t0ken",
+    "read": "re4d-t0ken",
+    "agent": "ag3nt-t0ken",
+}
+PROFILE = {"1": 10.0, "2": 18.0, "4": 32.0}
+HOSTILE_NAMES = [
+    "../../etc/passwd",
+    "..",
+    "../x",
+    "a/../../b",
+    "job;rm -rf /",
+    "$(reboot)",
+    "`id`",
+    "a b",
+    "Job",
+    "-lead",
+    "trail-",
+    "x" * 41,
+    "j\x00b",
+    "j\nb",
+    "jöb",
+    "job|cat",
+    "job&&true",
+    "'",
+    '"',
+    "%2e%2e%2f",
+    "",
+]
+
+
+@dataclass
+class Request:
+    """One generated HTTP request; ``hostile``: it must be refused with a 4xx."""
+
+    kind: str
+    method: str
+    path: str
+    body: bytes | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    hostile: bool = True
+    length: str | None = "auto"  # Content-Length: "auto", a literal value, None = omitted
+
+
+@dataclass
+class Answer:
+    status: int | None
+    body: Any
+    error: str = ""
+
+
+def call(port: int, req: Request, timeout: float = 15.0) -> Answer:
+    """Send ``req`` over a fresh connection exactly as built (lying Content-Length,
+    none, huge bodies) and read the answer; a refused body may end in a reset."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.putrequest(req.method, req.path, skip_accept_encoding=True)
+        for k, v in req.headers.items():
+            conn.putheader(k, v)
+        if req.length == "auto" and (req.body is not None or req.method in ("POST", "PUT")):
+            conn.putheader("Content-Length", str(len(req.body or b"")))
+        elif req.length not in (None, "auto"):
+            conn.putheader("Content-Length", str(req.length))
+        conn.endheaders()
+        sent_error = ""
+        if req.body:
+            try:
+                conn.send(req.body)
+            except OSError as exc:  # the server refused before reading: its answer is queued
+                sent_error = f"send: {exc!r}"
+        try:
+            resp = conn.getresponse()
+            raw = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            return Answer(None, None, f"{sent_error} read: {exc!r}".strip())
+        try:
+            body: Any = json.loads(raw)
+        except ValueError:
+            body = raw[:200]
+        return Answer(resp.status, body)
+    finally:
+        conn.close()
+
+
+def _auth(role: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[role]}", "Content-Type": "application/json"}
+
+
+def valid_spec(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": "flowcon/testbox:latest",
+        "command": ["true"],
+        "global_batch_size": 16,
+        "iterations": 100000,
+        "profile": PROFILE,
+        "best_effort": True,
+    }
+
+
+def _submit(spec: Any, role: str = "user", hostile: bool = True, kind: str = "") -> Request:
+    body = json.dumps(spec).encode()
+    return Request(kind or "spec", "POST", "/api/v1/jobs", body, _auth(role), hostile)
+
+
+class ApiRequests:
+    """The request generator: a seeded ``random.Random`` picks the kind and its details."""
+
+    def __init__(self, rng: random.Random, known: list[str]) -> None:
+        self.rng = rng
+        self.known = known  # names of jobs that exist (any state)
+
+    def pick_name(self) -> str:
+        return self.rng.choice(self.known + ["fz-none"])
+
+    def next(self) -> Request:
+        kinds: list[Callable[[], Request]] = [
+            self.bad_json,
+            self.huge_body,
+            self.bad_length,
+            self.bad_token,
+            self.wrong_role,
+            self.unknown_field,
+            self.wrong_type,
+            self.hostile_name_body,
+            self.hostile_name_url,
+            self.bad_query,
+            self.bad_method,
+            self.bad_measurements,
+            self.valid_op,
+        ]
+        return self.rng.choice(kinds)()
+
+    def bad_json(self) -> Request:
+        good = json.dumps(valid_spec("fz-json"))
+        bodies = [
+            good[: self.rng.randrange(1, len(good))].encode(),  # truncated
+            b"{'name': 'x'}",
+            b"\xff\xfe\x00garbage",
+            b"[1, 2, 3]",
+            b"null",
+            b'"a string"',
+            b"   ",
+            b"{" * 5000,  # deep nesting
+            b"[" * 100000,  # deeper than the parser's recursion limit
+            good.replace('"true"', "[" * 900 + '"true"' + "]" * 900).encode(),  # parses, deep
+            good.replace(
+                '"command"', '"env": {"A": ' + "[" * 900 + "]" * 900 + '}, "command"'
+            ).encode(),
+            good.replace('"name"', '"name", "x"').encode(),
+            b"NaN",
+            ("{" + ",".join(f'"k{i}": {i}' for i in range(2000)) + "}").encode(),
+        ]
+        body = self.rng.choice(bodies)
+        headers = _auth("user")
+        if self.rng.random() < 0.3:
+            headers["Content-Type"] = "application/yaml"
+            yamls = [
+                b"name: [unclosed",
+                b"- a\n- b\n",
+                b"!!python/object/apply:os.system [ls]",
+                b"[" * 100000,
+            ]
+            body = self.rng.choice([*yamls, body])
+        return Request("bad_json", "POST", "/api/v1/jobs", body, headers)
+
+    def huge_body(self) -> Request:
+        size = self.rng.choice([(1 << 20) + 1, 2 << 20, 8 << 20])
+        path = self.rng.choice(["/api/v1/jobs", "/api/v1/measurements"])
+        role = "user" if path == "/api/v1/jobs" else "agent"
+        body = b'{"name": "' + b"a" * size + b'"}'
+        return Request("huge_body", "POST", path, body, _auth(role))
+
+    def bad_length(self) -> Request:
+        length = self.rng.choice([None, "-1", "abc", "99999999999", "1e3"])
+        body = None if length is None else b"{}"
+        return Request("bad_length", "POST", "/api/v1/jobs", body, _auth("user"), length=length)
+
+    def bad_token(self) -> Request:
+        header = self.rng.choice(
+            [
+                None,
+                "",
+                "Bearer",
+                "Bearer ",
+                "Bearer wrong",
+                "Basic " + TOKENS["operator"],
+                "bearer " + TOKENS["user"][:-1],
+                "Bearer " + TOKENS["user"] + "x",
+                "Bearer " + "\u00e9" * 10,
+                "Bearer " + "a" * 8000,
+            ]
+        )
+        headers = {"Content-Type": "application/json"}
+        if header is not None:
+            headers["Authorization"] = header
+        method, path = self.rng.choice(
+            [
+                ("POST", "/api/v1/jobs"),
+                ("GET", "/api/v1/jobs"),
+                ("DELETE", "/api/v1/jobs/fz-keep"),
+                ("POST", "/api/v1/measurements"),
+                ("GET", "/api/v1/history"),
+                ("GET", "/api/v1/jobs/fz-keep/logs"),
+            ]
+        )
+        body = json.dumps(valid_spec("fz-tok")).encode() if method == "POST" else None
+        return Request("bad_token", method, path, body, headers)
+
+    def wrong_role(self) -> Request:
+        role, method, path = self.rng.choice(
+            [
+                ("read", "POST", "/api/v1/jobs"),
+                ("agent", "POST", "/api/v1/jobs"),
+                ("read", "DELETE", "/api/v1/jobs/fz-keep"),
+                ("agent", "DELETE", "/api/v1/jobs/fz-keep"),
+                ("user", "POST", "/api/v1/measurements"),
+                ("read", "POST", "/api/v1/measurements"),
+                ("agent", "GET", "/api/v1/jobs"),
+            ]
+        )
+        body = json.dumps(valid_spec("fz-role")).encode() if method == "POST" else None
+        return Request("wrong_role", method, path, body, _auth(role))
+
+    def unknown_field(self) -> Request:
+        spec = valid_spec("fz-unknown")
+        where = self.rng.choice(["top", "metric", "volumes", "key"])
+        if where == "top":
+            spec[self.rng.choice(["privileged", "gpu", "Name", "__proto__", "cap_add"])] = True
+        elif where == "metric":
+            spec["metric"] = {"name": "loss", "regex": "loss=(\\S+)", "goal": 0.1, "extra": 1}
+        elif where == "volumes":
+            spec["volumes"] = [{"source": "/", "target": "/host", "mode": "rw", "propagation": 1}]
+        else:
+            spec["profile"] = {"one": 10.0}
+        return _submit(spec, kind="unknown_field")
+
+    def wrong_type(self) -> Request:
+        spec: dict[str, Any] = valid_spec("fz-types")
+        key, value = self.rng.choice(
+            [
+                ("iterations", "many"),
+                ("iterations", -5),
+                ("iterations", 1.5),
+                ("iterations", True),
+                ("global_batch_size", None),
+                ("deadline", "yesterday"),
+                ("deadline", -1),
+                ("deadline", [1]),
+                ("profile", {"1": -3.0}),
+                ("profile", {"1": float("inf")}),
+                ("profile", "../../etc/passwd"),
+                ("profile", "/etc/passwd"),
+                ("profile", []),
+                ("min_gpus", 0),
+                ("max_gpus", "all"),
+                ("env", ["A=1"]),
+                ("env", {"A": {"b": 1}}),
+                ("command", 5),
+                ("command", []),
+                ("image", "img; rm -rf /"),
+                ("image", "$(id)"),
+                ("volumes", ["/:/host"]),
+                ("volumes", "x"),
+                ("labels", {"flowcon.managed": 1}),
+                ("memory", "1k"),
+                ("shm_size", "lots"),
+                ("workdir", "rel/path"),
+                ("launcher", "bash"),
+                ("deadline_kind", "maybe"),
+                ("metric", {"regex": "(a+)+$"}),
+                ("best_effort", "yes"),
+            ]
+        )
+        if key == "deadline":
+            spec.pop("best_effort")
+        spec[key] = value
+        if self.rng.random() < 0.2:
+            spec.pop(self.rng.choice(["name", "image", "command", "iterations"]))
+        body = json.dumps(spec, allow_nan=True).encode()
+        return Request("wrong_type", "POST", "/api/v1/jobs", body, _auth("user"))
+
+    def hostile_name_body(self) -> Request:
+        spec = valid_spec("x")
+        spec["name"] = self.rng.choice(HOSTILE_NAMES + [5, None, ["a"], {"a": 1}])
+        dry = self.rng.random() < 0.3
+        req = _submit(spec, kind="hostile_name")
+        if dry:
+            req.path += "?dry_run=true"
+        return req
+
+    def hostile_name_url(self) -> Request:
+        from urllib.parse import quote
+
+        name = self.rng.choice(HOSTILE_NAMES[:-1])
+        raw = self.rng.random() < 0.5
+        plain = name.isascii() and all(c.isprintable() and c not in " \n" for c in name)
+        seg = name if raw and plain else quote(name, safe="")
+        method = self.rng.choice(["DELETE", "GET", "DELETE"])
+        suffix = self.rng.choice(["", "", "/logs"]) if method == "GET" else ""
+        role = "user" if method == "DELETE" else "read"
+        return Request("hostile_url", method, f"/api/v1/jobs/{seg}{suffix}", None, _auth(role))
+
+    def bad_query(self) -> Request:
+        req = self.rng.choice(
+            [
+                Request("bad_query", "GET", "/api/v1/history?since=soon", None, _auth("read")),
+                Request(
+                    "bad_query", "GET", "/api/v1/jobs/fz-keep/logs?tail=-1", None, _auth("read")
+                ),
+                Request(
+                    "bad_query", "GET", "/api/v1/jobs/fz-keep/logs?rank=x", None, _auth("read")
+                ),
+                Request(
+                    "bad_query", "GET", "/api/v1/jobs/fz-keep/logs?after=1e9", None, _auth("read")
+                ),
+                _submit(valid_spec("fz-query"), kind="bad_query"),
+            ]
+        )
+        if req.method == "POST":
+            req.path += "?dry_run=" + self.rng.choice(["maybe", "2", "yes please"]).replace(
+                " ", "%20"
+            )
+        return req
+
+    def bad_method(self) -> Request:
+        method, path = self.rng.choice(
+            [
+                ("PUT", "/api/v1/jobs"),
+                ("PATCH", "/api/v1/jobs/fz-keep"),
+                ("POST", "/api/v1/jobs/fz-keep"),
+                ("DELETE", "/api/v1/jobs"),
+                ("GET", "/api/v1/measurements"),
+                ("POST", "/api/v2/jobs"),
+                ("DELETE", "/api/v1/jobs/"),
+                ("POST", "/api/v1/jobs/fz-keep/logs"),
+                ("GET", "/api/v1/nope"),
+            ]
+        )
+        body = b"{}" if method in ("PUT", "PATCH", "POST") else None
+        return Request("bad_method", method, path, body, _auth("operator"))
+
+    def bad_measurements(self) -> Request:
+        body = self.rng.choice(
+            [
+                {},
+                {"node": ""},
+                {"node": 5, "measurements": []},
+                {"node": "n", "measurements": {}},
+                {"node": "n"},
+                [],
+                {"node": "n" * 10, "measurements": "all"},
+            ]
+        )
+        return Request(
+            "bad_measurements",
+            "POST",
+            "/api/v1/measurements",
+            json.dumps(body).encode(),
+            _auth("agent"),
+        )
+
+    def valid_op(self) -> Request:
+        """Allowed requests (answers 2xx, 404 or 409): they may change the store."""
+        name = self.pick_name()
+        choice = self.rng.random()
+        if choice < 0.4:
+            req = _submit(valid_spec(name), hostile=False, kind="valid_submit")
+        elif choice < 0.7:
+            req = Request(
+                "valid_cancel", "DELETE", f"/api/v1/jobs/{name}", None, _auth("user"), False
+            )
+        elif choice < 0.85:
+            m = {
+                "container_id": "c" * 12,
+                "job": name,
+                "step": self.rng.choice([1, -1, "x", None, 1e308]),
+                "iterations_per_second": self.rng.choice([5.0, float("nan"), -1, "fast"]),
+            }
+            body = json.dumps({"node": "n1", "measurements": [m, 5, None]}).encode()
+            req = Request(
+                "valid_measure", "POST", "/api/v1/measurements", body, _auth("agent"), False
+            )
+        else:
+            path = self.rng.choice(
+                ["/api/v1/jobs", f"/api/v1/jobs/{name}", "/api/v1/history", "/healthz", "/metrics"]
+            )
+            req = Request("valid_read", "GET", path, None, _auth("read"), False)
+        return req
+
+
+def snapshot(store: Store) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table, for "a refused request changed nothing"."""
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    for table in ("meta", "jobs", "admissions", "allocations", "events", "measurements"):
+        rows = store._qall(f"SELECT * FROM {table} ORDER BY rowid")  # noqa: SLF001
+        out[table] = [tuple(r) for r in rows]
+    return out
+
+
+def job_problems(store: Store, rec: JobRecord) -> list[str]:
+    """What is inconsistent about one stored job (see ``store_problems``)."""
+    bad: list[str] = []
+    tag = f"job {rec.name!r}"
+    if not NAME_RE.match(rec.name):
+        bad.append(f"{tag}: a name the API must refuse is stored")
+    if rec.state not in ALL_STATES:
+        bad.append(f"{tag}: unknown state {rec.state!r}")
+    if rec.state in ACTIVE_STATES and rec.finish_time is not None:
+        bad.append(f"{tag}: {rec.state} with a finish time")
+    if rec.state in TERMINAL_STATES and (rec.finish_time is None or rec.gpus):
+        bad.append(f"{tag}: {rec.state} with finish {rec.finish_time} and {rec.gpus} GPUs")
+    adm = store.admissions(rec.name)
+    last = adm[-1]["admitted"] if adm else None
+    if rec.state != "profiling" and last is None:
+        bad.append(f"{tag}: {rec.state} without an admission row")
+    if (rec.state in ACTIVE_STATES and last is False) or (rec.state == "dropped" and last):
+        bad.append(f"{tag}: {rec.state} but its last admission says admitted={last}")
+    kinds = [e.kind for e in store.events(job=rec.name)]
+    if kinds.count("admitted") != sum(1 for a in adm if a["admitted"]):
+        bad.append(f"{tag}: {kinds.count('admitted')} admitted events, admissions {adm}")
+    if rec.state == "cancelled" and kinds[-1:] != ["cancelled"]:
+        bad.append(f"{tag}: cancelled but its last event is {kinds[-1:]}")
+    return bad
+
+
+def store_problems(store: Store, total_gpus: int) -> list[str]:
+    """What makes the allocator's store inconsistent (empty: consistent): a bad state or
+    name, a finish time on a live job or none on an ended one, GPUs held by an ended job
+    or more than the cluster has, a job whose last admission contradicts its state,
+    "admitted" events not matching admitted admission rows, or a cancelled job whose last
+    event is not its cancellation."""
+    bad: list[str] = []
+    jobs = store.list_jobs()
+    for rec in jobs:
+        bad += job_problems(store, rec)
+    used = sum(r.gpus for r in jobs if r.state in ACTIVE_STATES)
+    if used > total_gpus:
+        bad.append(f"{used} GPUs held by active jobs, the cluster has {total_gpus}")
+    return bad
+
+
+class ApiFuzz:
+    """The API scenario's session: one allocator, one request (or one race) per run."""
+
+    RACE_SHARE = 0.08  # part of the runs that are concurrent submit/cancel races
+    RACE_THREADS = 6
+    TOTAL_GPUS = 4
+
+    def __init__(self, rng: random.Random, state_dir: Path) -> None:
+        self.rng = rng
+        cfg = AllocatorConfig(
+            state_dir=state_dir,
+            slot_seconds=3600.0,  # the loop plans only when woken: the store is still
+            listen="127.0.0.1:0",
+            token=TOKENS["operator"],
+            user_token=TOKENS["user"],
+            read_token=TOKENS["read"],
+            agent_token=TOKENS["agent"],
+        )
+        self.alloc = Allocator(cfg, target=None, total_gpus=self.TOTAL_GPUS)
+        self.known = ["fz-keep", "fz-a", "fz-b"]
+        self.requests = ApiRequests(rng, self.known)
+        self.races = 0
+
+    @property
+    def port(self) -> int:
+        assert self.alloc.server is not None
+        return self.alloc.server.port
+
+    def start(self) -> None:
+        self.alloc.start(port=0)
+        answer = call(self.port, _submit(valid_spec("fz-keep"), hostile=False))
+        if answer.status != 201:
+            raise RuntimeError(f"set-up submit answered {answer.status}: {answer.body}")
+
+    def stop(self) -> None:
+        self.alloc.stop()
+
+    def run(self, i: int) -> RunResult:
+        if self.rng.random() < self.RACE_SHARE:
+            return self.race()
+        return self.one(self.requests.next())
+
+    def one(self, req: Request) -> RunResult:
+        store = self.alloc.store
+        # hold the planning round's lock: only this request may change the store
+        with self.alloc._lock:  # noqa: SLF001
+            before = snapshot(store)
+            t0 = time.monotonic()
+            ans = call(self.port, req)
+            took = time.monotonic() - t0
+            after = snapshot(store)
+        problems = self.check_answer(req, ans)
+        if ans.status is not None and 400 <= ans.status < 500:
+            changed = [t for t in before if before[t] != after[t]]
+            if changed:
+                problems.append(f"{req.kind}: refused ({ans.status}) but changed {changed}")
+        problems += store_problems(store, self.TOTAL_GPUS)
+        return RunResult(problems, took)
+
+    @staticmethod
+    def check_answer(req: Request, ans: Answer) -> list[str]:
+        what = f"{req.kind} {req.method} {req.path[:60]}"
+        if ans.status is None:
+            return [f"{what}: no answer ({ans.error})"]
+        if ans.status >= 500:
+            return [f"{what}: {ans.status} {str(ans.body)[:200]}"]
+        if req.hostile and not 400 <= ans.status < 500:
+            return [f"{what}: hostile request answered {ans.status} {str(ans.body)[:200]}"]
+        if not isinstance(ans.body, dict) and req.path.startswith("/api/"):
+            return [f"{what}: {ans.status} without a JSON object body"]
+        return []
+
+    def race(self) -> RunResult:
+        """Several threads submit and cancel one new name at once; the answers must add
+        up to the name's final state."""
+        self.races += 1
+        name = f"fz-race-{self.races}"
+        ops = ["submit", "cancel"] * (self.RACE_THREADS // 2)
+        self.rng.shuffle(ops)
+        answers: list[tuple[str, Answer]] = []
+        lock = threading.Lock()
+        barrier = threading.Barrier(len(ops))
+
+        def worker(op: str) -> None:
+            if op == "submit":
+                req = _submit(valid_spec(name), hostile=False, kind="race_submit")
+            else:
+                req = Request(
+                    "race_cancel", "DELETE", f"/api/v1/jobs/{name}", None, _auth("user"), False
+                )
+            barrier.wait(timeout=10)
+            ans = call(self.port, req)
+            with lock:
+                answers.append((op, ans))
+
+        threads = [threading.Thread(target=worker, args=(op,)) for op in ops]
+        t0 = time.monotonic()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=30)
+        took = time.monotonic() - t0
+        problems = self.check_race(name, answers)
+        self.known.append(name)
+        if len(self.known) > 12:
+            self.known.pop(3)
+        problems += store_problems(self.alloc.store, self.TOTAL_GPUS)
+        return RunResult(problems, took)
+
+    def check_race(self, name: str, answers: list[tuple[str, Answer]]) -> list[str]:
+        bad: list[str] = []
+        admitted = cancelled = 0
+        for op, ans in answers:
+            ok = {"submit": (200, 201, 409), "cancel": (200, 404, 409)}[op]
+            if ans.status not in ok:
+                bad.append(f"race {op} {name}: {ans.status} {str(ans.body)[:200]} {ans.error}")
+            admitted += op == "submit" and ans.status == 201
+            cancelled += op == "cancel" and ans.status == 200
+        store = self.alloc.store
+        rec = store.get_job(name)
+        adm = store.admissions(name)
+        kinds = [e.kind for e in store.events(job=name)]
+        if len(adm) != admitted or sum(a["admitted"] for a in adm) != admitted:
+            bad.append(f"race {name}: {admitted} submits answered 201, admissions {adm}")
+        if kinds.count("cancelled") != cancelled:
+            bad.append(f"race {name}: {cancelled} cancels answered 200, events {kinds}")
+        live = admitted - cancelled
+        if live not in (0, 1):
+            bad.append(f"race {name}: {admitted} admitted and {cancelled} cancelled")
+        state = rec.state if rec else None
+        want = "active" if live == 1 else ("cancelled" if admitted else None)
+        got = "active" if state in ACTIVE_STATES else state
+        if got != want:
+            bad.append(f"race {name}: state {state}, answers imply {want}")
+        if rec is not None and rec.active:  # leave it ended: races must not fill the cluster
+            call(
+                self.port,
+                Request("race_cleanup", "DELETE", f"/api/v1/jobs/{name}", None, _auth("user")),
+            )
+        return bad
+
+
+@contextmanager
+def api_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
+    with tempfile.TemporaryDirectory(prefix="flowcon-faults-") as tmp:
+        fuzz = ApiFuzz(rng, Path(tmp) / "state")
+        fuzz.start()
+        try:
+            yield fuzz.run
+        finally:
+            fuzz.stop()
+
+
+# -- the inputs scenario ------------------------------------------------------------------
+
+CORPUS = REPO / "tests" / "data" / "malformed"
+
+
+def load_input(kind: str, path: Path) -> Any:
+    """A corpus file through the real loader of its kind (the corpus folder's name)."""
+    from flowcon import config as agent_config
+    from flowcon.replay.scenario import load_scenario
+    from flowcon.service.config import load_config
+    from flowcon.service.jobspec import load_jobspec
+    from flowcon.sim.loaders import load_throughputs, load_trace
+
+    loaders: dict[str, Callable[[], Any]] = {
+        "agent": lambda: agent_config.load(path, environ={}),
+        "allocator": lambda: load_config(path, environ={}, secrets_dir=path.parent / "-"),
+        "jobspec": lambda: load_jobspec(path, now=0.0),
+        "scenario": lambda: load_scenario(path),
+        "throughput": lambda: load_throughputs(path.parent),
+        "trace": lambda: load_trace(path, load_throughputs(CORPUS / "throughput" / "good")),
+    }
+    return loaders[kind]()
+
+
+def corpus_files() -> list[tuple[str, Path]]:
+    """(kind, file) of every malformed file (not the helpers they point at)."""
+    helpers = {"good", "profile-bad.csv", "profile-notutf8.csv", "profile-list.yml"}
+    out = []
+    for path in sorted(CORPUS.rglob("*")):
+        rel = path.relative_to(CORPUS)
+        if path.is_file() and not helpers & set(rel.parts):
+            out.append((rel.parts[0], path))
+    return out
+
+
+@contextmanager
+def inputs_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
+    """Each run loads one corpus file (cycling): it must be refused with a ValueError
+    (the loaders' error types; not UnicodeDecodeError) naming the file."""
+    files = corpus_files()
+
+    def run(i: int) -> RunResult:
+        kind, path = files[i % len(files)]
+        t0 = time.monotonic()
+        try:
+            load_input(kind, path)
+        except UnicodeDecodeError as exc:
+            return RunResult([f"{path.name}: UnicodeDecodeError {exc}"], time.monotonic() - t0)
+        except ValueError as exc:
+            took = time.monotonic() - t0
+            if str(path) not in str(exc):
+                return RunResult([f"{kind}/{path.name}: message without the file: {exc}"], took)
+            return RunResult([], took)
+        except Exception as exc:  # a traceback-type error: the violation this counts
+            return RunResult([f"{kind}/{path.name}: {type(exc).__name__} {exc}"])
+        return RunResult([f"{kind}/{path.name}: accepted"], time.monotonic() - t0)
+
+    yield run
+
+
+# -- the interrupted-commands scenario ---------------------------------------------------
+
+
+def _leftovers(client: Any, run: str) -> list[str]:
+    """What a bench_rescale run ``run`` left in the engine."""
+    from flowcon.service.executor import Executor
+    from flowcon.service.executor_engine import network_name
+
+    job = f"bench-{run}"
+    left = [
+        f"container {c.id[:12]}"
+        for c in client.containers.list(
+            all=True, sparse=True, filters={"label": f"flowcon.bench={run}"}
+        )
+    ]
+    names = {"volume": Executor.volume_name(job), "network": network_name(job)}
+    for kind, name in names.items():
+        found = client.volumes.list(filters={"name": name}) if kind == "volume" else None
+        if kind == "network":
+            found = client.networks.list(names=[name])
+        left += [f"{kind} {name}" for f in found or [] if f.name == name]
+    return left
+
+
+@contextmanager
+def interrupted_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
+    """Each run starts benchmarks/bench_rescale.py (testbox image), sends SIGTERM or
+    SIGINT at a random moment of its run (0 to 4 s after its first container exists) and
+    checks it exits 130 and leaves no container, network or checkpoint volume. Recovery:
+    seconds from the signal to its exit. Needs the engine and flowcon/testbox:latest."""
+    import signal
+    import subprocess
+    import uuid
+
+    import docker
+
+    client = docker.from_env()
+
+    def sweep(run: str) -> None:
+        for c in client.containers.list(
+            all=True, sparse=True, filters={"label": f"flowcon.bench={run}"}
+        ):
+            c.remove(force=True)
+        subprocess.run(["docker", "network", "rm", f"flowcon-net-bench-{run}"], capture_output=True)
+        subprocess.run(
+            ["docker", "volume", "rm", "-f", f"flowcon-ckpt-bench-{run}"], capture_output=True
+        )
+
+    def run(i: int) -> RunResult:
+        run_id = f"f{uuid.uuid4().hex[:6]}"
+        sig = rng.choice([signal.SIGTERM, signal.SIGINT])
+        cmd = [sys.executable, str(REPO / "benchmarks" / "bench_rescale.py"), "--image",
+               "flowcon/testbox:latest", "--rescales", "50", "--grace", "5", "--run-id", run_id,
+               "--label", "flowcon.faults=1"]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        problems: list[str] = []
+        took = None
+        try:
+            end = time.monotonic() + 120
+            sel = {"label": f"flowcon.bench={run_id}"}
+            while time.monotonic() < end and proc.poll() is None:
+                if client.containers.list(all=True, sparse=True, filters=sel):
+                    break
+                time.sleep(0.2)
+            time.sleep(rng.uniform(0.0, 4.0))
+            if proc.poll() is not None:
+                return RunResult([f"exited {proc.returncode} before the signal"])
+            t0 = time.monotonic()
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=90)
+            took = time.monotonic() - t0
+            if proc.returncode != 130 or "Traceback" in err:
+                problems.append(f"{sig.name}: exit {proc.returncode}: {err[-300:]}")
+            problems += [f"{sig.name}: left {x}" for x in _leftovers(client, run_id)]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            sweep(run_id)
+        return RunResult(problems, took)
+
+    try:
+        yield run
+    finally:
+        client.close()
+
+
+# -- the scenarios of issue 15 ------------------------------------------------------------
+
+SCENARIOS = [
+    Scenario("api", "1,000 generated hostile and concurrent API requests", 1000, api_session),
+    Scenario("agent-kill", "kill -9 of the agent at random moments of a round", 20),
+    Scenario("agent-engine-restart", "the engine restarted under a running agent", 5),
+    Scenario("agent-foreign-change", "managed container removed/paused/changed mid-round", 10),
+    Scenario("agent-hostile-output", "10^5 generated metric lines", 1),
+    Scenario("agent-scale", "300 containers, 100 labeled, in bursts", 1),
+    Scenario("allocator-kill", "kill -9 of the allocator mid-rescale and mid-submit", 10),
+    Scenario("allocator-engine-restart", "engine restart and swarm node stop", 5),
+    Scenario("allocator-disk-full", "full store disk, corrupted checkpoint", 5),
+    Scenario(
+        "interrupted-commands",
+        "bench_rescale.py stopped by SIGTERM/SIGINT at a random moment",
+        5,
+        interrupted_session,
+    ),
+    Scenario(
+        "inputs",
+        "the malformed YAML and CSV corpus, each file once",
+        len(corpus_files()),
+        inputs_session,
+    ),
+]
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1000:.1f} ms" if x < 1 else f"{x:.2f} s"
+
+
+def report(summaries: list[Summary]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="FlowCon fault injection")
+    for col in ("scenario", "runs", "violations", "recovery p50", "recovery p95"):
+        table.add_column(col, justify="left" if col == "scenario" else "right")
+    for s in summaries:
+        if not s.implemented:
+            table.add_row(s.name, "-", "not yet implemented", "-", "-")
+            continue
+        if s.error:
+            table.add_row(s.name, str(s.runs), f"not run: {s.error[:60]}", "-", "-")
+            continue
+        table.add_row(s.name, str(s.runs), str(s.violations), _fmt(s.pct(50)), _fmt(s.pct(95)))
+    console = Console(width=110)
+    console.print(table)
+    for s in summaries:
+        for msg in s.messages[:20]:
+            console.print(f"[red]{s.name}[/red] {msg}", markup=True, highlight=False)
+    print(json.dumps({s.name: s.to_json() for s in summaries}, sort_keys=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scenario", action="append", choices=[s.name for s in SCENARIOS])
+    ap.add_argument("--runs", type=int, help="runs per scenario (default: the issue's count)")
+    ap.add_argument("--seed", type=int, default=15)
+    args = ap.parse_args(argv)
+    chosen = [s for s in SCENARIOS if not args.scenario or s.name in args.scenario]
+    summaries = [run_scenario(s, args.runs or s.default_runs, args.seed) for s in chosen]
+    report(summaries)
+    return 1 if any(s.violations or s.error for s in summaries) else 0
+
+
+if __name__ == "__main__":
+    import logging
+
+    logging.basicConfig(level=logging.CRITICAL)  # the server logs refused calls at DEBUG
+    sys.exit(main())
