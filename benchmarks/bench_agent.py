@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from flowcon.agent.controller import Controller
 from flowcon.agent.state import StateStore
 from flowcon.config import Config
 from flowcon.engine.docker_engine import DockerEngine
+from flowcon.interrupts import cleanup_guard, raise_interrupt
 from flowcon.listeners.events import EventListener
 
 IMAGE = "flowcon/testbox:latest"
@@ -177,33 +177,13 @@ def run_size(
             "latencies": latencies,
         }
     finally:
-        with _cleanup_guard():
+        with cleanup_guard():
             listener.stop()
             for c in client.containers.list(all=True, filters={"label": f"flowcon.bench={run}"}):
                 with contextlib.suppress(docker.errors.APIError):
                     c.remove(force=True)
             for c in ctls.values():
                 c.engine.close()
-
-
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-@contextlib.contextmanager
-def _cleanup_guard() -> Iterator[None]:
-    """The cleanup runs to its end: a SIGINT/SIGTERM meanwhile is held, raised after."""
-    pending: list[int] = []
-    old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    for sig in old:
-        signal.signal(sig, lambda signum, frame: pending.append(signum))
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-    if pending:
-        raise KeyboardInterrupt(f"signal {pending[0]}")
 
 
 def main() -> None:
@@ -223,7 +203,7 @@ def main() -> None:
         "--label", action="append", default=[], help="KEY=VALUE on every container it starts"
     )
     args = ap.parse_args()
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # as Ctrl-C: cleanup runs
+    signal.signal(signal.SIGTERM, raise_interrupt)  # as Ctrl-C: cleanup runs
     logging.basicConfig(level=logging.WARNING)
     client = docker.from_env()
     extra = dict(kv.split("=", 1) for kv in args.label)

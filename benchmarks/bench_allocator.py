@@ -25,7 +25,6 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,6 +34,7 @@ import contextlib  # noqa: E402
 
 from flowcon.alloc.model import Job, ThroughputCurve, Topology  # noqa: E402
 from flowcon.alloc.policy import ElasticFlowPolicy  # noqa: E402
+from flowcon.interrupts import cleanup_guard, raise_interrupt  # noqa: E402
 from flowcon.service.client import AllocatorClient  # noqa: E402
 from flowcon.service.config import load_config  # noqa: E402
 from flowcon.service.daemon import Allocator  # noqa: E402
@@ -196,7 +196,7 @@ def run_live(
             )
         return out, stats
     finally:
-        with _cleanup_guard():
+        with cleanup_guard():
             alloc.stop(stop_jobs=True)
             _sweep(client_docker, f"flowcon.bench={run_id}")
             client_docker.close()
@@ -223,26 +223,6 @@ def ratio(rows: dict[str, dict]) -> float:
     return sum(1 for r in rows.values() if r["met"]) / len(rows)
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
-@contextlib.contextmanager
-def _cleanup_guard() -> Iterator[None]:
-    """The cleanup runs to its end: a SIGINT/SIGTERM meanwhile is held, raised after."""
-    pending: list[int] = []
-    old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    for sig in old:
-        signal.signal(sig, lambda signum, frame: pending.append(signum))
-    try:
-        yield
-    finally:
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-    if pending:
-        raise KeyboardInterrupt(f"signal {pending[0]}")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--slot", type=float, default=2.0, help="scheduling slot (s)")
@@ -250,7 +230,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="print a JSON summary too")
     ap.add_argument("--dump", type=Path, help="write the live run's events and allocations here")
     args = ap.parse_args()
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # as Ctrl-C: cleanup runs
+    signal.signal(signal.SIGTERM, raise_interrupt)  # as Ctrl-C: cleanup runs
     trace = scaled(args.scale)
     run_id = uuid.uuid4().hex[:6]
     print(

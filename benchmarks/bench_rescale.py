@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from flowcon.engine.gpus import discover  # noqa: E402
+from flowcon.interrupts import raise_interrupt  # noqa: E402
 from flowcon.service.executor import Executor, ExecutorOptions  # noqa: E402
 from flowcon.service.executor_engine import EngineBackend  # noqa: E402
 from flowcon.service.jobspec import parse_jobspec  # noqa: E402
@@ -55,10 +56,6 @@ def metric_steps(lines: list[str]) -> list[int]:
     return out
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def _shield() -> None:
     """Cleanup must finish: further SIGINT/SIGTERM are ignored from here on."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -75,7 +72,7 @@ def main() -> int:
         "--label", action="append", default=[], help="KEY=VALUE on every object it creates"
     )
     args = ap.parse_args()
-    signal.signal(signal.SIGTERM, _raise_interrupt)  # as Ctrl-C: the finally below cleans up
+    signal.signal(signal.SIGTERM, raise_interrupt)  # as Ctrl-C: the finally below cleans up
 
     import docker
 

@@ -8,12 +8,12 @@ import signal
 import sys
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import click
 import yaml
 
+from flowcon.interrupts import raise_interrupt
 from flowcon.replay.model import RunResult
 from flowcon.replay.scenario import Scenario, ScenarioError, load_scenario
 
@@ -179,10 +179,6 @@ def print_comparison(cmp: dict[str, Any]) -> None:
         )
 
 
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def _pairs(values: tuple[str, ...], option: str) -> list[tuple[str, str]]:
     """``KEY=VALUE`` options as (key, value); a malformed one is a usage error."""
     out = []
@@ -317,7 +313,7 @@ def replay(
     except Exception as exc:
         raise click.ClickException(f"no Docker engine answers: {exc}") from None
 
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = signal.signal(signal.SIGTERM, raise_interrupt)
     results: dict[str, RunResult] = {}
     kwargs: dict[str, Any] = {
         "sample_interval": sample_interval,
