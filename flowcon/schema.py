@@ -26,6 +26,8 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from flowcon.textfile import safe_load_yaml
+
 ENV_PREFIX = "FLOWCON_"
 
 M = TypeVar("M", bound=BaseModel)
@@ -206,7 +208,7 @@ def _scalar(text: str, as_string: bool, var: str) -> Any:
     if as_string:
         return text
     try:
-        return yaml.safe_load(text)
+        return safe_load_yaml(text)  # a value nested too deeply is a YAMLError there too
     except yaml.YAMLError:
         raise SchemaError(
             [Problem(var, var, text, "not a YAML scalar (e.g. 5, 0.1, true, null)")]

@@ -119,6 +119,14 @@ def test_env_overrides_file_values_and_name_the_variable(tmp_path: Path) -> None
         assert str(err.value).startswith(f"{var}: {field}"), str(err.value)
 
 
+def test_an_env_value_nested_too_deeply_is_refused_naming_the_variable() -> None:
+    # yaml.safe_load raised RecursionError (a traceback) on this; now one line names it
+    with pytest.raises(ConfigError) as err:
+        load(None, {"FLOWCON_MATCH_LABELS": "[" * 5000})
+    assert str(err.value).startswith("FLOWCON_MATCH_LABELS: "), str(err.value)
+    assert "not a YAML scalar" in str(err.value)
+
+
 def test_flowcon_log_level_lower_case_does_not_crash_the_loader() -> None:
     assert load(None, {"FLOWCON_LOG_LEVEL": "debug"}).alpha == 0.05
 

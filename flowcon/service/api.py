@@ -31,6 +31,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import yaml
 
 from flowcon.service.auth import Credentials, required_role
+from flowcon.textfile import safe_load_yaml
 from flowcon.web.static import static_response
 
 log = logging.getLogger(__name__)
@@ -78,11 +79,9 @@ def _parse_body(raw: bytes, content_type: str) -> Any:
         raise ApiError(HTTPStatus.BAD_REQUEST, "body is not UTF-8") from None
     if "yaml" in content_type.lower():
         try:
-            return yaml.safe_load(text)
+            return safe_load_yaml(text)  # "[[[[..." too deep is a YAMLError there
         except yaml.YAMLError as exc:
             raise ApiError(HTTPStatus.BAD_REQUEST, f"invalid YAML: {exc}") from None
-        except RecursionError:  # "[[[[..." deeper than the parser's recursion limit
-            raise ApiError(HTTPStatus.BAD_REQUEST, "invalid YAML: nested too deeply") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
