@@ -24,7 +24,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from flowcon.schema import SchemaError, Strict, env_overrides, label_problem, merge, path_problem
 from flowcon.schema import validate as schema_validate
-from flowcon.textfile import NotText, read_text, safe_load_yaml
+from flowcon.textfile import NotText, SecretError, read_secret, read_text, safe_load_yaml
 
 ENV_CONFIG = "FLOWCON_CONFIG"
 # Swarm secret read for allocator.token when neither token nor token_file is set
@@ -185,14 +185,9 @@ def _resolve_token(cfg: Config, source: str) -> Config:
     if path is None:
         return cfg
     try:
-        token = read_text(path).strip()
-    except NotText as exc:
-        raise ConfigError(f"{source}allocator.token_file: {path}, {exc}") from None
-    except OSError as exc:
-        raise ConfigError(
-            f"{source}allocator.token_file: cannot read {path}: {exc.strerror or exc}"
-        ) from None
-    alloc.token = token or None
+        alloc.token = read_secret(path)
+    except SecretError as exc:
+        raise ConfigError(f"{source}allocator.token_file: {exc}") from None
     return cfg
 
 

@@ -5,6 +5,7 @@ malformed one is refused with a message naming the file and line, never a traceb
 ``UnicodeDecodeError`` would name only a byte offset). ``safe_load_yaml``: ``yaml.safe_load``
 whose ``RecursionError`` on a document nested past the parser's recursion limit (a few
 hundred ``[``) becomes a ``yaml.YAMLError``, which every loader already reports.
+``read_secret``: a token file's text, or ``SecretError`` naming the file.
 """
 
 from __future__ import annotations
@@ -27,6 +28,20 @@ def read_text(path: str | Path) -> str:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise NotText(f"line {line}: not UTF-8 text (byte 0x{raw[exc.start]:02x})") from None
+
+
+class SecretError(ValueError):
+    """A secret file (a token file, a Swarm secret) cannot be read; the message names it."""
+
+
+def read_secret(path: str | Path) -> str | None:
+    """A secret file's text without surrounding whitespace; None when it is empty."""
+    try:
+        return read_text(path).strip() or None
+    except NotText as exc:
+        raise SecretError(f"{path}, {exc}") from None
+    except OSError as exc:
+        raise SecretError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def safe_load_yaml(text: str) -> Any:

@@ -29,7 +29,7 @@ from pydantic import Field, field_validator
 from flowcon.alloc.policy import POLICIES
 from flowcon.schema import SchemaError, Strict, env_overrides, merge, path_problem
 from flowcon.schema import validate as schema_validate
-from flowcon.textfile import NotText, read_text, safe_load_yaml
+from flowcon.textfile import NotText, SecretError, read_secret, read_text, safe_load_yaml
 
 DEFAULT_PORT = 8470
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
@@ -250,11 +250,9 @@ def _read_mapping(p: Path) -> dict[str, Any]:
 
 def _read_token(path: str | Path, where: str) -> str | None:
     try:
-        return read_text(path).strip() or None
-    except NotText as exc:
-        raise ConfigError(f"{where}: {path}, {exc}") from None
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read {path}: {exc.strerror or exc}") from None
+        return read_secret(path)
+    except SecretError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def _role_token(
