@@ -172,9 +172,8 @@ class Backend(Protocol):
 
     def remove(self, worker: Worker) -> None: ...
 
-    def logs(self, worker: Worker, timestamps: bool = False, stderr: bool = False) -> list[str]:
-        """Output lines (stdout; with ``stderr`` too), each led by the engine's RFC 3339
-        timestamp and a space when ``timestamps``."""
+    def logs(self, worker: Worker) -> list[str]:
+        """The worker's stdout lines (timestamped stdout and stderr: ``read_logs``)."""
         ...
 
     def cleanup(self, job: str, volume: str | None) -> None: ...

@@ -230,12 +230,12 @@ class EngineBackend:
             if exc.status_code != 409:  # 409: removal already in progress
                 raise ExecutorError(f"removing {c.name}: {exc}") from exc
 
-    def logs(self, worker: Worker, timestamps: bool = False, stderr: bool = False) -> list[str]:
+    def logs(self, worker: Worker) -> list[str]:
         c = self._get(worker)
         if c is None:
             return []
         try:
-            raw = c.logs(stdout=True, stderr=stderr, timestamps=timestamps)
+            raw = c.logs(stdout=True, stderr=False)
         except engine_errors() as exc:
             log.warning("logs of %s: %s", worker.name, exc)
             return []

@@ -245,12 +245,12 @@ class SwarmBackend:
         except docker.errors.APIError as exc:
             raise ExecutorError(f"removing {worker.name}: {exc}") from exc
 
-    def logs(self, worker: Worker, timestamps: bool = False, stderr: bool = False) -> list[str]:
+    def logs(self, worker: Worker) -> list[str]:
         svc = self._get(worker)
         if svc is None:
             return []
         try:
-            chunks = svc.logs(stdout=True, stderr=stderr, follow=False, timestamps=timestamps)
+            chunks = svc.logs(stdout=True, stderr=False, follow=False)
             raw = b"".join(chunks)
         except engine_errors() as exc:
             log.warning("logs of %s: %s", worker.name, exc)

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from flowcon.core.metric_lines import regex_step_points, step_points
-from flowcon.engine.logs import parse_ts
 from flowcon.service.backend import Backend, ExecutorError, Worker
 from flowcon.service.jobspec import JobSpec, ThroughputProfile
 from flowcon.service.jobspec_keys import MetricSpec
@@ -49,18 +48,6 @@ def rate_of(points: Sequence[tuple[float, float]]) -> tuple[float | None, int]:
     return (s1 - s0) / (t1 - t0), len(points)
 
 
-def split_timestamps(lines: Iterable[str]) -> list[tuple[float, str]]:
-    """(engine timestamp in seconds, text) of log lines read with ``timestamps=True``;
-    a line without a leading timestamp is left out."""
-    out: list[tuple[float, str]] = []
-    for line in lines:
-        raw = line.encode()
-        got = parse_ts(raw)
-        if got is not None:
-            out.append((got[0] / 1e9, raw[got[1] :].decode(errors="replace")))
-    return out
-
-
 def worker_points(
     backend: Backend, worker: Worker, metric: MetricSpec | None
 ) -> list[tuple[float, float]]:
@@ -70,7 +57,12 @@ def worker_points(
     regex = metric.compiled() if metric is not None else None
     if metric is None or regex is None:
         return [(float(step), ts) for step, ts in step_points(backend.logs(worker))]
-    timed = split_timestamps(backend.logs(worker, timestamps=True, stderr=True))
+    try:  # stdout and stderr, each line with the engine's timestamp
+        lines = backend.read_logs(worker)
+    except ExecutorError as exc:
+        log.warning("logs of %s: %s", worker.name, exc)
+        return []
+    timed = [(ln.ts_ns / 1e9, ln.text) for ln in lines]
     return regex_step_points(timed, regex, metric.steps_per_line, metric.steps_per_epoch)
 
 

@@ -6,36 +6,41 @@ from typing import Any
 
 import pytest
 
-from flowcon.service.backend import Worker
+from flowcon.service.backend import ExecutorError, LogLine, Worker
 from flowcon.service.jobspec_keys import MetricSpec
-from flowcon.service.profiling import rate_of, split_timestamps, worker_points
+from flowcon.service.profiling import rate_of, worker_points
 
 
 class LogsOnly:
-    """A backend whose only working call is ``logs`` (stdout lines; stderr/timestamps asked
-    for are recorded)."""
+    """A backend whose only working calls are the two log reads (which one was asked, and
+    whether it asked for stderr and timestamps, is recorded as (timestamps, stderr))."""
 
     def __init__(self, stdout: list[str], stderr: list[str]) -> None:
         self.stdout, self.stderr = stdout, stderr
         self.asked: list[tuple[bool, bool]] = []
 
-    def logs(self, worker: Worker, timestamps: bool = False, stderr: bool = False) -> list[str]:
-        self.asked.append((timestamps, stderr))
-        lines = self.stdout + (self.stderr if stderr else [])
-        if timestamps:
-            return [f"2026-01-01T00:00:{i:02d}.500000000Z {ln}" for i, ln in enumerate(lines)]
-        return lines
+    def logs(self, worker: Worker) -> list[str]:
+        self.asked.append((False, False))
+        return self.stdout
+
+    def read_logs(self, worker: Worker) -> list[LogLine]:
+        """stdout and stderr, one line a second from 2026-01-01T00:00:00.5Z."""
+        self.asked.append((True, True))
+        lines = self.stdout + self.stderr
+        return [LogLine(int(T0 * 1e9) + i * 10**9, ln) for i, ln in enumerate(lines)]
 
 
 W = Worker("id", "n", "j", "node1", 0, ("0",), "running", None, {}, "img")
 T0 = 1767225600.5  # 2026-01-01T00:00:00.5Z
 
 
-def test_split_timestamps() -> None:
-    got = split_timestamps(
-        ["2026-01-01T00:00:00.5Z hello world", "no stamp", "2026-01-01T00:00:01Z x"]
-    )
-    assert got == [(pytest.approx(T0), "hello world"), (pytest.approx(T0 + 0.5), "x")]
+def test_own_format_with_the_engine_failing_is_no_points() -> None:
+    class Failing(LogsOnly):
+        def read_logs(self, worker: Worker) -> list[LogLine]:
+            raise ExecutorError("logs of n: engine gone")
+
+    m = MetricSpec("loss", r"Step (?P<step>\d+) \| loss (?P<value>\S+)")
+    assert worker_points(Failing(["Step 1 | loss 1"], []), W, m) == []
 
 
 def test_json_lines_without_a_regex() -> None:
