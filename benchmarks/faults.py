@@ -28,6 +28,12 @@ Scenarios implemented:
         benchmarks/bench_rescale.py (testbox image, real engine) stopped by SIGTERM or
         SIGINT at a random moment of its run: it must exit 130 and leave no container,
         network or checkpoint volume. Recovery: seconds from the signal to its exit.
+  agent-kill
+        SIGKILL of a real ``flowcon agent`` at a random moment of its round, restarted each
+        time, with 6 managed and 2 unmanaged containers (benchmarks/faults_agent.py):
+        state file valid, originals unchanged, engine = recorded limits after the next
+        round, unmanaged untouched, a final SIGTERM restores. Recovery: restart to the
+        end of the first complete round.
 
 A scenario whose set-up fails (no engine) is reported "not run", not passed.
 """
@@ -139,12 +145,32 @@ def _runs(session: Session, rng: random.Random, runs: int, out: Summary) -> None
     with session(rng) as run:
         for i in range(runs):
             result = run(i)
+            if i == runs - 1 and isinstance(run, FinalCheck):
+                # The scenario's end-of-session invariant counts with its last run.
+                result.violations.extend(f"final: {v}" for v in run.final())
             out.runs += 1
             if result.violations:
                 out.violations += 1
                 out.messages.extend(f"run {i}: {v}" for v in result.violations)
             if result.recovery_s is not None:
                 out.recovery.append(result.recovery_s)
+
+
+class FinalCheck:
+    """A session's run callable with an invariant checked once, after its last run
+    (the agent's "a final SIGTERM leaves every managed container unthrottled")."""
+
+    def __init__(
+        self,
+        run: Callable[[int], tuple[list[str], float | None]],
+        final: Callable[[], list[str]],
+    ) -> None:
+        self._run = run
+        self.final = final
+
+    def __call__(self, i: int) -> RunResult:
+        problems, took = self._run(i)
+        return RunResult(problems, took)
 
 
 # -- the API scenario ---------------------------------------------------------------------
@@ -892,11 +918,26 @@ def interrupted_session(rng: random.Random) -> Iterator[Callable[[int], RunResul
         client.close()
 
 
+@contextmanager
+def agent_kill_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
+    """kill -9 of a real agent at random moments (benchmarks/faults_agent.py)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from faults_agent import agent_kill_session as session
+
+    with session(rng) as (run, final):
+        yield FinalCheck(run, final)
+
+
 # -- the scenarios of issue 15 ------------------------------------------------------------
 
 SCENARIOS = [
     Scenario("api", "1,000 generated hostile and concurrent API requests", 1000, api_session),
-    Scenario("agent-kill", "kill -9 of the agent at random moments of a round", 20),
+    Scenario(
+        "agent-kill",
+        "kill -9 of the agent at random moments of a round",
+        20,
+        agent_kill_session,
+    ),
     Scenario("agent-engine-restart", "the engine restarted under a running agent", 5),
     Scenario("agent-foreign-change", "managed container removed/paused/changed mid-round", 10),
     Scenario("agent-hostile-output", "10^5 generated metric lines", 1),

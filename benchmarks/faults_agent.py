@@ -1,0 +1,315 @@
+"""The agent's fault scenarios for benchmarks/faults.py (issue 15, "Agent").
+
+agent-kill: six managed and two unmanaged testbox containers run real metric loops; the
+agent (a real ``flowcon agent`` subprocess, itval 1 s) is killed with SIGKILL at a random
+moment, its state file is checked, it is restarted, and after its next round the engine's
+settings are compared with what it recorded. Invariants, checked after every kill:
+
+* the state file parses (``agent.state.from_json``) whenever it exists;
+* each managed container's recorded original settings equal the settings it was created
+  with, and never change from one run to the next;
+* after the restarted agent's next round, each managed container's CPU limit in the
+  engine is the one the agent's state says it applied (Algorithm 1's, ``min_update_cpus``
+  0 so no deadband hides a difference);
+* the unmanaged containers' CPU settings are never touched;
+* at the end a SIGTERM gives every managed container its original settings back
+  (an originally unlimited one: the whole host, see docs/agent.md).
+
+Recovery: seconds from the restart to the end of the agent's first complete round.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+Outcome = tuple[list[str], float | None]  # (violations, recovery seconds)
+
+REPO = Path(__file__).resolve().parent.parent
+NANO = 10**9
+TESTBOX = "flowcon/testbox:latest"
+CPU_KEYS = ("NanoCpus", "CpuQuota", "CpuPeriod", "CpuShares")
+
+
+def metric_loop(loss_expr: str, busy: int = 40, nap: str = "0.3") -> list[str]:
+    """A light testbox training loop: a little CPU, one metric line per step."""
+    return [
+        "sh",
+        "-c",
+        "i=0; while true; do i=$((i+1)); j=0; "
+        f"while [ $j -lt {busy} ]; do j=$((j+1)); done; "
+        f'printf \'{{"step":%d,"loss":%d}}\\n\' $i $(({loss_expr})); sleep {nap}; done',
+    ]
+
+
+# name -> (loss expression, creation kwargs, managed); the originals cover every form
+# the agent must give back: none, NanoCpus, CpuShares, quota and period.
+CONTAINERS: dict[str, tuple[str, dict[str, Any], bool]] = {
+    "m-flat": ("100000/(i*5000+10)", {}, True),
+    "m-steady": ("1000000-i*10", {}, True),
+    "m-decay": ("100000/(i+10)", {}, True),
+    "m-nano": ("100000/(i+20)", {"nano_cpus": 3 * NANO // 2}, True),
+    "m-shares": ("1000000-i*7", {"cpu_shares": 512}, True),
+    "m-quota": ("100000/(i+5)", {"cpu_quota": 150_000, "cpu_period": 100_000}, True),
+    "u-limited": ("1000000-i", {"nano_cpus": NANO}, False),
+    "u-plain": ("1000000-i", {}, False),
+}
+
+
+def cpu_settings(container: Any) -> dict[str, int]:
+    container.reload()
+    hc = container.attrs["HostConfig"]
+    return {k: int(hc.get(k) or 0) for k in CPU_KEYS}
+
+
+class Agent:
+    """A ``flowcon agent`` subprocess on a private config and state file."""
+
+    def __init__(self, folder: Path, run_id: str) -> None:
+        self.state = folder / "state.json"
+        self.log = folder / "agent.log"
+        self.cfg = folder / "agent.yaml"
+        self.cfg.write_text(
+            json.dumps(  # JSON is YAML
+                {
+                    "state_file": str(self.state),
+                    "itval": 1,
+                    "itval_max": 2,
+                    "alpha": 0.05,
+                    "beta": 2,
+                    "reference_intervals": 2,
+                    "min_update_cpus": 0,
+                    "match_labels": {"flowcon.faults": run_id},
+                }
+            )
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "FLOWCON_LOG_LEVEL": "INFO"}
+        with self.log.open("a") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "flowcon.cli", "agent", "--config", str(self.cfg)],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=env,
+                cwd=str(REPO),
+                start_new_session=True,
+            )
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def read_state(self) -> tuple[dict[str, Any] | None, str]:
+        """(the state as a dict, "") or (None, why it is not valid); missing = (None, "")."""
+        from agent.state import from_json
+
+        try:
+            text = self.state.read_text()
+        except FileNotFoundError:
+            return None, ""
+        try:
+            from_json(text)
+            return json.loads(text), ""
+        except (ValueError, TypeError) as exc:
+            return None, f"state file invalid: {exc}"
+
+
+def _expected_original(kwargs: dict[str, Any]) -> dict[str, int]:
+    return {
+        "NanoCpus": int(kwargs.get("nano_cpus", 0)),
+        "CpuQuota": int(kwargs.get("cpu_quota", 0)),
+        "CpuPeriod": int(kwargs.get("cpu_period", 0)),
+        "CpuShares": int(kwargs.get("cpu_shares", 0)),
+    }
+
+
+def _original_from_state(raw: dict[str, Any]) -> dict[str, int]:
+    """The state file's snake_case CpuSettings as HostConfig keys."""
+    keys = {"nano_cpus": "NanoCpus", "cpu_quota": "CpuQuota", "cpu_period": "CpuPeriod"}
+    out = {key: int(raw.get(field) or 0) for field, key in keys.items()}
+    out["CpuShares"] = int(raw.get("cpu_shares") or 0)
+    return out
+
+
+def _engine_cpus(settings: dict[str, int]) -> float | None:
+    if settings["NanoCpus"]:
+        return settings["NanoCpus"] / NANO
+    if settings["CpuQuota"] > 0:
+        return settings["CpuQuota"] / (settings["CpuPeriod"] or 100_000)
+    return None
+
+
+class KillSession:
+    """Set-up, one kill-and-restart per run, and the final SIGTERM check."""
+
+    def __init__(
+        self, client: Any, rng: Any, folder: Path, labels: dict[str, str] | None = None
+    ) -> None:
+        self.client = client
+        self.extra_labels = dict(labels or {})
+        self.rng = rng
+        self.run_id = f"k{uuid.uuid4().hex[:8]}"
+        self.agent = Agent(folder, self.run_id)
+        self.containers: dict[str, Any] = {}
+        self.unmanaged_before: dict[str, dict[str, int]] = {}
+        self.host_cpus = int(client.info()["NCPU"])
+
+    def start_containers(self) -> None:
+        for name, (loss, kwargs, managed) in CONTAINERS.items():
+            labels = {
+                **self.extra_labels,
+                "flowcon.faults": self.run_id,
+                "flowcon.metric": "loss",
+            }
+            if managed:
+                labels["flowcon.enable"] = "true"
+            self.containers[name] = self.client.containers.run(
+                TESTBOX,
+                metric_loop(loss),
+                detach=True,
+                name=f"fc-{self.run_id}-{name}",
+                labels=labels,
+                network_mode="none",
+                **kwargs,
+            )
+        for name, (_, _, managed) in CONTAINERS.items():
+            if not managed:
+                self.unmanaged_before[name] = cpu_settings(self.containers[name])
+
+    def remove_containers(self) -> None:
+        for c in self.client.containers.list(
+            all=True, sparse=True, filters={"label": f"flowcon.faults={self.run_id}"}
+        ):
+            c.remove(force=True)
+
+    def managed_ids(self) -> dict[str, str]:
+        return {n: self.containers[n].id for n, (_, _, m) in CONTAINERS.items() if m}
+
+    def wait_round(self, after: float, timeout: float = 30.0) -> tuple[dict[str, Any] | None, str]:
+        """The state once a round that ended after ``after`` recorded every managed
+        container with its list; (None, why) on a timeout or an invalid file."""
+        end = time.monotonic() + timeout
+        ids = set(self.managed_ids().values())
+        while time.monotonic() < end:
+            state, bad = self.agent.read_state()
+            if bad:
+                return None, bad
+            if state and state.get("updated_at", 0) > after:
+                recs = state.get("containers", {})
+                if all(cid in recs and recs[cid].get("list") for cid in ids):
+                    return state, ""
+            time.sleep(0.1)
+        return None, "no complete round within 30 s of the restart"
+
+    def check_state(self, state: dict[str, Any]) -> list[str]:
+        problems: list[str] = []
+        for name, cid in self.managed_ids().items():
+            rec = state.get("containers", {}).get(cid) or {}
+            want = _expected_original(CONTAINERS[name][1])
+            got = rec.get("original")
+            if got is not None and _original_from_state(got) != want:
+                problems.append(f"{name}: recorded original {got} != created with {want}")
+        mismatch = self._applied_mismatch(state)
+        # The agent keeps acting (a round a second, engine calls in parallel): a
+        # difference must persist across fresh snapshots to count.
+        end = time.monotonic() + 5
+        while mismatch and time.monotonic() < end:
+            time.sleep(0.3)
+            fresh, bad = self.agent.read_state()
+            if bad:
+                return [*problems, bad]
+            mismatch = self._applied_mismatch(fresh or {})
+        return problems + mismatch + self.check_unmanaged()
+
+    def _applied_mismatch(self, state: dict[str, Any]) -> list[str]:
+        out = []
+        recs = state.get("containers", {})
+        for name, cid in self.managed_ids().items():
+            applied = (recs.get(cid) or {}).get("applied_cpus")
+            engine = _engine_cpus(cpu_settings(self.containers[name]))
+            if applied is not None and (engine is None or abs(engine - applied) > 0.0015):
+                out.append(f"{name}: state says {applied} CPUs applied, engine has {engine}")
+        return out
+
+    def check_unmanaged(self) -> list[str]:
+        return [
+            f"unmanaged {name} touched: {before} -> {cpu_settings(self.containers[name])}"
+            for name, before in self.unmanaged_before.items()
+            if cpu_settings(self.containers[name]) != before
+        ]
+
+    def one_kill(self, i: int) -> Outcome:
+        # Kill at a random moment: rounds are 1 s apart, so 0-3 s lands anywhere in one.
+        time.sleep(self.rng.uniform(0.0, 3.0))
+        self.agent.kill()
+        state, bad = self.agent.read_state()
+        problems = [f"after kill {i}: {bad}"] if bad else []
+        t0 = time.time()
+        self.agent.start()
+        state, why = self.wait_round(after=t0)
+        took = time.time() - t0
+        if state is None:
+            return [*problems, f"after restart {i}: {why}"], None
+        return problems + [f"run {i}: {p}" for p in self.check_state(state)], took
+
+    def final_check(self) -> list[str]:
+        code = self.agent.stop()
+        problems = [] if code == 0 else [f"final SIGTERM: agent exited {code}"]
+        for name, cid in self.managed_ids().items():
+            _, kwargs, _ = CONTAINERS[name]
+            want = _expected_original(kwargs)
+            got = cpu_settings(self.containers[name])
+            if not want["NanoCpus"] and not want["CpuQuota"]:
+                want["NanoCpus"] = self.host_cpus * NANO  # unlimited: the whole host
+            if any(got[k] != want[k] for k in CPU_KEYS if want[k]):
+                problems.append(f"after SIGTERM {name} ({cid[:12]}): {got}, want {want}")
+        return problems + self.check_unmanaged()
+
+
+@contextmanager
+def agent_kill_session(
+    rng: Any, labels: dict[str, str] | None = None
+) -> Iterator[tuple[Callable[[int], Outcome], Callable[[], list[str]]]]:
+    """The ``agent-kill`` scenario: (one kill and restart, the final SIGTERM check)."""
+    import docker
+
+    client = docker.from_env()
+    with tempfile.TemporaryDirectory(prefix="flowcon-faults-agent-") as tmp:
+        sess = KillSession(client, rng, Path(tmp), labels)
+        try:
+            sess.start_containers()
+            t0 = time.time()
+            sess.agent.start()
+            state, why = sess.wait_round(after=t0)
+            if state is None:
+                raise RuntimeError(f"the agent never completed a first round: {why}")
+            yield sess.one_kill, sess.final_check
+        finally:
+            sess.agent.kill()
+            sess.remove_containers()
+            client.close()
