@@ -24,6 +24,10 @@ from flowcon.engine.protocol import Engine
 log = logging.getLogger("flowcon.agent.monitor")
 
 _WARN_EVERY = 100  # repeated bad lines: log the 1st, 101st, ...
+# A job's metric regex that runs past its time limit on this many lines is switched off
+# for the container (one error line): a pattern built to backtrack would otherwise cost
+# the time limit on every line of a chatty job.
+REGEX_TIMEOUTS_MAX = 3
 
 
 @dataclass
@@ -75,6 +79,7 @@ class ContainerMonitor:
     progress: Progress = field(default_factory=Progress)
     history: deque[tuple[float, float | None, float | None]] = field(init=False)
     _prev_step: tuple[float, int] | None = None
+    regex_off: bool = False  # the job's regex timed out REGEX_TIMEOUTS_MAX times
 
     def __post_init__(self) -> None:
         self.history = deque(maxlen=self.history_len)
@@ -107,6 +112,8 @@ class ContainerMonitor:
             if line.text is None:
                 self._skip("too-long", f"{line.size} bytes > {self.max_line_bytes}")
                 continue
+            if self.regex_off:
+                continue
             parsed = parse_line(line.text, metric, regex)
             ts = line.ts_ns / 1e9
             if parsed.step is not None:
@@ -118,8 +125,22 @@ class ContainerMonitor:
                 samples += 1
             elif parsed.kind in (LineKind.MALFORMED, LineKind.NON_FINITE, LineKind.BAD_VALUE):
                 self._skip(parsed.kind.value, parsed.detail)
+            elif parsed.kind is LineKind.REGEX_TIMEOUT:
+                self._regex_timed_out(parsed.detail)
         self.progress.samples += samples
         return samples
+
+    def _regex_timed_out(self, detail: str) -> None:
+        self._skip(LineKind.REGEX_TIMEOUT.value, detail)
+        if self.progress.skipped[LineKind.REGEX_TIMEOUT.value] >= REGEX_TIMEOUTS_MAX:
+            self.regex_off = True
+            log.error(
+                "metric regex switched off container=%s: it ran past its time limit on %d "
+                "lines (a pattern that backtracks?); no metric is read from this container "
+                "until it is recreated with a fixed flowcon.metric.regex",
+                self.name,
+                REGEX_TIMEOUTS_MAX,
+            )
 
     def _note_step(self, ts: float, step: int) -> None:
         self.progress.step, self.progress.step_ts = step, ts

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from flowcon import contract
+from flowcon.core.metric_lines import MetricRegex, RegexError, compile_regex
 
 # The label names, re-exported under their short names (flowcon.contract defines them).
 CPUS_MAX = contract.LABEL_CPUS_MAX
@@ -39,7 +39,7 @@ class Policy:
     job: str | None  # flowcon.job: monitored for throughput even when not managed
     metric: str = "loss"
     goal: str = "min"
-    regex: re.Pattern[str] | None = None
+    regex: MetricRegex | None = None
     cpus_min: float | None = None
     cpus_max: float | None = None
 
@@ -79,13 +79,13 @@ def _cpus(labels: Mapping[str, str], key: str) -> float | None:
     return value
 
 
-def compile_metric_regex(raw: str) -> re.Pattern[str]:
+def compile_metric_regex(raw: str) -> MetricRegex:
     """A metric regex (the ``flowcon.metric.regex`` label, a job spec's ``metric.regex``):
     it compiles and has a named group ``value``; ``step`` and ``epoch`` groups are optional.
     LabelError says why not."""
     try:
-        regex = re.compile(raw)
-    except re.error as exc:
+        regex = compile_regex(raw)
+    except RegexError as exc:
         raise LabelError(f"{REGEX}={raw!r} does not compile: {exc}") from None
     if "value" not in regex.groupindex:
         raise LabelError(f"{REGEX}={raw!r} has no named group (?P<value>...)")

@@ -10,12 +10,25 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
+import regex as _regex
+
 from flowcon.contract import LINE_EVENT, LINE_STEP, LINE_TS
+
+# A job's own metric regex (flowcon.metric.regex, a job spec's metric.regex) is compiled
+# with the ``regex`` package, whose matching takes a time limit: a pattern built to
+# backtrack (``(a+)+$``) on a long line would otherwise hold a CPU for minutes.
+MetricRegex = _regex.Pattern[str]
+RegexError = _regex.error
+REGEX_TIMEOUT_S = 0.05  # per line; lines are at most the agent's max_line_bytes
+
+
+def compile_regex(raw: str) -> MetricRegex:
+    """``raw`` compiled for ``parse_line`` (``RegexError`` if it does not compile)."""
+    return _regex.compile(raw)
 
 
 class LineKind(Enum):
@@ -25,6 +38,7 @@ class LineKind(Enum):
     MALFORMED = "malformed"  # looks like JSON but is not
     NON_FINITE = "non-finite"  # NaN, inf or null: skipped
     BAD_VALUE = "bad-value"  # not a number
+    REGEX_TIMEOUT = "regex-timeout"  # the job's regex ran past REGEX_TIMEOUT_S on the line
 
 
 @dataclass(frozen=True)
@@ -59,26 +73,38 @@ def _ts(raw: object) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
+def _parse_regex_line(line: str, regex: MetricRegex, timeout: float) -> ParsedLine:
+    """``parse_line`` for a job's own format."""
+    try:
+        match = regex.search(line, timeout=timeout)
+    except TimeoutError:
+        return ParsedLine(LineKind.REGEX_TIMEOUT, detail=f"{len(line)} characters")
+    if match is None:
+        return ParsedLine(LineKind.TEXT)
+    value = _number(match.group("value"))
+    step = _step(match.group("step")) if "step" in regex.groupindex else None
+    epoch = _step(match.group("epoch")) if "epoch" in regex.groupindex else None
+    if value is None:
+        return ParsedLine(LineKind.BAD_VALUE, step=step, detail=match.group("value")[:80])
+    if not math.isfinite(value):
+        return ParsedLine(
+            LineKind.NON_FINITE, step=step, detail=match.group("value")[:80], epoch=epoch
+        )
+    return ParsedLine(LineKind.SAMPLE, value, step, epoch=epoch)
+
+
 def parse_line(
-    line: str, metric: str | None = None, regex: re.Pattern[str] | None = None
+    line: str,
+    metric: str | None = None,
+    regex: MetricRegex | None = None,
+    timeout: float = REGEX_TIMEOUT_S,
 ) -> ParsedLine:
     """Classify one output line and extract the metric (and the step and ts when present).
 
-    ``metric=None`` reads only the step and ts of a JSON line (kind NO_METRIC)."""
+    ``metric=None`` reads only the step and ts of a JSON line (kind NO_METRIC). A regex
+    that runs longer than ``timeout`` seconds on the line gives kind REGEX_TIMEOUT."""
     if regex is not None:
-        match = regex.search(line)
-        if match is None:
-            return ParsedLine(LineKind.TEXT)
-        value = _number(match.group("value"))
-        step = _step(match.group("step")) if "step" in regex.groupindex else None
-        epoch = _step(match.group("epoch")) if "epoch" in regex.groupindex else None
-        if value is None:
-            return ParsedLine(LineKind.BAD_VALUE, step=step, detail=match.group("value")[:80])
-        if not math.isfinite(value):
-            return ParsedLine(
-                LineKind.NON_FINITE, step=step, detail=match.group("value")[:80], epoch=epoch
-            )
-        return ParsedLine(LineKind.SAMPLE, value, step, epoch=epoch)
+        return _parse_regex_line(line, regex, timeout)
     text = line.strip()
     if not text.startswith("{"):
         return ParsedLine(LineKind.TEXT)
@@ -117,7 +143,7 @@ def step_points(lines: Iterable[str]) -> list[tuple[int, float]]:
 
 def regex_step_points(
     timed_lines: Iterable[tuple[float, str]],
-    regex: re.Pattern[str],
+    regex: MetricRegex,
     steps_per_line: float | None = None,
     steps_per_epoch: int | None = None,
 ) -> list[tuple[float, float]]:
@@ -133,7 +159,7 @@ def regex_step_points(
     per_line = 1.0 if steps_per_line is None else steps_per_line
     for ts, line in timed_lines:
         p = parse_line(line, regex=regex)
-        if p.kind in (LineKind.TEXT, LineKind.BAD_VALUE):
+        if p.kind in (LineKind.TEXT, LineKind.BAD_VALUE, LineKind.REGEX_TIMEOUT):
             continue
         count += 1
         if "step" in regex.groupindex:

@@ -34,6 +34,7 @@ from typing import Any
 
 from flowcon import contract
 from flowcon.core.labels import LabelError, compile_metric_regex
+from flowcon.core.metric_lines import MetricRegex
 from flowcon.schema import label_problem, path_problem, show
 
 GIB = 1 << 30
@@ -101,7 +102,7 @@ class MetricSpec:
     steps_per_line: float | None = None
     steps_per_epoch: int | None = None
 
-    def compiled(self) -> re.Pattern[str] | None:
+    def compiled(self) -> MetricRegex | None:
         return None if self.regex is None else compile_metric_regex(self.regex)
 
     def as_dict(self) -> dict[str, Any]:

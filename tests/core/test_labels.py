@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
-from flowcon.core.labels import LabelError, merge_service_labels, parse_bool, parse_policy
+from flowcon.core.labels import (
+    LabelError,
+    compile_metric_regex,
+    merge_service_labels,
+    parse_bool,
+    parse_policy,
+)
 from flowcon.core.metric_lines import LineKind, parse_line
 
 
@@ -104,7 +108,7 @@ def test_metric_lines() -> None:
 
 
 def test_regex_label_lines() -> None:
-    rx = re.compile(r"iter (?P<step>\d+) loss=(?P<value>\S+)")
+    rx = compile_metric_regex(r"iter (?P<step>\d+) loss=(?P<value>\S+)")
     s = parse_line("2024 INFO iter 40 loss=1.25e-1", "loss", rx)
     assert s.kind is LineKind.SAMPLE and s.value == 0.125 and s.step == 40
     assert parse_line("iter 41 loss=nan", "loss", rx).kind is LineKind.NON_FINITE

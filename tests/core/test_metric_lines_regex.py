@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+import time
 
 from flowcon.core.labels import compile_metric_regex
 from flowcon.core.metric_lines import LineKind, parse_line, regex_step_points
@@ -53,5 +53,19 @@ def test_counted_lines_times_steps_per_line() -> None:
 
 
 def test_a_value_that_is_no_number_is_no_step() -> None:
-    rx = re.compile(r"loss (?P<value>\S+)")
+    rx = compile_metric_regex(r"loss (?P<value>\S+)")
     assert regex_step_points([(1.0, "loss abc"), (2.0, "loss 0.5")], rx) == [(1.0, 2.0)]
+
+
+def test_a_regex_built_to_backtrack_is_cut_off_by_the_time_limit() -> None:
+    """(a|aa)+$ on 60 a's and a b tries every split of the a's (Fibonacci(60) ways)
+    before it fails; the limit stops it."""
+    rx = compile_metric_regex(r"(?P<value>(a|aa)+)$")
+    t0 = time.monotonic()
+    p = parse_line("a" * 60 + "b", regex=rx, timeout=0.02)
+    took = time.monotonic() - t0
+    assert p.kind is LineKind.REGEX_TIMEOUT and p.detail == "61 characters"
+    assert took < 2.0  # the limit, not the pattern, ended it (unbounded: hours)
+    # An ordinary line and pattern are untouched by the limit.
+    assert parse_line("aa", regex=rx).kind is LineKind.BAD_VALUE
+    assert regex_step_points([(1.0, "a" * 60 + "b")], rx) == []
