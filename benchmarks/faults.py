@@ -34,6 +34,12 @@ Scenarios implemented:
         state file valid, originals unchanged, engine = recorded limits after the next
         round, unmanaged untouched, a final SIGTERM restores. Recovery: restart to the
         end of the first complete round.
+  agent-hostile-output
+        about 10^5 hostile lines from 4 managed containers (garbage JSON, NaN/inf/null,
+        partial lines, invalid UTF-8, 10 MB lines, a regex label built to backtrack): a
+        fresh agent reads them all without dying, peak RSS under 256 MB, no traceback,
+        the regex switched off. Recovery: seconds until everything was read; JSON adds
+        peak_rss_mb.
 
 A scenario whose set-up fails (no engine) is reported "not run", not passed.
 """
@@ -79,6 +85,7 @@ class RunResult:
 
     violations: list[str] = field(default_factory=list)
     recovery_s: float | None = None
+    figures: dict[str, float] = field(default_factory=dict)  # e.g. peak_rss_mb: max kept
 
 
 # a scenario's session: set up once, yields "do run i", torn down after every run
@@ -102,6 +109,7 @@ class Summary:
     recovery: list[float] = field(default_factory=list)
     implemented: bool = True
     error: str = ""  # the scenario could not run (no engine, say)
+    figures: dict[str, float] = field(default_factory=dict)  # the runs' maxima
 
     def pct(self, q: float) -> float | None:
         if not self.recovery:
@@ -125,6 +133,7 @@ class Summary:
             "runs": self.runs,
             "violations": self.violations,
             "recovery_p95_s": None if p95 is None else round(p95, 4),
+            **{k: round(v, 3) for k, v in sorted(self.figures.items())},
         }
 
 
@@ -154,6 +163,8 @@ def _runs(session: Session, rng: random.Random, runs: int, out: Summary) -> None
                 out.messages.extend(f"run {i}: {v}" for v in result.violations)
             if result.recovery_s is not None:
                 out.recovery.append(result.recovery_s)
+            for key, value in result.figures.items():
+                out.figures[key] = max(value, out.figures.get(key, value))
 
 
 class FinalCheck:
@@ -928,6 +939,21 @@ def agent_kill_session(rng: random.Random) -> Iterator[Callable[[int], RunResult
         yield FinalCheck(run, final)
 
 
+@contextmanager
+def agent_hostile_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
+    """~10^5 hostile metric lines from 4 containers (benchmarks/faults_agent.py)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from faults_agent import agent_hostile_session as session
+
+    with session(rng) as run:
+
+        def one(i: int) -> RunResult:
+            problems, took, peak = run(i)
+            return RunResult(problems, took, {"peak_rss_mb": peak})
+
+        yield one
+
+
 # -- the scenarios of issue 15 ------------------------------------------------------------
 
 SCENARIOS = [
@@ -940,7 +966,12 @@ SCENARIOS = [
     ),
     Scenario("agent-engine-restart", "the engine restarted under a running agent", 5),
     Scenario("agent-foreign-change", "managed container removed/paused/changed mid-round", 10),
-    Scenario("agent-hostile-output", "10^5 generated metric lines", 1),
+    Scenario(
+        "agent-hostile-output",
+        "~10^5 generated metric lines: garbage, NaN, 10 MB lines, a backtracking regex",
+        1,
+        agent_hostile_session,
+    ),
     Scenario("agent-scale", "300 containers, 100 labeled, in bursts", 1),
     Scenario("allocator-kill", "kill -9 of the allocator mid-rescale and mid-submit", 10),
     Scenario("allocator-engine-restart", "engine restart and swarm node stop", 5),

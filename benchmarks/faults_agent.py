@@ -313,3 +313,174 @@ def agent_kill_session(
             sess.agent.kill()
             sess.remove_containers()
             client.close()
+
+
+# -- hostile output ----------------------------------------------------------------------
+
+DONE_STEP = 999_999  # every generator's last line: {"step": 999999, "loss": 1}
+BACKTRACKING_REGEX = r"(?P<value>(a|aa)+)$"  # Fibonacci(n) splits of n a's before a "b"
+RSS_LIMIT_MB = 256.0
+
+
+def _awk(program: str) -> list[str]:
+    """A testbox container command: run an awk program, then print the done line and
+    stay up (so the agent keeps reading it to the end)."""
+    done = f'printf \'{{"step":{DONE_STEP},"loss":1}}\\n\''
+    return ["sh", "-c", f"awk '{program}'; {done}; sleep 3600"]
+
+
+# name -> (labels beyond flowcon.enable, command); about 10^5 lines in all.
+HOSTILE: dict[str, tuple[dict[str, str], list[str]]] = {
+    # JSON that is not ours: truncated, nested deeply, wrong types, arrays, huge numbers.
+    "garbage": (
+        {"flowcon.metric": "loss"},
+        _awk(
+            "BEGIN { for (i = 0; i < 40000; i++) { k = i % 8;"
+            ' if (k == 0) print "{\\"step\\":" i ",\\"loss\\":";'
+            ' else if (k == 1) { s = ""; for (j = 0; j < 200; j++) s = s "["; print s }'
+            ' else if (k == 2) print "{\\"step\\":\\"x\\",\\"loss\\":\\"abc\\"}";'
+            ' else if (k == 3) print "[1,2,3]";'
+            ' else if (k == 4) print "{\\"step\\":1e400,\\"loss\\":1e400}";'
+            ' else if (k == 5) print "{\\"loss\\":{\\"a\\":1}}";'
+            ' else if (k == 6) print "\\377\\376\\375 not utf-8 {\\"loss\\":1}";'
+            ' else print "plain text " i } }'
+        ),
+    ),
+    # NaN/inf/null values and lines written in pieces (partial lines interleaved).
+    "nonfinite": (
+        {"flowcon.metric": "loss"},
+        _awk(
+            "BEGIN { for (i = 0; i < 40000; i++) { k = i % 5;"
+            ' if (k == 0) print "{\\"step\\":" i ",\\"loss\\":NaN}";'
+            ' else if (k == 1) print "{\\"step\\":" i ",\\"loss\\":Infinity}";'
+            ' else if (k == 2) print "{\\"step\\":" i ",\\"loss\\":null}";'
+            ' else if (k == 3) { printf "{\\"step\\":%d,", i; fflush();'
+            ' printf "\\"loss\\":%d}\\n", i }'
+            ' else print "{\\"step\\":" i ",\\"loss\\":" 1 / (i + 1) "}" } }'
+        ),
+    ),
+    # Two 10 MB lines among ordinary ones: over max_line_bytes, dropped with bounded memory.
+    "huge": (
+        {"flowcon.metric": "loss"},
+        _awk(
+            'BEGIN { s = "a"; for (j = 0; j < 24; j++) s = s s; s = substr(s, 1, 10000000);'
+            ' for (i = 0; i < 100; i++) { print "{\\"step\\":" i ",\\"loss\\":" 100 - i "}";'
+            ' if (i == 30 || i == 60) print "{\\"loss\\":\\"" s "\\"}" } }'
+        ),
+    ),
+    # A regex label built to backtrack, and lines that make it do so.
+    "regex": (
+        {"flowcon.metric.regex": BACKTRACKING_REGEX},
+        _awk(
+            'BEGIN { s = "a"; for (j = 0; j < 6; j++) s = s s;'
+            ' for (i = 0; i < 20000; i++) print s "b" }'
+        ),
+    ),
+}
+
+
+class HostileSession:
+    """Each run: the hostile containers and a fresh agent; the agent must read them to
+    the end without dying, within RSS_LIMIT_MB, and switch the regex off."""
+
+    def __init__(self, client: Any, folder: Path, labels: dict[str, str] | None = None) -> None:
+        self.client = client
+        self.folder = folder
+        self.extra_labels = dict(labels or {})
+        self.run_id = ""
+
+    def remove_containers(self) -> None:
+        if not self.run_id:
+            return
+        for c in self.client.containers.list(
+            all=True, sparse=True, filters={"label": f"flowcon.faults={self.run_id}"}
+        ):
+            c.remove(force=True)
+
+    def one_run(self, i: int) -> tuple[list[str], float | None, float]:
+        """(violations, seconds to read everything, peak RSS in MB)."""
+        import psutil
+
+        self.run_id = f"h{uuid.uuid4().hex[:8]}"
+        run_dir = self.folder / self.run_id
+        run_dir.mkdir()
+        agent = Agent(run_dir, self.run_id)
+        names: dict[str, str] = {}
+        try:
+            agent.start()
+            assert agent.proc is not None
+            proc = psutil.Process(agent.proc.pid)
+            t0 = time.monotonic()
+            for name, (labels, cmd) in HOSTILE.items():
+                c = self.client.containers.run(
+                    TESTBOX,
+                    cmd,
+                    detach=True,
+                    name=f"fc-{self.run_id}-{name}",
+                    labels={
+                        **self.extra_labels,
+                        "flowcon.faults": self.run_id,
+                        "flowcon.enable": "true",
+                        **labels,
+                    },
+                    network_mode="none",
+                )
+                names[name] = c.id
+            peak, done = 0.0, False
+            end = t0 + 300
+            while time.monotonic() < end and agent.proc.poll() is None:
+                peak = max(peak, proc.memory_info().rss / 2**20)
+                if self._read_to_the_end(agent, names):
+                    done = True
+                    break
+                time.sleep(0.2)
+            took = time.monotonic() - t0
+            return self._problems(agent, done, peak), took if done else None, peak
+        finally:
+            agent.kill()
+            self.remove_containers()
+
+    def _read_to_the_end(self, agent: Agent, names: dict[str, str]) -> bool:
+        state, _ = agent.read_state()
+        if not state:
+            return False
+        recs = state.get("containers", {})
+        for name, cid in names.items():
+            if name == "regex":
+                continue
+            if ((recs.get(cid) or {}).get("view") or {}).get("step") != DONE_STEP:
+                return False
+        return "metric regex switched off" in agent.log.read_text(errors="replace")
+
+    def _problems(self, agent: Agent, done: bool, peak: float) -> list[str]:
+        out: list[str] = []
+        text = agent.log.read_text(errors="replace")
+        if agent.proc is not None and agent.proc.poll() is not None:
+            out.append(f"the agent died (exit {agent.proc.returncode}): {text[-500:]}")
+        if not done:
+            out.append("the agent did not read every container to its last line in 300 s")
+        if peak > RSS_LIMIT_MB:
+            out.append(f"agent peak RSS {peak:.0f} MB > {RSS_LIMIT_MB:.0f} MB")
+        if "Traceback" in text:
+            out.append("a traceback in the agent's log: " + text[text.index("Traceback") :][:500])
+        if "metric regex switched off" not in text:
+            out.append("the backtracking regex was never switched off")
+        return out
+
+
+@contextmanager
+def agent_hostile_session(
+    rng: Any, labels: dict[str, str] | None = None
+) -> Iterator[Callable[[int], tuple[list[str], float | None, float]]]:
+    """The ``agent-hostile-output`` scenario: one run = the generators read to the end."""
+    import docker
+
+    del rng  # every run is the same input; the engine's timing varies
+    client = docker.from_env()
+    with tempfile.TemporaryDirectory(prefix="flowcon-faults-hostile-") as tmp:
+        sess = HostileSession(client, Path(tmp), labels)
+        try:
+            yield sess.one_run
+        finally:
+            sess.remove_containers()
+            client.close()

@@ -48,3 +48,11 @@ def test_agent_kill_keeps_originals_limits_and_gives_back(labeled, cleanup_conta
         state, why = sess.wait_round(after=t0)
         assert state is not None, why
         assert final() == []
+
+
+def test_hostile_output_is_read_to_the_end_with_bounded_memory(labeled, cleanup_containers):  # type: ignore[no-untyped-def]
+    faults = _module()
+    with faults.agent_hostile_session(random.Random(0), labeled()) as run:
+        problems, took, peak_mb = run(0)
+    assert problems == [], problems
+    assert took is not None and peak_mb <= faults.RSS_LIMIT_MB
