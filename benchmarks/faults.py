@@ -34,6 +34,11 @@ Scenarios implemented:
         state file valid, originals unchanged, engine = recorded limits after the next
         round, unmanaged untouched, a final SIGTERM restores. Recovery: restart to the
         end of the first complete round.
+  agent-engine-restart
+        a private dockerd with --live-restore (tests/private_engine.py) stopped and started
+        under a real agent, 6 managed + 2 unmanaged containers: the agent stays up, logs
+        the engine back, resumes control within 5 s with its lists intact, engine =
+        recorded limits. Recovery: engine answering -> first complete round.
   agent-hostile-output
         about 10^5 hostile lines from 4 managed containers (garbage JSON, NaN/inf/null,
         partial lines, invalid UTF-8, 10 MB lines, a regex label built to backtrack): a
@@ -940,6 +945,16 @@ def agent_kill_session(rng: random.Random) -> Iterator[Callable[[int], RunResult
 
 
 @contextmanager
+def agent_engine_restart_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
+    """A private dockerd restarted under a real agent (benchmarks/faults_agent.py)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from faults_agent import agent_engine_restart_session as session
+
+    with session(rng) as (run, final):
+        yield FinalCheck(run, final)
+
+
+@contextmanager
 def agent_hostile_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
     """~10^5 hostile metric lines from 4 containers (benchmarks/faults_agent.py)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
@@ -964,7 +979,12 @@ SCENARIOS = [
         20,
         agent_kill_session,
     ),
-    Scenario("agent-engine-restart", "the engine restarted under a running agent", 5),
+    Scenario(
+        "agent-engine-restart",
+        "a private engine (--live-restore) restarted under a running agent",
+        5,
+        agent_engine_restart_session,
+    ),
     Scenario("agent-foreign-change", "managed container removed/paused/changed mid-round", 10),
     Scenario(
         "agent-hostile-output",

@@ -75,7 +75,7 @@ def cpu_settings(container: Any) -> dict[str, int]:
 class Agent:
     """A ``flowcon agent`` subprocess on a private config and state file."""
 
-    def __init__(self, folder: Path, run_id: str) -> None:
+    def __init__(self, folder: Path, run_id: str, docker_host: str | None = None) -> None:
         self.state = folder / "state.json"
         self.log = folder / "agent.log"
         self.cfg = folder / "agent.yaml"
@@ -90,6 +90,8 @@ class Agent:
                     "reference_intervals": 2,
                     "min_update_cpus": 0,
                     "match_labels": {"flowcon.faults": run_id},
+                    "reconnect_max": 1,
+                    **({"docker_host": docker_host} if docker_host else {}),
                 }
             )
         )
@@ -168,13 +170,18 @@ class KillSession:
     """Set-up, one kill-and-restart per run, and the final SIGTERM check."""
 
     def __init__(
-        self, client: Any, rng: Any, folder: Path, labels: dict[str, str] | None = None
+        self,
+        client: Any,
+        rng: Any,
+        folder: Path,
+        labels: dict[str, str] | None = None,
+        docker_host: str | None = None,
     ) -> None:
         self.client = client
         self.extra_labels = dict(labels or {})
         self.rng = rng
         self.run_id = f"k{uuid.uuid4().hex[:8]}"
-        self.agent = Agent(folder, self.run_id)
+        self.agent = Agent(folder, self.run_id, docker_host)
         self.containers: dict[str, Any] = {}
         self.unmanaged_before: dict[str, dict[str, int]] = {}
         self.host_cpus = int(client.info()["NCPU"])
@@ -484,3 +491,70 @@ def agent_hostile_session(
         finally:
             sess.remove_containers()
             client.close()
+
+
+# -- the engine restarted under the agent ---------------------------------------------------
+
+RESUME_WITHIN_S = 5.0
+
+
+@contextmanager
+def agent_engine_restart_session(
+    rng: Any, labels: dict[str, str] | None = None
+) -> Iterator[tuple[Callable[[int], Outcome], Callable[[], list[str]]]]:
+    """The ``agent-engine-restart`` scenario on a private dockerd with --live-restore
+    (containers keep running while it is down): each run stops the engine, starts it
+    again 1-3 s later, and waits for the agent's first complete round after the engine
+    answers. Violations: the agent died, it took more than RESUME_WITHIN_S, a managed
+    container left its lists, or the engine's limits differ from the state's; the final
+    check as in agent-kill. Recovery: engine answering -> first complete round."""
+    import docker
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from private_engine import PRIVATE_HOST, setup_private, teardown_private
+
+    with tempfile.TemporaryDirectory(prefix="flowcon-faults-restart-") as tmp:
+        engine, created_bridge = setup_private(Path(tmp) / "dockerd.log", live_restore=True)
+        client = docker.DockerClient(base_url=PRIVATE_HOST, timeout=30)
+        sess = KillSession(client, rng, Path(tmp), labels, docker_host=PRIVATE_HOST)
+        try:
+            sess.start_containers()
+            t0 = time.time()
+            sess.agent.start()
+            state, why = sess.wait_round(after=t0)
+            if state is None:
+                raise RuntimeError(f"the agent never completed a first round: {why}")
+
+            def seen_back() -> int:
+                return sess.agent.log.read_text(errors="replace").count("engine answers again")
+
+            def one_restart(i: int) -> Outcome:
+                time.sleep(rng.uniform(0.0, 2.0))  # anywhere in a round
+                back = seen_back()
+                engine.stop()
+                time.sleep(rng.uniform(1.0, 3.0))
+                engine.start(live_restore=True)
+                up = time.time()
+                state, why = sess.wait_round(after=up, timeout=30)
+                took = time.time() - up
+                problems = (
+                    []
+                    if sess.agent.proc and sess.agent.proc.poll() is None
+                    else [f"the agent died: {sess.agent.log.read_text()[-500:]}"]
+                )
+                if state is None:
+                    return [*problems, f"restart {i}: {why}"], None
+                if seen_back() <= back:  # the round must be one after the outage
+                    problems.append(f"restart {i}: the agent never logged the engine back")
+                if took > RESUME_WITHIN_S:
+                    problems.append(f"restart {i}: control resumed {took:.1f} s after the engine")
+                return problems + [f"restart {i}: {p}" for p in sess.check_state(state)], took
+
+            yield one_restart, sess.final_check
+        finally:
+            sess.agent.kill()
+            try:
+                sess.remove_containers()
+            finally:
+                client.close()
+                teardown_private(engine, created_bridge)

@@ -56,3 +56,20 @@ def test_hostile_output_is_read_to_the_end_with_bounded_memory(labeled, cleanup_
         problems, took, peak_mb = run(0)
     assert problems == [], problems
     assert took is not None and peak_mb <= faults.RSS_LIMIT_MB
+
+
+def test_engine_restart_under_the_agent(labeled):  # type: ignore[no-untyped-def]
+    """On a private dockerd with --live-restore (never the shared engine)."""
+    faults = _module()
+    sys.path.insert(0, str(REPO / "tests"))
+    from private_engine import EngineUnavailable
+
+    try:
+        session = faults.agent_engine_restart_session(random.Random(5), labeled())
+        with session as (run, final):
+            problems, took = run(0)
+            assert problems == [], problems
+            assert took is not None and took <= faults.RESUME_WITHIN_S
+            assert final() == []
+    except EngineUnavailable as exc:
+        pytest.skip(str(exc))

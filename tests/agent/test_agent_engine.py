@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +17,13 @@ from typing import Any
 
 import pytest
 import yaml
+from private_engine import (
+    PRIVATE_HOST,
+    EngineUnavailable,
+    PrivateEngine,
+    setup_private,
+    teardown_private,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TESTBOX_IMAGE = "flowcon/testbox:latest"
@@ -238,117 +244,17 @@ def test_cgroup_cpu_agrees_with_engine_stats(docker_client, labeled, cleanup_con
 
 # ----- engine restart on a private dockerd ------------------------------------------------
 
-PRIVATE = {
-    "data_root": Path("/var/lib/flowcon-test-engine"),
-    "exec_root": Path("/run/flowcon-test-engine"),
-    "pidfile": Path("/run/flowcon-test-engine.pid"),
-    "sock": Path("/run/flowcon-test-engine.sock"),
-}
-PRIVATE_HOST = f"unix://{PRIVATE['sock']}"
-# The private engine gets a bridge of its own. With --bridge=none, dockerd deletes the
-# interface named docker0 at start, and all engines here share one network namespace:
-# the main engine's default bridge would vanish under every later test.
-PRIVATE_BRIDGE = "flowcon-tebr"
-PRIVATE_BRIDGE_CIDR = "172.31.253.1/24"
-
-
-def _ensure_private_bridge() -> bool:
-    """Create the private engine's bridge; True when this call created it."""
-    if Path(f"/sys/class/net/{PRIVATE_BRIDGE}").exists():
-        return False
-    for cmd in (
-        ["ip", "link", "add", PRIVATE_BRIDGE, "type", "bridge"],
-        ["ip", "addr", "add", PRIVATE_BRIDGE_CIDR, "dev", PRIVATE_BRIDGE],
-        ["ip", "link", "set", PRIVATE_BRIDGE, "up"],
-    ):
-        subprocess.run(cmd, check=True, capture_output=True)
-    return True
-
-
-class PrivateEngine:
-    def __init__(self, log: Path) -> None:
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        if shutil.which("dockerd") is None:
-            pytest.skip("dockerd not installed")
-        cmd = [
-            "dockerd",
-            "--data-root", str(PRIVATE["data_root"]),
-            "--exec-root", str(PRIVATE["exec_root"]),
-            "--pidfile", str(PRIVATE["pidfile"]),
-            "-H", PRIVATE_HOST,
-            f"--bridge={PRIVATE_BRIDGE}",
-            "--iptables=false",
-            "--ip-masq=false",
-            "--shutdown-timeout", "1",
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=self.log.open("a"), start_new_session=True
-        )
-        import docker
-
-        def up() -> bool:
-            try:
-                return bool(docker.DockerClient(base_url=PRIVATE_HOST, timeout=5).ping())
-            except Exception:
-                assert self.proc is not None and self.proc.poll() is None, self.log.read_text()
-                return False
-
-        wait_for(up, 60, "private dockerd", 0.2)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.proc = None
-
-
-def _cleanup_private() -> None:
-    pid = PRIVATE["pidfile"]
-    if pid.exists():  # a dockerd left behind by a crashed run of this test
-        try:
-            os.kill(int(pid.read_text().strip()), signal.SIGTERM)
-            time.sleep(3)
-        except (ValueError, ProcessLookupError, PermissionError):
-            pass
-    for root in (PRIVATE["exec_root"], PRIVATE["data_root"]):
-        if root.exists():
-            subprocess.run(
-                f"grep -o ' {root}[^ ]*' /proc/mounts | sort -r | xargs -r -n1 umount -l",
-                shell=True,
-                check=False,
-            )
-            shutil.rmtree(root, ignore_errors=True)
-    for f in (PRIVATE["sock"], pid):
-        f.unlink(missing_ok=True)
-
 
 @pytest.fixture
 def private_engine(tmp_path: Path) -> Iterator[PrivateEngine]:
-    if os.geteuid() != 0:
-        pytest.skip("a private dockerd needs root")
-    _cleanup_private()
-    created_bridge = shutil.which("ip") is not None and _ensure_private_bridge()
-    eng = PrivateEngine(tmp_path / "dockerd.log")
     try:
-        eng.start()
-        subprocess.run(
-            ["bash", str(REPO / "images/testbox/build.sh"), TESTBOX_IMAGE, PRIVATE_HOST],
-            check=True,
-            capture_output=True,
-        )
+        eng, created_bridge = setup_private(tmp_path / "dockerd.log")
+    except EngineUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
         yield eng
     finally:
-        eng.stop()
-        _cleanup_private()
-        if created_bridge:
-            subprocess.run(["ip", "link", "delete", PRIVATE_BRIDGE], check=False)
+        teardown_private(eng, created_bridge)
 
 
 def test_agent_survives_engine_restart(private_engine, tmp_agent, tmp_path):  # type: ignore[no-untyped-def]
