@@ -60,6 +60,14 @@ def line_of(adapter: rp.ThreadAdapter | bool, **metrics: object) -> dict[str, ob
     return data
 
 
+def test_names_match_the_contract() -> None:
+    from flowcon import contract
+
+    # report.py stays self-contained (the images embed it alone), so it repeats them.
+    assert rp.THREADS_FIELD == contract.LINE_THREADS
+    assert rp.ADAPT_ENV == contract.ENV_ADAPT_THREADS
+
+
 # -- the CPU limit ---------------------------------------------------------------------------
 
 
