@@ -76,6 +76,8 @@ ENV_ITERATIONS: Final = "FLOWCON_ITERATIONS"
 ENV_CHECKPOINT_DIR: Final = "FLOWCON_CHECKPOINT_DIR"
 ENV_CHECKPOINT_EVERY: Final = "FLOWCON_CHECKPOINT_EVERY"
 ENV_THREADS: Final = "FLOWCON_THREADS"  # the training images' torch thread pool override
+# 0 turns off flowcon.report's thread adaptation (the pool follows the CPU limit)
+ENV_ADAPT_THREADS: Final = "FLOWCON_ADAPT_THREADS"
 
 # Where the executor mounts a job's checkpoint volume in each of its containers.
 CHECKPOINT_MOUNT: Final = "/flowcon/checkpoint"
@@ -92,6 +94,8 @@ EXIT_PREEMPTED: Final = 143
 LINE_STEP: Final = "step"
 LINE_TS: Final = "ts"
 LINE_EVENT: Final = "event"
+# The torch intra-op pool size in use; only on lines of a job whose pool adapts.
+LINE_THREADS: Final = "threads"
 
 
 class Measurement(TypedDict):

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from flowcon.report import report
+from flowcon.report import ADAPT_ENV, adaptation_enabled, cpu_quota, report
 
 
 def env_int(name: str, default: int) -> int:
@@ -44,29 +44,11 @@ def env_float(name: str, default: float) -> float:
     return value
 
 
-def cpu_quota() -> float | None:
-    """CPUs granted by the container's CFS quota (cgroup v1 or v2), None if unlimited."""
-    try:
-        with open("/sys/fs/cgroup/cpu.max") as f:  # cgroup v2
-            quota, period = f.read().split()
-            return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):
-        pass
-    try:
-        with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") as f:
-            quota_us = int(f.read())
-        with open("/sys/fs/cgroup/cpu/cpu.cfs_period_us") as f:
-            period_us = int(f.read())
-    except (OSError, ValueError):
-        return None
-    return None if quota_us <= 0 or period_us <= 0 else quota_us / period_us
-
-
 def thread_count() -> int:
     """FLOWCON_THREADS, else the CPU quota rounded up, else every visible CPU.
 
-    Taken once at start: an agent that later lowers the quota throttles the job, it
-    does not change its thread pool (same as a real framework).
+    The pool size at start; afterwards ``flowcon.report`` resizes the pool to the
+    container's current limit every few seconds while ``adapt_threads()``.
     """
     cpus = os.cpu_count() or 1
     override = os.environ.get("FLOWCON_THREADS", "").strip()
@@ -76,6 +58,15 @@ def thread_count() -> int:
     if quota is not None:
         return max(1, min(cpus, math.ceil(quota)))
     return cpus
+
+
+def adapt_threads() -> bool:
+    """Whether ``flowcon.report`` resizes the pool to the CPU limit as the job runs:
+    FLOWCON_ADAPT_THREADS (report's rule: on unless 0); when that is unset, a
+    FLOWCON_THREADS override pins the pool (off)."""
+    if not os.environ.get(ADAPT_ENV, "").strip() and os.environ.get("FLOWCON_THREADS", "").strip():
+        return False
+    return adaptation_enabled()
 
 
 def setup_torch(seed: int) -> None:
@@ -99,8 +90,10 @@ def train_loop(model: str, step: Callable[[int], float], default_iterations: int
     """Run ``step`` FLOWCON_ITERATIONS times, report the loss after each; exit code."""
     iterations = env_int("FLOWCON_ITERATIONS", default_iterations)
     started = time.time()
+    adapt = adapt_threads()
+    mode = "adapting to the CPU limit" if adapt else "fixed"
     print(
-        f"# {model}: {iterations} iterations, {thread_count()} threads",
+        f"# {model}: {iterations} iterations, {thread_count()} threads ({mode})",
         file=sys.stderr,
         flush=True,
     )
@@ -109,7 +102,7 @@ def train_loop(model: str, step: Callable[[int], float], default_iterations: int
         if not math.isfinite(loss):
             print(f"# {model}: loss diverged at step {i}", file=sys.stderr, flush=True)
             return 1
-        report(step=i, loss=round(loss, 6))
+        report(step=i, loss=round(loss, 6), adapt_threads=adapt)
     elapsed = time.time() - started
     print(f"# {model}: done in {elapsed:.1f} s", file=sys.stderr, flush=True)
     return 0

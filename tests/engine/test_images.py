@@ -14,7 +14,10 @@ import pytest
 
 from flowcon.engine import images as img
 
-TRAIN = Path(__file__).resolve().parents[2] / "images" / "train"
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = REPO / "images" / "train"
+# The scripts import this checkout's flowcon.report, whatever is installed.
+PYTHONPATH = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
 MODELS = {
     "vae": "vae.py",
     "mnist": "mnist.py",
@@ -59,6 +62,7 @@ def test_training_script_runs_a_few_steps_on_host(model: str) -> None:
         FLOWCON_SAMPLES="64",
         FLOWCON_THREADS="1",
         FLOWCON_BATCH="8",
+        PYTHONPATH=PYTHONPATH,
     )
     proc = subprocess.run(
         [sys.executable, str(TRAIN / MODELS[model])],
@@ -74,7 +78,7 @@ def test_training_script_runs_a_few_steps_on_host(model: str) -> None:
 
 def test_bad_iterations_env_is_a_clear_error() -> None:
     pytest.importorskip("torch")
-    env = dict(os.environ, FLOWCON_ITERATIONS="many")
+    env = dict(os.environ, FLOWCON_ITERATIONS="many", PYTHONPATH=PYTHONPATH)
     proc = subprocess.run(
         [sys.executable, str(TRAIN / "gru.py")],
         env=env,
@@ -105,3 +109,50 @@ def test_default_iterations_match_scripts() -> None:
         text = (TRAIN / script).read_text()
         found = re.findall(r"default_iterations=(\d+)", text)
         assert found == [str(img.DEFAULT_ITERATIONS[model])], (model, found)
+
+
+def _run_gru(**env: str) -> subprocess.CompletedProcess[str]:
+    base = {
+        k: v for k, v in os.environ.items() if k not in ("FLOWCON_THREADS", "FLOWCON_ADAPT_THREADS")
+    }
+    base.update(FLOWCON_ITERATIONS="3", FLOWCON_SEQ_LEN="10", PYTHONPATH=PYTHONPATH, **env)
+    return subprocess.run(
+        [sys.executable, str(TRAIN / "gru.py")],
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "adapting"),
+    [
+        ({}, True),
+        ({"FLOWCON_ADAPT_THREADS": "0"}, False),
+        ({"FLOWCON_THREADS": "1"}, False),  # an override pins the pool...
+        ({"FLOWCON_THREADS": "1", "FLOWCON_ADAPT_THREADS": "1"}, True),  # ...unless asked
+    ],
+)
+def test_training_lines_carry_threads_only_while_adapting(
+    env: dict[str, str], adapting: bool
+) -> None:
+    pytest.importorskip("torch")
+    proc = _run_gru(**env)
+    assert proc.returncode == 0, proc.stderr
+    rows = metric_lines(proc.stdout)
+    check_lines(rows, 3)
+    if adapting:
+        assert "(adapting to the CPU limit)" in proc.stderr
+        assert all(isinstance(r["threads"], int) and r["threads"] >= 1 for r in rows)
+    else:
+        assert "(fixed)" in proc.stderr
+        assert all("threads" not in r for r in rows)
+
+
+def test_bad_adapt_env_is_named_and_the_job_runs() -> None:
+    pytest.importorskip("torch")
+    proc = _run_gru(FLOWCON_ADAPT_THREADS="perhaps")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("FLOWCON_ADAPT_THREADS='perhaps'") == 1
+    assert all("threads" in r for r in metric_lines(proc.stdout))
