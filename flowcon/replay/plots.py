@@ -22,6 +22,11 @@ def _pyplot() -> Any:
 
 
 def plot_cpu(result: RunResult, path: Path) -> Path:
+    """cpu_figure as a PNG."""
+    return _save(cpu_figure(result), path)
+
+
+def cpu_figure(result: RunResult) -> Any:
     """CPU usage (percent of the host) of each container; dashed: its CPU limit."""
     plt = _pyplot()
     series: dict[str, list[tuple[float, float, float | None]]] = defaultdict(list)
@@ -29,7 +34,7 @@ def plot_cpu(result: RunResult, path: Path) -> Path:
         pct = 100.0 * s.cpu / max(1, result.host_cpus)
         limit = None if s.limit_cpus is None else 100.0 * s.limit_cpus / max(1, result.host_cpus)
         series[s.job].append((s.t, pct, limit))
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    fig, ax = plt.subplots(figsize=(10, 4.5), layout="constrained")
     order = [j.name for j in result.jobs if j.name in series]
     for i, name in enumerate(order):
         pts = series[name]
@@ -43,57 +48,90 @@ def plot_cpu(result: RunResult, path: Path) -> Path:
     title = f"{result.scenario}: CPU usage, policy {result.policy}"
     if result.policy == "flowcon":
         title += f" (alpha={result.alpha:g}, itval={result.itval:g}; dashed = limit)"
-    ax.set_title(title)
+    _fit_title(fig, ax, title)
     ax.set_xlabel("time since first submission (s)")
     ax.set_ylabel(f"CPU usage (% of {result.host_cpus} CPUs)")
     ax.set_ylim(0, 105)
     ax.grid(alpha=0.3)
     if order:
         ax.legend(loc="upper right", fontsize=8, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
+
+
+JctCell = tuple[float | None, float | None, float | None]  # (median, min, max)
 
 
 def jct_figure(results: dict[str, RunResult]) -> Any:
     """Grouped bars: each job's completion time under each policy; the makespans go on
     the title's second line (wrapped to the figure's width, so it is never cut off)."""
-    plt = _pyplot()
-    policies = list(results)
     names: list[str] = []
     for r in results.values():
         for j in r.jobs:
             if j.name not in names:
                 names.append(j.name)
-    width = 0.8 / max(1, len(policies))
+    series: dict[str, dict[str, JctCell]] = {
+        policy: {j.name: (j.jct, j.jct, j.jct) for j in r.jobs if j.jct is not None}
+        for policy, r in results.items()
+    }
+    spans = {policy: r.makespan for policy, r in results.items()}
+    scenario = next(iter(results.values())).scenario if results else ""
+    return jct_bars_figure(scenario, names, series, spans)
+
+
+def jct_bars_figure(
+    scenario: str,
+    names: list[str],
+    series: dict[str, dict[str, JctCell]],
+    spans: dict[str, float | None],
+) -> Any:
+    """Grouped bars of per-job JCT per label (policy or variant); an error bar spans the
+    min-max of repeated runs. Makespans (medians) on the title's second line."""
+    plt = _pyplot()
+    width = 0.8 / max(1, len(series))
     fig_w = max(6.0, 0.9 * len(names) + 2)
     fig, ax = plt.subplots(figsize=(fig_w, 4.8), layout="constrained")
-    for k, policy in enumerate(policies):
-        jct = {j.name: j.jct for j in results[policy].jobs}
-        xs = [i + (k - (len(policies) - 1) / 2) * width for i in range(len(names))]
-        ys = [jct.get(n) or 0.0 for n in names]
-        color = "C0" if policy == "none" else ("C3" if policy == "flowcon" else f"C{k + 1}")
-        ax.bar(xs, ys, width=width, label=policy, color=color)
+    for k, (label, cells) in enumerate(series.items()):
+        xs = [i + (k - (len(series) - 1) / 2) * width for i in range(len(names))]
+        bars = [_bar(cells.get(n)) for n in names]
+        ys = [b[0] for b in bars]
+        lo = [b[0] - b[1] for b in bars]
+        hi = [b[2] - b[0] for b in bars]
+        color = "C0" if label == "none" else ("C3" if label == "flowcon" else f"C{k + 1}")
+        errs = [lo, hi] if any(lo) or any(hi) else None
+        ax.bar(xs, ys, width=width, label=label, color=color, yerr=errs, capsize=3)
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("job completion time (s)")
-    spans = ", ".join(
-        f"{p} {r.makespan:.0f} s" if r.makespan is not None else f"{p} -"
-        for p, r in results.items()
-    )
-    scenario = next(iter(results.values())).scenario if results else ""
-    ax.set_title(_wrap(f"{scenario}: completion time per job\nmakespan: {spans}", fig_w))
+    text = ", ".join(f"{p} {v:.0f} s" if v is not None else f"{p} -" for p, v in spans.items())
+    _fit_title(fig, ax, f"{scenario}: completion time per job\nmakespan: {text}")
     ax.grid(axis="y", alpha=0.3)
     ax.legend()
     return fig
 
 
-def _wrap(title: str, fig_width_in: float, fontsize: float = 12.0) -> str:
-    """Wrap each line of a title to what fits in the figure's width (about 0.55 em per
-    character of the default font)."""
-    chars = max(20, int(fig_width_in * 72 / (0.55 * fontsize)))
-    return "\n".join(textwrap.fill(line, chars) for line in title.split("\n"))
+def _bar(cell: JctCell | None) -> tuple[float, float, float]:
+    """(height, low, high) of one bar; an unknown JCT is a zero-height bar."""
+    if cell is None or cell[0] is None:
+        return 0.0, 0.0, 0.0
+    med = cell[0]
+    low = med if cell[1] is None else min(cell[1], med)
+    high = med if cell[2] is None else max(cell[2], med)
+    return med, low, high
+
+
+def _fit_title(fig: Any, ax: Any, title: str) -> None:
+    """Set the axes' title, re-wrapped narrower until its drawn box lies inside the
+    figure (a title is centred on the axes, so a long one ran past the figure's edges)."""
+    lines = title.split("\n")
+    width = max(len(line) for line in lines)
+    ax.set_title(title)
+    while width > 16:
+        fig.canvas.draw()
+        box = ax.title.get_window_extent()
+        if box.x0 >= fig.bbox.x0 and box.x1 <= fig.bbox.x1:
+            return
+        width = int(width * 0.85)
+        ax.set_title("\n".join(textwrap.fill(line, width) for line in lines))
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -129,7 +167,7 @@ def growth_figure(result: RunResult) -> Any:
         f"{result.scenario}: growth efficiency G per job, policy {result.policy}\n"
         f"({mode}; alpha={result.alpha:g}, itval={result.itval:g})"
     )
-    ax.set_title(_wrap(title, 10))
+    _fit_title(fig, ax, title)
     ax.set_xlabel("time since first submission (s)")
     ax.set_ylabel("growth efficiency G")
     ax.grid(alpha=0.3, which="both")
@@ -167,7 +205,7 @@ def heatmap_figure(
     ax.set_yticks(range(len(alphas)), [f"{100 * a:g} %" for a in alphas])
     ax.set_xlabel("itval (s)")
     ax.set_ylabel("alpha")
-    ax.set_title(_wrap(title, 1.3 * len(itvals) + 3))
+    _fit_title(fig, ax, title)
     fig.colorbar(image, ax=ax, label=value_label)
     return fig
 
