@@ -9,6 +9,7 @@ flowcon runs of one scenario with different alpha/itval get them in the label.
 
 Per scenario: a table of JCT per job and label (median, and min-max when repeated),
 the makespan, CPU-seconds per job, the mean CPUs used, the host load when recorded;
+the agent's own CPU-seconds (dry-run under none);
 the JCT plot, and the CPU and growth timelines of each label's first run. The HTML
 embeds the plots as base64 PNG (no external file or URL); the Markdown twin links PNG
 files written next to it. Plain string building with ``html.escape``: no template
@@ -214,6 +215,13 @@ def _cpu_table(names: list[str], labels: dict[str, list[RunEntry]]) -> Table:
         for lb, runs in labels.items()
     }
     rows.append(["(mean CPUs used)", *(_cell(mean_used[lb], "", digits=2) for lb in labels)])
+    agent = {
+        lb: [
+            float(e.result.agent["cpu_seconds"]) for e in runs if e.result.agent.get("cpu_seconds")
+        ]
+        for lb, runs in labels.items()
+    }
+    rows.append(["(the agent's own)", *(_cell(agent[lb], " CPU-s", digits=2) for lb in labels)])
     return Table(
         "CPU-seconds per job, and CPUs used on average over the makespan", ["job", *labels], rows
     )

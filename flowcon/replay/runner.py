@@ -128,6 +128,7 @@ class AgentProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.exit_code: int | None = None
         self.died_at: float | None = None
+        self.cpu_seconds: float | None = None  # the agent's own CPU time, read at stop
 
     def start(self, warmup: float) -> None:
         with self.log_path.open("ab") as logf:
@@ -155,6 +156,7 @@ class AgentProcess:
         if self.proc is None:
             return None
         if self.proc.poll() is None:
+            self.cpu_seconds = _cpu_seconds(self.proc.pid)
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=timeout)
@@ -178,7 +180,19 @@ class AgentProcess:
             "log": str(self.log_path),
             "exit_code": self.exit_code,
             "died_at": self.died_at,
+            "cpu_seconds": self.cpu_seconds,
         }
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a live process (None if it cannot be read)."""
+    import psutil
+
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return None
+    return round(times.user + times.system, 3)
 
 
 class Replay:

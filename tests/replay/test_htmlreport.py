@@ -33,7 +33,9 @@ def make_run(
 def tree(tmp_path: Path) -> Path:
     """fixed: a --compare folder; random-5: three repeated compares; one broken folder."""
     root = tmp_path / "runs"
-    write_run(make_run("fixed", "none", {"vae": 100, "mnist-cnn": 200}), root / "cmp" / "none")
+    none = make_run("fixed", "none", {"vae": 100, "mnist-cnn": 200})
+    none.agent = {"cpu_seconds": 0.45, "dry_run": True}
+    write_run(none, root / "cmp" / "none")
     write_run(make_run("fixed", "flowcon", {"vae": 60, "mnist-cnn": 210}), root / "cmp" / "flowcon")
     for k, (n, f) in enumerate([(300, 240), (310, 260), (290, 250)], start=1):
         write_run(make_run("random-5", "none", {"lstm": n}), root / "rep" / f"rep{k}-none")
@@ -101,6 +103,7 @@ def test_html_is_self_contained_with_every_scenario_and_job(tree: Path, tmp_path
     assert "-16.7 %" in text  # 250 vs 300
     assert "-40.0 %" in text  # fixed vae: 60 vs 100
     assert "5.0 CPU-s" in text
+    assert "0.45 CPU-s" in text  # the dry-run agent's own CPU
     assert "&quot;before&quot;: 0.4" in text  # the host load recorded by rep1-none
     assert "broken" in text  # the skipped folder is named
     # figures: JCT per scenario, CPU and growth per label

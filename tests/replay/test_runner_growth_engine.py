@@ -25,6 +25,11 @@ LINEAR = (
 )
 
 
+def makespan_of(result) -> float:  # type: ignore[no-untyped-def]
+    assert result.makespan is not None
+    return float(result.makespan)
+
+
 def test_none_records_growth_with_a_dry_run_agent(  # type: ignore[no-untyped-def]
     docker_client, labeled, cleanup_containers, tmp_path
 ) -> None:
@@ -60,6 +65,9 @@ def test_none_records_growth_with_a_dry_run_agent(  # type: ignore[no-untyped-de
     assert not result.limits_changed(), "the dry-run agent changed a CPU limit"
     assert {s.limit_cpus for s in result.samples} == {None}
     assert result.agent["dry_run"] is True and result.agent["exit_code"] == 0
+    # the agent's own CPU is recorded, and small next to the jobs'
+    agent_cpu = result.agent["cpu_seconds"]
+    assert agent_cpu is not None and 0 < agent_cpu < 0.2 * makespan_of(result)
     assert yaml.safe_load((out / "agent.yaml").read_text())["dry_run"] is True
     # the agent decided (it would have limited both jobs) but acted on nothing
     outcomes = {p.outcome for p in result.growth}
