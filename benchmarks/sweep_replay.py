@@ -155,6 +155,12 @@ def aggregate(none: list[RunResult], flowcon: dict[Point, list[RunResult]]) -> l
     return rows
 
 
+def _csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    return round(value, 3) if isinstance(value, float) else value
+
+
 def write_outputs(rows: list[dict[str, Any]], out: Path, scenario: str) -> list[Path]:
     """sweep.csv and the two heatmaps."""
     from flowcon.replay.plots import plot_heatmap
@@ -165,7 +171,7 @@ def write_outputs(rows: list[dict[str, Any]], out: Path, scenario: str) -> list[
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         w.writeheader()
         for row in rows:
-            w.writerow({k: "" if row[k] is None else row[k] for k in CSV_FIELDS})
+            w.writerow({k: _csv_cell(row[k]) for k in CSV_FIELDS})
 
     def grid(key: str) -> dict[tuple[float, float], float | None]:
         return {(row["alpha_pct"] / 100, row["itval"]): row[key] for row in rows}

@@ -78,4 +78,5 @@ def test_aggregate_medians_and_outputs(tmp_path: Path) -> None:
     paths = sweep.write_outputs(rows, tmp_path, "fixed")
     table = list(csv.DictReader(paths[0].open()))
     assert [row["best_job"] for row in table] == ["cnn", "vae"]
+    assert table[1]["makespan_change_pct"] == "12.821" and table[1]["repeats"] == "2"
     assert all(p.stat().st_size > 3000 for p in paths[1:])
