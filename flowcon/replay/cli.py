@@ -112,6 +112,10 @@ def run_policy(
         result = replay.run()
     write_run(result, out_dir)
     plot_cpu(result, out_dir / "cpu.png")
+    if result.growth:
+        from flowcon.replay.plots import plot_growth
+
+        plot_growth(result, out_dir / "growth.png")
     return result
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from flowcon.replay.growth import GrowthPoint
+
 POLICIES = ("none", "flowcon")
 
 
@@ -62,6 +64,8 @@ class RunResult:
     interrupted: bool = False
     errors: list[str] = field(default_factory=list)
     foreign_managed_max: int = 0  # other FlowCon-enabled containers seen at once
+    # G per job over time from the agent's decision log (under none: a dry-run agent)
+    growth: list[GrowthPoint] = field(default_factory=list)
 
     @property
     def makespan(self) -> float | None:
@@ -96,4 +100,5 @@ class RunResult:
             "agent": self.agent,
             "jobs": [j.to_dict() for j in self.jobs],
             "samples": len(self.samples),
+            "growth_points": len(self.growth),
         }

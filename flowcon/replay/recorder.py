@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from flowcon.replay.growth import read_growth, write_growth
 from flowcon.replay.model import JobRecord, RunResult, Sample
 
 JOB_FIELDS = (
@@ -33,12 +34,13 @@ def _cell(value: Any) -> Any:
 
 
 def write_run(result: RunResult, out_dir: Path) -> dict[str, Path]:
-    """jobs.csv, timeline.csv and result.json under out_dir."""
+    """jobs.csv, timeline.csv, growth.csv and result.json under out_dir."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {
         "jobs": out_dir / "jobs.csv",
         "timeline": out_dir / "timeline.csv",
         "json": out_dir / "result.json",
+        "growth": out_dir / "growth.csv",
     }
     with paths["jobs"].open("w", newline="") as f:
         w = csv.writer(f)
@@ -54,6 +56,7 @@ def write_run(result: RunResult, out_dir: Path) -> dict[str, Path]:
             w.writerow(
                 [_cell(s.t), s.job, _cell(s.cpu), _cell(pct), _cell(s.limit_cpus), _cell(s.shares)]
             )
+    write_growth(result.growth, paths["growth"])
     paths["json"].write_text(json.dumps(result.to_dict(), indent=2) + "\n")
     return paths
 
@@ -91,6 +94,7 @@ def read_run(out_dir: Path) -> RunResult:
                     opt(row["shares"], int),
                 )
             )
+    result.growth = read_growth(out_dir / "growth.csv")
     return result
 
 

@@ -6,6 +6,10 @@ second the runner samples each container's CPU use and CPU limit from its cgroup
 notices finished containers. Whatever happens (all done, Ctrl-C, an error), the
 agent is stopped first (it restores limits) and then every container carrying this
 run's ``flowcon.replay`` label is removed.
+
+Under ``none`` the agent also runs, with ``dry_run: true`` (``observe``, the default), so
+the growth efficiency G of every job is measured the same way without any limit being
+changed; both policies' decision lines become ``RunResult.growth`` (growth.csv).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import yaml
 
 from flowcon.core.metric_lines import LineKind, parse_line
 from flowcon.replay.cpu import CgroupCpu, CpuReading, stats_reading
+from flowcon.replay.growth import read_agent_growth
 from flowcon.replay.model import JobRecord, RunResult, Sample
 from flowcon.replay.scenario import Job, Scenario
 
@@ -123,6 +128,7 @@ class AgentProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.exit_code: int | None = None
         self.died_at: float | None = None
+        self.cpu_seconds: float | None = None  # the agent's own CPU time, read at stop
 
     def start(self, warmup: float) -> None:
         with self.log_path.open("ab") as logf:
@@ -150,6 +156,7 @@ class AgentProcess:
         if self.proc is None:
             return None
         if self.proc.poll() is None:
+            self.cpu_seconds = _cpu_seconds(self.proc.pid)
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=timeout)
@@ -173,7 +180,19 @@ class AgentProcess:
             "log": str(self.log_path),
             "exit_code": self.exit_code,
             "died_at": self.died_at,
+            "cpu_seconds": self.cpu_seconds,
         }
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a live process (None if it cannot be read)."""
+    import psutil
+
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return None
+    return round(times.user + times.system, 3)
 
 
 class Replay:
@@ -194,6 +213,7 @@ class Replay:
         progress: Progress | None = None,
         run_id: str | None = None,
         labels: dict[str, str] | None = None,
+        observe: bool = True,
     ) -> None:
         if policy not in ("none", "flowcon"):
             raise ValueError(f"policy must be none or flowcon, got {policy!r}")
@@ -209,6 +229,11 @@ class Replay:
         self.progress = progress or (lambda event, job, now: None)
         self.run_id = run_id or uuid.uuid4().hex[:10]
         self.extra_labels = dict(labels or {})  # e.g. the test suite's cleanup label
+        # Under none: a dry-run agent records G (no agent installed: no growth, logged).
+        self.observe = observe and policy == "none"
+        if self.observe and agent_command is None and not agent_available():
+            log.warning("policy none: no agent installed, so no growth timeline")
+            self.observe = False
         self.t0 = 0.0
         self._readers: dict[str, CgroupCpu] = {}
         self._last: dict[str, tuple[float, int]] = {}  # container id -> (time, usage ns)
@@ -232,8 +257,10 @@ class Replay:
         agent: AgentProcess | None = None
         try:
             self._check_images()
-            if self.policy == "flowcon":
+            if self.policy == "flowcon" or self.observe:
                 config = self.agent_settings()
+                if self.observe:
+                    config["dry_run"] = True  # computes G and lists, changes no limit
                 agent = AgentProcess(config, self.out_dir, self.agent_command)
                 agent.start(self.agent_warmup)
             self.t0 = time.time()
@@ -310,14 +337,14 @@ class Replay:
     def _labels(self, job: Job) -> dict[str, str]:
         labels = dict(self.extra_labels)
         labels.update({REPLAY_LABEL: self.run_id, JOB_LABEL: job.name, METRIC_LABEL: "loss"})
-        if self.policy == "flowcon":
+        if self.policy == "flowcon" or self.observe:
             labels[ENABLE_LABEL] = "true"
         return labels
 
     def _launch(self, job: Job, rec: JobRecord) -> None:
         import docker.errors
 
-        name = f"flowcon-replay-{self.run_id}-{job.name}"
+        name = f"flowcon-replay-{self.run_id}-{job.name}"  # growth parsing relies on it
         rec.submitted = round(time.time() - self.t0, 3)
         try:
             container = self.client.containers.run(
@@ -438,6 +465,9 @@ class Replay:
         if agent is not None:
             agent.stop()
             result.agent = agent.summary()
+            result.agent["dry_run"] = self.observe
+            prefix = f"flowcon-replay-{self.run_id}-"
+            result.growth = read_agent_growth(agent.log_path, prefix, self.t0)
         logs_dir = self.out_dir / "logs"
         for rec in result.jobs:
             if rec.container_id is None:
