@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -354,7 +354,31 @@ POLICIES: Mapping[str, str] = {
     "tiresias": "Static requested GPUs, 2D least attained service, preemptive",
     "elasticflow-fast": "ElasticFlow, spare GPUs by next-slot iterations per extra GPU / T(1)",
     "elasticflow-paper": "ElasticFlow, spare GPUs by Algorithm 2's GPU time saved (paper)",
+    "themis": "Themis: finish-time fairness, worst rho first each lease, static GPUs",
+    "chronus": "Chronus: SLO admission by lease plan, leases, EDF then shortest best-effort",
+    "pollux": "Pollux: goodput (throughput x statistical efficiency), batch per GPU count",
+    "elastic-tiresias": "EDL's elastic Tiresias: 2D-LAS with compaction and expansion",
+    "e-fifo": "Elan's elastic FIFO: start at min_res in order, GPUs by marginal gain",
+    "e-bf": "Elan's elastic backfill: E-FIFO with EASY backfilling",
 }
+
+
+def _baselines() -> Mapping[str, Callable[[], Policy]]:
+    """The baselines of the papers' evaluations (issue 13), in their own modules; imported
+    here, not at the top, because they build on this module."""
+    from flowcon.alloc.baselines_deadline import ChronusPolicy
+    from flowcon.alloc.baselines_elastic import ElanPolicy, ElasticTiresiasPolicy
+    from flowcon.alloc.baselines_fairness import ThemisPolicy
+    from flowcon.alloc.baselines_goodput import PolluxPolicy
+
+    return {
+        "themis": ThemisPolicy,
+        "chronus": ChronusPolicy,
+        "pollux": PolluxPolicy,
+        "elastic-tiresias": ElasticTiresiasPolicy,
+        "e-fifo": lambda: ElanPolicy(backfill=False),
+        "e-bf": lambda: ElanPolicy(backfill=True),
+    }
 
 
 def make_policy(
@@ -380,4 +404,7 @@ def make_policy(
         return GandivaPolicy()
     if name == "tiresias":
         return TiresiasPolicy()
+    baselines = _baselines()
+    if name in baselines:
+        return baselines[name]()
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
