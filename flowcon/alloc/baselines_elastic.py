@@ -157,7 +157,7 @@ class ElanPolicy(_Stateless):
             elif not self.backfill:
                 break
             else:
-                start += self._backfill(now, state, waiting[i], waiting[i + 1 :], room)
+                start += self._backfill(now, state, start, waiting[i], waiting[i + 1 :], room)
                 break
         jobs = [state.jobs[j] for j in running] + start
         jobs.sort(key=lambda j: (j.submit_time, j.job_id))
@@ -169,17 +169,25 @@ class ElanPolicy(_Stateless):
         return None
 
     def _backfill(
-        self, now: float, state: ClusterState, head: Job, rest: list[Job], room: int
+        self,
+        now: float,
+        state: ClusterState,
+        started: list[Job],
+        head: Job,
+        rest: list[Job],
+        room: int,
     ) -> list[Job]:
         """EASY backfilling behind ``head``: its start time is when enough running jobs
-        (at their current rates) have ended for its ``min_res``; a later job starts now if
-        it fits and ends before then at ``min_res``, or fits in the GPUs ``head`` leaves."""
+        (at their current rates; those ``started`` in this decision at ``min_res``) have
+        ended for its ``min_res``; a later job starts now if it fits and ends before then
+        at ``min_res``, or fits in the GPUs ``head`` leaves over then."""
         total = state.total_gpus
         need = min_res(head, total)
+        sizes = {jid: n for jid, n in state.allocation.items() if n > 0 and jid in state.jobs}
+        sizes.update({j.job_id: min_res(j, total) for j in started})
         ends = sorted(
             (now + j.remaining / r, min_res(j, total))
-            for jid, n in state.allocation.items()
-            if n > 0 and jid in state.jobs
+            for jid, n in sizes.items()
             for j in [state.jobs[jid]]
             if (r := j.curve.at(n)) > 0
         )
