@@ -102,13 +102,15 @@ class ElasticTiresiasPolicy(TiresiasPolicy):
         size = min(want, floor_power_of_two(free + freeable))
         if size < least:
             return free
-        while free < size:
+        while free < size and donors:  # donors always suffice: halving reaches the floor
             d = min(donors, key=lambda d: (_halving_loss(d, alloc[d.job_id]), d.job_id))
             half = alloc[d.job_id] // 2
             free += alloc[d.job_id] - half
             alloc[d.job_id] = half
             if half <= self._floor(d, total):
                 donors.remove(d)
+        if free < size:
+            return free
         alloc[job.job_id] = size
         return free - size
 
