@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from flowcon.alloc.admission import AdmissionDecision
 from flowcon.alloc.baseline_steps import LeaseClock, keep_running
+from flowcon.alloc.baselines_static import fill_static, static_gpus
 from flowcon.alloc.model import Job
-from flowcon.alloc.policy import ClusterState, fill_static, static_gpus
+
+if TYPE_CHECKING:  # policy.py imports this module
+    from flowcon.alloc.policy import ClusterState
 
 _EPS = 1e-6
 

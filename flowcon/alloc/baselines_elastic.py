@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from flowcon.alloc.admission import AdmissionDecision
 from flowcon.alloc.baseline_steps import (
@@ -50,8 +51,11 @@ from flowcon.alloc.baseline_steps import (
     relative_speedup,
     time_saved,
 )
+from flowcon.alloc.baselines_static import Stateless, TiresiasPolicy, static_gpus
 from flowcon.alloc.model import Job, floor_power_of_two
-from flowcon.alloc.policy import ClusterState, TiresiasPolicy, _Stateless, static_gpus
+
+if TYPE_CHECKING:  # policy.py imports this module
+    from flowcon.alloc.policy import ClusterState
 
 
 class ElasticTiresiasPolicy(TiresiasPolicy):
@@ -132,7 +136,7 @@ def max_res(job: Job, total: int) -> int:
     return max(min_res(job, total), job.gpu_cap(total))
 
 
-class ElanPolicy(_Stateless):
+class ElanPolicy(Stateless):
     """E-FIFO (``backfill=False``) and E-BF (``backfill=True``)."""
 
     def __init__(self, backfill: bool = False) -> None:

@@ -16,10 +16,15 @@ count (rounded up to a power of two, at most the cluster) or not at all.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from flowcon.alloc.admission import AdmissionDecision
 from flowcon.alloc.baseline_steps import LeaseClock, keep_running
+from flowcon.alloc.baselines_static import Stateless, fill_static, static_gpus
 from flowcon.alloc.model import Job
-from flowcon.alloc.policy import ClusterState, _Stateless, fill_static, static_gpus
+
+if TYPE_CHECKING:  # policy.py imports this module
+    from flowcon.alloc.policy import ClusterState
 
 
 def finish_time_fairness(job: Job, now: float, total_gpus: int) -> float:
@@ -32,7 +37,7 @@ def finish_time_fairness(job: Job, now: float, total_gpus: int) -> float:
     return t_sh / t_id
 
 
-class ThemisPolicy(_Stateless):
+class ThemisPolicy(Stateless):
     name = "themis"
 
     def __init__(self, lease: float = 600.0) -> None:

@@ -31,11 +31,15 @@ table's measured cells.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from flowcon.alloc.admission import AdmissionDecision
 from flowcon.alloc.baseline_steps import grow
+from flowcon.alloc.baselines_static import Stateless
 from flowcon.alloc.model import Job, ThroughputCurve
-from flowcon.alloc.policy import ClusterState, _Stateless
+
+if TYPE_CHECKING:  # policy.py imports this module
+    from flowcon.alloc.policy import ClusterState
 
 # model -> global batch size -> curve (flowcon.sim.loaders.Tables)
 BatchTables = Mapping[str, Mapping[int, ThroughputCurve]]
@@ -75,7 +79,7 @@ def _speedup(job: Job, cur: int, nxt: int) -> float:
     return (job.curve.at(nxt) - job.curve.at(cur)) / one if one > 0 else 0.0
 
 
-class PolluxPolicy(_Stateless):
+class PolluxPolicy(Stateless):
     name = "pollux"
 
     def __init__(
