@@ -244,32 +244,10 @@ class EDFPolicy(_LedgerMixin):
         return None
 
 
-# The allocation priority ``elasticflow`` uses. Measured (bench_simulator --breakdown):
-# paper - fast = +0.010 on 195job and -0.0007 on cluster01 in the published world, 0.000
-# and +0.0006 in ours, -0.011 on cluster03 in ours (one or two jobs each on the asked
-# traces), at 5-10x the allocation cost; the fast priority stays the default.
-DEFAULT_RANK = "fast"
-
-POLICIES: Mapping[str, str] = {
-    "elasticflow": "ElasticFlow: admission by minimum satisfactory share + marginal return",
-    "edf": "Earliest deadline first, elastic, no admission control",
-    "edf-admission": "EDF allocation behind ElasticFlow's admission control",
-    "gandiva": "Static requested GPUs, arrival order, non-preemptive",
-    "tiresias": "Static requested GPUs, 2D least attained service, preemptive",
-    "elasticflow-fast": "ElasticFlow, spare GPUs by next-slot iterations per extra GPU / T(1)",
-    "elasticflow-paper": "ElasticFlow, spare GPUs by Algorithm 2's GPU time saved (paper)",
-    "themis": "Themis: finish-time fairness, worst rho first each lease, static GPUs",
-    "chronus": "Chronus: SLO admission by lease plan, leases, EDF then shortest best-effort",
-    "pollux": "Pollux: goodput (throughput x statistical efficiency), batch per GPU count",
-    "elastic-tiresias": "EDL's elastic Tiresias: 2D-LAS with compaction and expansion",
-    "e-fifo": "Elan's elastic FIFO: start at min_res in order, GPUs by marginal gain",
-    "e-bf": "Elan's elastic backfill: E-FIFO with EASY backfilling",
-}
-
-
 def _baselines() -> Mapping[str, Callable[[], Policy]]:
-    """The baselines of the papers' evaluations (issue 13), in their own modules; imported
-    here, not at the top, because they build on this module."""
+    """The baselines of the papers' evaluations (issue 13), in their own modules (they
+    import this one for type checking only); imported when a policy is made, so importing
+    this module stays light."""
     from flowcon.alloc.baselines_deadline import ChronusPolicy
     from flowcon.alloc.baselines_elastic import ElanPolicy, ElasticTiresiasPolicy
     from flowcon.alloc.baselines_fairness import ThemisPolicy
@@ -283,6 +261,29 @@ def _baselines() -> Mapping[str, Callable[[], Policy]]:
         "e-fifo": lambda: ElanPolicy(backfill=False),
         "e-bf": lambda: ElanPolicy(backfill=True),
     }
+
+
+# The allocation priority ``elasticflow`` uses. Measured (bench_simulator --breakdown):
+# paper - fast = +0.010 on 195job and -0.0007 on cluster01 in the published world, 0.000
+# and +0.0006 in ours, -0.011 on cluster03 in ours (one or two jobs each on the asked
+# traces), at 5-10x the allocation cost; the fast priority stays the default.
+DEFAULT_RANK = "fast"
+
+POLICIES: Mapping[str, str] = {
+    "elasticflow": "ElasticFlow: admission by minimum satisfactory share + marginal return",
+    "edf": "Earliest deadline first, elastic, no admission control",
+    "edf-admission": "EDF allocation behind ElasticFlow's admission control",
+    "gandiva": "Static requested GPUs, arrival order, non-preemptive",
+    "tiresias": "Static requested GPUs, 2D least attained service, preemptive",
+    "themis": "Themis: finish-time fairness, worst rho first each lease, static GPUs",
+    "chronus": "Chronus: SLO admission by lease plan, leases, EDF then shortest best-effort",
+    "pollux": "Pollux: goodput (throughput x statistical efficiency), batch per GPU count",
+    "elastic-tiresias": "EDL's elastic Tiresias: 2D-LAS with compaction and expansion",
+    "e-fifo": "Elan's elastic FIFO: start at min_res in order, GPUs by marginal gain",
+    "e-bf": "Elan's elastic backfill: E-FIFO with EASY backfilling",
+    "elasticflow-fast": "ElasticFlow, spare GPUs by next-slot iterations per extra GPU / T(1)",
+    "elasticflow-paper": "ElasticFlow, spare GPUs by Algorithm 2's GPU time saved (paper)",
+}
 
 
 def make_policy(
@@ -300,6 +301,9 @@ def make_policy(
         )
         pol.name = name
         return pol
+    baselines = _baselines()
+    if name in baselines:
+        return baselines[name]()
     if name == "edf":
         return EDFPolicy(admission=False, overhead=overhead)
     if name == "edf-admission":
@@ -308,7 +312,4 @@ def make_policy(
         return GandivaPolicy()
     if name == "tiresias":
         return TiresiasPolicy()
-    baselines = _baselines()
-    if name in baselines:
-        return baselines[name]()
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
