@@ -26,14 +26,18 @@ the policy's own wakeup), not because a job arrived, finished or changed.
 
 from __future__ import annotations
 
-import bisect
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from flowcon.alloc.admission import AdmissionDecision, SlotLedger
 from flowcon.alloc.allocation import distribute_spare, distribute_spare_paper
+from flowcon.alloc.baselines_static import GandivaPolicy as GandivaPolicy
+from flowcon.alloc.baselines_static import Stateless
+from flowcon.alloc.baselines_static import TiresiasPolicy as TiresiasPolicy
+from flowcon.alloc.baselines_static import fill_static as fill_static
+from flowcon.alloc.baselines_static import static_gpus as static_gpus
 from flowcon.alloc.model import Job, floor_power_of_two
 
 
@@ -65,42 +69,7 @@ class Policy(Protocol):
     def set_overhead(self, seconds: float) -> None: ...
 
 
-class _Stateless:
-    """Trivial driver hooks for policies that keep no state between decisions."""
-
-    def on_finish(self, job_id: str, now: float, state: ClusterState) -> None:
-        return None
-
-    def restore(self, now: float, state: ClusterState) -> None:
-        return None
-
-    def on_curve_change(self, job_id: str, now: float, state: ClusterState) -> None:
-        return None
-
-    def set_overhead(self, seconds: float) -> None:
-        return None
-
-
-def static_gpus(job: Job, total_gpus: int) -> int:
-    """The non-elastic baselines' fixed size: the requested count as a power of two."""
-    n = max(1, job.requested_gpus)
-    n = 1 << (n - 1).bit_length()
-    return min(n, floor_power_of_two(total_gpus))
-
-
-def fill_static(
-    order: Iterable[Job], total_gpus: int, free: int, out: dict[str, int]
-) -> dict[str, int]:
-    """Non-elastic baselines: each job in ``order`` gets its static size if it still fits
-    in ``free`` GPUs, else 0 (it waits); a later, smaller job may still fit (backfill)."""
-    for job in order:
-        n = static_gpus(job, total_gpus)
-        if n <= free:
-            out[job.job_id] = n
-            free -= n
-        else:
-            out[job.job_id] = 0
-    return out
+_Stateless = Stateless  # the name policies here used before the move
 
 
 class _LedgerMixin:
@@ -275,69 +244,23 @@ class EDFPolicy(_LedgerMixin):
         return None
 
 
-class GandivaPolicy(_Stateless):
-    """Non-elastic, deadline-unaware: each job runs on the GPUs it asked for, started in
-    arrival order (a later job that fits may start while an earlier one waits), never
-    preempted."""
+def _baselines() -> Mapping[str, Callable[[], Policy]]:
+    """The baselines of the papers' evaluations (issue 13), in their own modules (they
+    import this one for type checking only); imported when a policy is made, so importing
+    this module stays light."""
+    from flowcon.alloc.baselines_deadline import ChronusPolicy
+    from flowcon.alloc.baselines_elastic import ElanPolicy, ElasticTiresiasPolicy
+    from flowcon.alloc.baselines_fairness import ThemisPolicy
+    from flowcon.alloc.baselines_goodput import PolluxPolicy
 
-    name = "gandiva"
-
-    def on_submit(self, job: Job, now: float, state: ClusterState) -> AdmissionDecision:
-        return AdmissionDecision(True, None)
-
-    def schedule(self, now: float, state: ClusterState) -> dict[str, int]:
-        out: dict[str, int] = {}
-        free = state.total_gpus
-        for jid in state.jobs:
-            n = state.allocation.get(jid, 0)
-            if n > 0:
-                out[jid] = n
-                free -= n
-        waiting = sorted(
-            (j for j in state.jobs.values() if j.job_id not in out),
-            key=lambda j: (j.submit_time, j.job_id),
-        )
-        return fill_static(waiting, state.total_gpus, free, out)
-
-    def next_wakeup(self, now: float, state: ClusterState) -> float | None:
-        return None
-
-
-class TiresiasPolicy(_Stateless):
-    """Two-dimensional discretised least-attained-service (Tiresias 2D-LAS): jobs sit in
-    queues by attained GPU-seconds (thresholds ``queue_limits``), FIFO inside a queue,
-    preemptive, each job on its requested GPU count."""
-
-    name = "tiresias"
-
-    def __init__(self, queue_limits: Sequence[float] = (3600.0, 36000.0)) -> None:
-        self.queue_limits = sorted(queue_limits)
-
-    def _queue(self, attained: float) -> int:
-        return bisect.bisect_right(self.queue_limits, attained)
-
-    def on_submit(self, job: Job, now: float, state: ClusterState) -> AdmissionDecision:
-        return AdmissionDecision(True, None)
-
-    def schedule(self, now: float, state: ClusterState) -> dict[str, int]:
-        order = sorted(
-            state.jobs.values(),
-            key=lambda j: (self._queue(state.attained.get(j.job_id, 0.0)), j.submit_time),
-        )
-        return fill_static(order, state.total_gpus, state.total_gpus, {})
-
-    def next_wakeup(self, now: float, state: ClusterState) -> float | None:
-        """When the next running job crosses into a lower-priority queue."""
-        best: float | None = None
-        for jid, n in state.allocation.items():
-            if n <= 0 or jid not in state.jobs:
-                continue
-            a = state.attained.get(jid, 0.0)
-            i = self._queue(a)
-            if i < len(self.queue_limits):
-                t = now + (self.queue_limits[i] - a) / n
-                best = t if best is None else min(best, t)
-        return best
+    return {
+        "themis": ThemisPolicy,
+        "chronus": ChronusPolicy,
+        "pollux": PolluxPolicy,
+        "elastic-tiresias": ElasticTiresiasPolicy,
+        "e-fifo": lambda: ElanPolicy(backfill=False),
+        "e-bf": lambda: ElanPolicy(backfill=True),
+    }
 
 
 # The allocation priority ``elasticflow`` uses. Measured (bench_simulator --breakdown):
@@ -352,6 +275,12 @@ POLICIES: Mapping[str, str] = {
     "edf-admission": "EDF allocation behind ElasticFlow's admission control",
     "gandiva": "Static requested GPUs, arrival order, non-preemptive",
     "tiresias": "Static requested GPUs, 2D least attained service, preemptive",
+    "themis": "Themis: finish-time fairness, worst rho first each lease, static GPUs",
+    "chronus": "Chronus: SLO admission by lease plan, leases, EDF then shortest best-effort",
+    "pollux": "Pollux: goodput (throughput x statistical efficiency), batch per GPU count",
+    "elastic-tiresias": "EDL's elastic Tiresias: 2D-LAS with compaction and expansion",
+    "e-fifo": "Elan's elastic FIFO: start at min_res in order, GPUs by marginal gain",
+    "e-bf": "Elan's elastic backfill: E-FIFO with EASY backfilling",
     "elasticflow-fast": "ElasticFlow, spare GPUs by next-slot iterations per extra GPU / T(1)",
     "elasticflow-paper": "ElasticFlow, spare GPUs by Algorithm 2's GPU time saved (paper)",
 }
@@ -372,6 +301,9 @@ def make_policy(
         )
         pol.name = name
         return pol
+    baselines = _baselines()
+    if name in baselines:
+        return baselines[name]()
     if name == "edf":
         return EDFPolicy(admission=False, overhead=overhead)
     if name == "edf-admission":

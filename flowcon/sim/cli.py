@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # rich is imported lazily: the CLI starts fast
     from flowcon.alloc.model import Job, Topology
     from flowcon.alloc.policy import Policy
     from flowcon.sim.engine import SimResult
+    from flowcon.sim.loaders import Tables
 
 SHARED = Path(
     os.environ.get("FLOWCON_SHARED", Path(__file__).resolve().parents[2].parent / "shared")
@@ -47,7 +48,7 @@ def run_simulation(
     tables = load_throughputs(throughputs or DEFAULT_THROUGHPUTS)
     jobs = load_trace(trace, tables)
     if world == "published":
-        res = _run_published(jobs, topo, policy, slot, overhead)
+        res = _run_published(jobs, topo, policy, slot, overhead, tables)
         summary = summarize(res)
         summary["world"] = world
         summary["trace"] = str(trace)
@@ -55,7 +56,7 @@ def run_simulation(
         return res, summary
     if world != "ours":
         raise ValueError(f"unknown world {world!r}; choose ours or published")
-    pol = _policy(policy, overhead)
+    pol = _policy(policy, overhead, tables)
     if progress and jobs:
         from rich.progress import Progress
 
@@ -75,19 +76,28 @@ def run_simulation(
     return res, summary
 
 
-def _policy(name: str, overhead: float) -> Policy:
+def _policy(name: str, overhead: float, tables: Tables | None = None) -> Policy:
     """``make_policy``'s policies, and ``elasticflow-published`` (flowcon.alloc.published,
-    which builds on them)."""
+    which builds on them); ``pollux`` gets the throughput tables (its batch sizes)."""
     from flowcon.alloc.policy import make_policy
     from flowcon.alloc.published import ElasticFlowPublished
 
+    if name == "pollux" and tables is not None:
+        from flowcon.alloc.baselines_goodput import PolluxPolicy
+
+        return PolluxPolicy(tables)
     if name == "elasticflow-published":
         return ElasticFlowPublished()
     return make_policy(name, overhead=overhead)
 
 
 def _run_published(
-    jobs: list[Job], topo: Topology, policy: str, slot: float, overhead: float
+    jobs: list[Job],
+    topo: Topology,
+    policy: str,
+    slot: float,
+    overhead: float,
+    tables: Tables | None = None,
 ) -> SimResult:
     """``policy`` as the published simulator defines it, in its world; FlowCon's own
     policies (``elasticflow``) keep their admission margin of two ``overhead``s."""
@@ -100,7 +110,7 @@ def _run_published(
         return simulate_gandiva(jobs, topo)
     if policy == "tiresias":
         return simulate_tiresias(jobs, topo)
-    pol = EDFPublished() if policy == "edf" else _policy(policy, overhead)
+    pol = EDFPublished() if policy == "edf" else _policy(policy, overhead, tables)
     return Simulator(jobs, topo, pol, slot=slot, overhead=0.0, world=published_world(policy)).run()
 
 
@@ -127,6 +137,12 @@ def _stderr_console() -> Console:
             "edf-admission",
             "gandiva",
             "tiresias",
+            "themis",
+            "chronus",
+            "pollux",
+            "elastic-tiresias",
+            "e-fifo",
+            "e-bf",
         ]
     ),
 )
