@@ -115,6 +115,31 @@ class BatchRange:
         return got
 
 
+def envelope(brange: BatchRange) -> ThroughputCurve:
+    """The best the range reaches at each GPU count, in submitted-batch iterations per
+    second: max over feasible batches b of T(b, k) / submitted. A job whose batch follows
+    its GPU count (``best_batch``) runs at exactly this curve."""
+    got = brange._equiv.get(0)  # key 0: no batch is 0, the envelope's slot in the cache
+    if got is None:
+        pts: dict[int, float] = {}
+        for b in brange.batches:
+            for k in brange.gpu_counts(b):
+                pts[k] = max(pts.get(k, 0.0), brange.rate(b, k) / brange.submitted)
+        got = brange._equiv[0] = ThroughputCurve(pts)
+    return got
+
+
+def best_batch(brange: BatchRange, gpus: int) -> int:
+    """The batch of the range with the highest samples/s on ``gpus`` GPUs (ties: the
+    smaller batch); the submitted batch where none is feasible there."""
+    best, rate = brange.submitted, 0.0
+    for b in brange.batches:
+        r = brange.rate(b, gpus)
+        if r > rate:
+            best, rate = b, r
+    return best
+
+
 def make_range(
     rows: Mapping[int, ThroughputCurve],
     low: int,

@@ -362,6 +362,7 @@ POLICIES: Mapping[str, str] = {
     "max-bs-queue": "Max-BS, queue mode",
     "min-bs-queue": "Min-BS, queue mode",
     "random-bs-queue": "Random-BS, queue mode",
+    "elasticflow-batch": "ElasticFlow admission and allocation over (GPU count, batch size)",
 }
 
 
@@ -405,4 +406,10 @@ def make_policy(
         from flowcon.alloc.saxena import SaxenaPolicy  # it builds on this module
 
         return SaxenaPolicy(*SAXENA[name])
+    if name == "elasticflow-batch":
+        from flowcon.alloc.elasticflow_batch import ElasticFlowBatchPolicy
+
+        return ElasticFlowBatchPolicy(
+            overhead=overhead, sticky=sticky, lossless_replan=lossless_replan, rank=DEFAULT_RANK
+        )
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
