@@ -56,9 +56,7 @@ class BatchRange:
         if self.high < self.low:
             raise ValueError(f"batch_size_max {self.high} is below batch_size_min {self.low}")
         if not self.low <= self.submitted <= self.high:
-            raise ValueError(
-                f"batch_size {self.submitted} is outside [{self.low}, {self.high}]"
-            )
+            raise ValueError(f"batch_size {self.submitted} is outside [{self.low}, {self.high}]")
         if self.submitted not in self.curves:
             raise ValueError(f"no throughput row for the submitted batch {self.submitted}")
         outside = [b for b in self.curves if not self.low <= b <= self.high]

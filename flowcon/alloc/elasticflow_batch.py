@@ -14,6 +14,8 @@ ElasticFlow's.
 
 from __future__ import annotations
 
+from typing import Any
+
 from flowcon.alloc.admission import AdmissionDecision
 from flowcon.alloc.batch import best_batch, envelope
 from flowcon.alloc.model import Job
@@ -24,6 +26,10 @@ class ElasticFlowBatchPolicy(ElasticFlowPolicy):
     """``elasticflow`` whose ranged jobs are planned and run on their range's envelope."""
 
     name = "elasticflow-batch"
+
+    def __init__(self, overhead: float = 0.0, **kw: Any) -> None:
+        super().__init__(overhead, **kw)
+        self.batch_of: dict[str, int] = {}  # the batch each running ranged job runs at
 
     def on_submit(self, job: Job, now: float, state: ClusterState) -> AdmissionDecision:
         if job.batch_range is not None:
@@ -44,5 +50,3 @@ class ElasticFlowBatchPolicy(ElasticFlowPolicy):
             if job.batch_range is not None:
                 job.curve = envelope(job.batch_range)
         super().restore(now, state)
-
-    batch_of: dict[str, int] = {}  # noqa: RUF012 - replaced per instance by schedule

@@ -93,9 +93,7 @@ def dp_row(prev: Row, options: list[Option]) -> tuple[Row, npt.NDArray[np.int64]
     return new, choice.astype(np.int64)
 
 
-def solve(
-    options: list[list[Option]], total_gpus: int
-) -> tuple[float, list[Option]] | None:
+def solve(options: list[list[Option]], total_gpus: int) -> tuple[float, list[Option]] | None:
     """The optimum of Eq. 3 for jobs with these options on ``total_gpus`` GPUs and each
     job's chosen option; None: infeasible. The reference the policy's incremental rows
     follow (and the tests check against brute force)."""
@@ -210,7 +208,8 @@ class SaxenaPolicy:
         self._blocked_at = now
         n = len(self._order)
         return AdmissionDecision(
-            False, f"infeasible: no configuration next to {n} running jobs on {state.total_gpus} GPUs"
+            False,
+            f"infeasible: no configuration next to {n} running jobs on {state.total_gpus} GPUs",
         )
 
     def schedule(self, now: float, state: ClusterState) -> dict[str, int]:

@@ -45,9 +45,17 @@ def _opts(jobs: list[Job], total: int, batch: str = "elastic") -> list[list[Opti
 
 def test_options_by_hand() -> None:
     a, b, c = _opts(_three(), 4)
-    assert [(o.gpus, o.batch, round(o.value, 6)) for o in a] == [(1, 4, 1.0), (2, 4, 1.6), (4, 8, 2.4)]
+    assert [(o.gpus, o.batch, round(o.value, 6)) for o in a] == [
+        (1, 4, 1.0),
+        (2, 4, 1.6),
+        (4, 8, 2.4),
+    ]
     assert [(o.gpus, round(o.value, 6)) for o in b] == [(1, 1.0), (2, 1.8), (4, 2.4)]
-    assert [(o.gpus, o.batch, round(o.value, 6)) for o in c] == [(1, 4, 1.0), (2, 8, 2.2), (4, 8, 3.5)]
+    assert [(o.gpus, o.batch, round(o.value, 6)) for o in c] == [
+        (1, 4, 1.0),
+        (2, 8, 2.2),
+        (4, 8, 3.5),
+    ]
 
 
 def test_dp_by_hand() -> None:

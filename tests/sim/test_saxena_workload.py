@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from flowcon.alloc.model import ThroughputCurve
-from flowcon.sim.saxena_workload import CATEGORIES, arrival_rate, base_rate_per_minute, saxena_workload
+from flowcon.sim.saxena_workload import (
+    CATEGORIES,
+    arrival_rate,
+    base_rate_per_minute,
+    saxena_workload,
+)
 
 ROW = {1: 4.0, 2: 7.0, 4: 12.0, 8: 20.0}
 TABLES = {
