@@ -410,6 +410,8 @@ def make_policy(
         from flowcon.alloc.elasticflow_batch import ElasticFlowBatchPolicy
 
         return ElasticFlowBatchPolicy(
-            overhead=overhead, sticky=sticky, lossless_replan=lossless_replan, rank=DEFAULT_RANK
+            ElasticFlowPolicy(
+                overhead=overhead, sticky=sticky, lossless_replan=lossless_replan, rank=DEFAULT_RANK
+            )
         )
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
