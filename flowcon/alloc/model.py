@@ -12,7 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flowcon.alloc.batch import BatchRange
 
 
 def is_power_of_two(n: int) -> bool:
@@ -164,6 +167,8 @@ class Job:
     model: str = ""
     batch_size: int = 0
     duration: float | None = None  # seconds it ran in the original cluster (trace column)
+    # permissible batch sizes (flowcon.alloc.batch); None: the batch is fixed
+    batch_range: BatchRange | None = None
 
     @property
     def remaining(self) -> float:

@@ -283,6 +283,28 @@ POLICIES: Mapping[str, str] = {
     "e-bf": "Elan's elastic backfill: E-FIFO with EASY backfilling",
     "elasticflow-fast": "ElasticFlow, spare GPUs by next-slot iterations per extra GPU / T(1)",
     "elasticflow-paper": "ElasticFlow, spare GPUs by Algorithm 2's GPU time saved (paper)",
+    "saxena-dp": "Saxena DP over jobs x GPUs x batch sizes; a job that does not fit is dropped",
+    "saxena-dp-queue": "Saxena DP over jobs x GPUs x batch sizes; a job that does not fit waits",
+    "max-bs": "Saxena's optimizer at each job's largest batch (Max-BS), drop mode",
+    "min-bs": "Saxena's optimizer at each job's smallest batch (Min-BS), drop mode",
+    "random-bs": "Saxena's optimizer at a seeded random batch of the range (Random-BS), drop",
+    "max-bs-queue": "Max-BS, queue mode",
+    "min-bs-queue": "Min-BS, queue mode",
+    "random-bs-queue": "Random-BS, queue mode",
+    "elasticflow-batch": "ElasticFlow admission and allocation over (GPU count, batch size)",
+}
+
+
+# Saxena's optimizer (flowcon.alloc.saxena): policy name -> (batch rule, mode)
+SAXENA: Mapping[str, tuple[str, str]] = {
+    "saxena-dp": ("elastic", "drop"),
+    "saxena-dp-queue": ("elastic", "queue"),
+    "max-bs": ("max", "drop"),
+    "min-bs": ("min", "drop"),
+    "random-bs": ("random", "drop"),
+    "max-bs-queue": ("max", "queue"),
+    "min-bs-queue": ("min", "queue"),
+    "random-bs-queue": ("random", "queue"),
 }
 
 
@@ -312,4 +334,16 @@ def make_policy(
         return GandivaPolicy()
     if name == "tiresias":
         return TiresiasPolicy()
+    if name in SAXENA:
+        from flowcon.alloc.saxena import SaxenaPolicy  # it builds on this module
+
+        return SaxenaPolicy(*SAXENA[name])
+    if name == "elasticflow-batch":
+        from flowcon.alloc.elasticflow_batch import ElasticFlowBatchPolicy
+
+        return ElasticFlowBatchPolicy(
+            ElasticFlowPolicy(
+                overhead=overhead, sticky=sticky, lossless_replan=lossless_replan, rank=DEFAULT_RANK
+            )
+        )
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")

@@ -23,6 +23,11 @@ SHARED = Path(
     os.environ.get("FLOWCON_SHARED", Path(__file__).resolve().parents[2].parent / "shared")
 )
 DEFAULT_THROUGHPUTS = SHARED / "data/throughputs/A100"
+# batch-size-aware policies (flowcon.alloc.saxena, flowcon.alloc.elasticflow_batch)
+SAXENA_CHOICES = (
+    "saxena-dp", "saxena-dp-queue", "max-bs", "min-bs", "random-bs", "max-bs-queue",
+    "min-bs-queue", "random-bs-queue", "elasticflow-batch",
+)  # fmt: skip
 
 
 def run_simulation(
@@ -35,9 +40,12 @@ def run_simulation(
     place: bool = True,
     progress: bool = False,
     world: str = "ours",
+    batch_ranges: bool = False,
 ) -> tuple[object, dict[str, object]]:
     """Load, simulate, summarise. Returns (SimResult, summary dict). ``world``: ``ours`` or
-    ``published`` (the published ElasticFlow simulator's world, see flowcon/sim/world.py)."""
+    ``published`` (the published ElasticFlow simulator's world, see flowcon/sim/world.py).
+    ``batch_ranges``: jobs without a batch-size range get the default one
+    (``flowcon.alloc.batch.default_range``: half to twice their batch, table rows only)."""
     from flowcon.alloc.model import Topology
     from flowcon.sim.engine import Simulator
     from flowcon.sim.loaders import load_throughputs, load_trace
@@ -47,6 +55,10 @@ def run_simulation(
     topo = Topology.from_spec(cluster)
     tables = load_throughputs(throughputs or DEFAULT_THROUGHPUTS)
     jobs = load_trace(trace, tables)
+    if batch_ranges:
+        from flowcon.alloc.batch import with_default_ranges
+
+        with_default_ranges(jobs, tables)
     if world == "published":
         res = _run_published(jobs, topo, policy, slot, overhead, tables)
         summary = summarize(res)
@@ -132,6 +144,7 @@ def _stderr_console() -> Console:
             "elasticflow",
             "elasticflow-fast",
             "elasticflow-paper",
+            *SAXENA_CHOICES,
             "elasticflow-published",
             "edf",
             "edf-admission",
@@ -168,6 +181,12 @@ def _stderr_console() -> Console:
     show_default=True,
     help="Seconds of progress lost per rescale or migration.",
 )
+@click.option(
+    "--batch-ranges",
+    is_flag=True,
+    help="Jobs without batch_size_min/max get a range of half to twice their batch size "
+    "(table rows only), for the batch-size-aware policies.",
+)
 @click.option("--no-placement", is_flag=True, help="Skip buddy placement (counts only).")
 @click.option("--no-plots", is_flag=True, help="Write the CSV/JSON but no PNG plots.")
 @click.option(
@@ -187,6 +206,7 @@ def simulate(
     no_plots: bool,
     progress: bool | None,
     world: str,
+    batch_ranges: bool,
 ) -> None:
     """Simulate a trace on a GPU cluster; the last stdout line is a JSON summary."""
     from flowcon.sim.loaders import InputError
@@ -197,8 +217,9 @@ def simulate(
         raise click.BadParameter("must be > 0", param_hint="--slot")
     try:
         res, summary = run_simulation(
-            trace, cluster, policy, throughputs, slot, overhead, not no_placement, progress, world
-        )
+            trace, cluster, policy, throughputs, slot, overhead, not no_placement, progress, world,
+            batch_ranges,
+        )  # fmt: skip
     except (InputError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from flowcon.alloc.batch import reset_batch
 from flowcon.alloc.model import Job, Topology
 from flowcon.alloc.placement import BuddyPlacer, Placement
 from flowcon.alloc.policy import ClusterState, Policy
@@ -101,6 +102,7 @@ class Simulator:
         wall0 = time.perf_counter()
         for j in self.jobs:
             j.done_iterations = 0.0
+            reset_batch(j)  # a batch-aware policy of an earlier run may have changed it
         r = _Run(
             state=ClusterState(total_gpus=self.topology.total_gpus, slot=self.slot),
             results={j.job_id: JobResult(j) for j in self.jobs},

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from flowcon.alloc.batch import BatchRange, make_range
 from flowcon.alloc.model import Job, ThroughputCurve
 from flowcon.textfile import NotText, read_text
 
@@ -148,7 +149,9 @@ def _num(path: Path, i: int, row: dict[str, str], col: str, *, integer: bool = F
 def load_trace(path: str | Path, tables: Tables) -> list[Job]:
     """Rows of the ElasticFlow trace format (see shared/data/README.md). Row numbers in
     errors count the header as row 1, like a spreadsheet. An empty ``deadline`` cell makes
-    a best-effort job; an optional ``soft_deadline`` column (0/1) marks soft deadlines.
+    a best-effort job; an optional ``soft_deadline`` column (0/1) marks soft deadlines;
+    optional ``batch_size_min`` / ``batch_size_max`` columns give a batch-size range
+    (flowcon.alloc.batch; the table rows inside it are the batches the job may run at).
     Jobs come back by submission time, ties in file order (the published simulator's order,
     which its first-fit baselines depend on)."""
     p = Path(path)
@@ -217,4 +220,22 @@ def _trace_job(p: Path, i: int, row: dict[str, str], jid: str, tables: Tables) -
         model=model,
         batch_size=bs,
         duration=duration,
+        batch_range=_batch_range(p, i, row, tables[model], bs),
     )
+
+
+def _batch_range(
+    p: Path, i: int, row: dict[str, str], rows: dict[int, ThroughputCurve], bs: int
+) -> BatchRange | None:
+    """The optional ``batch_size_min`` / ``batch_size_max`` columns (either may be empty:
+    the job's batch size then bounds that side); both empty: no range."""
+    cells = {c: (row.get(c) or "").strip() for c in ("batch_size_min", "batch_size_max")}
+    if not any(cells.values()):
+        return None
+    lo = int(_num(p, i, row, "batch_size_min", integer=True)) if cells["batch_size_min"] else bs
+    hi = int(_num(p, i, row, "batch_size_max", integer=True)) if cells["batch_size_max"] else bs
+    if lo < 1 or lo > bs:
+        raise InputError(p, i, "batch_size_min", f"must be in [1, batch_size {bs}], got {lo}")
+    if hi < bs:
+        raise InputError(p, i, "batch_size_max", f"must be >= batch_size {bs}, got {hi}")
+    return make_range(rows, lo, hi, bs)
