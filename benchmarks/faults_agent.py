@@ -20,6 +20,7 @@ Recovery: seconds from the restart to the end of the agent's first complete roun
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -558,3 +559,166 @@ def agent_engine_restart_session(
             finally:
                 client.close()
                 teardown_private(engine, created_bridge)
+
+
+# -- scale: many containers started and stopped in bursts -------------------------------
+
+SCALE_TOTAL = 300
+SCALE_LABELED_EVERY = 3  # every third container opts in: 100 of 300
+SCALE_BURST = 50
+
+
+def _sleeper(i: int) -> list[str]:
+    """An idle container that still reports now and then (a metric line every 5 s)."""
+    return [
+        "sh",
+        "-c",
+        f'i=0; while true; do i=$((i+1)); printf \'{{"step":%d,"loss":%d}}\\n\' $i '
+        f"$((100000/(i+{i % 7 + 1}))); sleep 5; done",
+    ]
+
+
+class ScaleSession:
+    """One run: SCALE_TOTAL containers started in bursts of SCALE_BURST under a running
+    agent, then removed in bursts. Violations: an unlabeled container touched, a labeled
+    one never limited, the agent dead or a traceback in its log, the state keeping removed
+    containers. Figures: seconds until every labeled container was limited after the
+    last burst, the agent's CPU seconds per round, its peak RSS."""
+
+    def __init__(self, client: Any, folder: Path, labels: dict[str, str] | None = None) -> None:
+        self.client = client
+        self.folder = folder
+        self.extra_labels = dict(labels or {})
+        self.run_id = ""
+
+    def remove_containers(self) -> None:
+        """Remove this run's containers, retrying: at this scale the engine's answers
+        can time out, and nothing may be left behind."""
+        if not self.run_id:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        selector = {"label": f"flowcon.faults={self.run_id}"}
+
+        def remove(c: Any) -> None:
+            with contextlib.suppress(Exception):
+                c.remove(force=True)
+
+        for _ in range(5):
+            try:
+                found = self.client.containers.list(all=True, sparse=True, filters=selector)
+            except Exception:  # the engine is slow to answer: try again
+                time.sleep(5)
+                continue
+            if not found:
+                return
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(remove, found))
+
+    def _start(self, i: int) -> Any:
+        labels = {**self.extra_labels, "flowcon.faults": self.run_id, "flowcon.metric": "loss"}
+        if i % SCALE_LABELED_EVERY == 0:
+            labels["flowcon.enable"] = "true"
+        return self.client.containers.run(
+            TESTBOX,
+            _sleeper(i),
+            detach=True,
+            name=f"fc-{self.run_id}-{i:03d}",
+            labels=labels,
+            network_mode="none",
+        )
+
+    def one_run(self, i: int) -> tuple[list[str], float | None, dict[str, float]]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        import psutil
+
+        self.run_id = f"s{uuid.uuid4().hex[:8]}"
+        run_dir = self.folder / self.run_id
+        run_dir.mkdir()
+        agent = Agent(run_dir, self.run_id)
+        problems: list[str] = []
+        try:
+            agent.start()
+            assert agent.proc is not None
+            proc = psutil.Process(agent.proc.pid)
+            peak = 0.0
+            started: list[Any] = []
+            with ThreadPoolExecutor(4) as pool:
+                for first in range(0, SCALE_TOTAL, SCALE_BURST):
+                    burst = range(first, min(first + SCALE_BURST, SCALE_TOTAL))
+                    started += list(pool.map(self._start, burst))
+                    peak = max(peak, proc.memory_info().rss / 2**20)
+            last_burst = time.monotonic()
+            labeled = [c for k, c in enumerate(started) if k % SCALE_LABELED_EVERY == 0]
+            plain = [c for k, c in enumerate(started) if k % SCALE_LABELED_EVERY]
+            cpu0, rounds0 = proc.cpu_times(), self._rounds(agent)
+            limited_after = self._wait_limited(labeled, proc, timeout=120)
+            peak = max(peak, proc.memory_info().rss / 2**20)
+            time.sleep(10)  # steady state: rounds over 100 managed containers
+            cpu1, rounds1 = proc.cpu_times(), self._rounds(agent)
+            per_round = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / max(
+                1, rounds1 - rounds0
+            )
+            if limited_after is None:
+                problems.append("not every labeled container was limited within 120 s")
+            problems += [
+                f"unlabeled {c.name} touched: {s}"
+                for c in plain
+                if (s := cpu_settings(c)) != {k: 0 for k in CPU_KEYS}
+            ]
+            self.remove_containers()  # stop in bursts (8 at a time), under the agent
+            time.sleep(5)
+            state, bad = agent.read_state()
+            left = [cid for cid in (state or {}).get("containers", {})]
+            if bad:
+                problems.append(bad)
+            if left:
+                problems.append(f"the state still holds {len(left)} removed containers")
+            if agent.proc.poll() is not None:
+                problems.append(f"the agent died (exit {agent.proc.returncode})")
+            text = agent.log.read_text(errors="replace")
+            if "Traceback" in text:
+                problems.append("traceback: " + text[text.index("Traceback") :][:500])
+            figures = {
+                "limited_all_s": -1.0 if limited_after is None else limited_after - last_burst,
+                "round_cpu_s": per_round,
+                "peak_rss_mb": peak,
+            }
+            return problems, figures["limited_all_s"] if limited_after else None, figures
+        finally:
+            agent.kill()
+            self.remove_containers()
+
+    @staticmethod
+    def _rounds(agent: Agent) -> int:
+        state, _ = agent.read_state()
+        return int((state or {}).get("rounds") or 0)
+
+    @staticmethod
+    def _wait_limited(labeled: list[Any], proc: Any, timeout: float) -> float | None:
+        end = time.monotonic() + timeout
+        pending = list(labeled)
+        while pending and time.monotonic() < end:
+            pending = [c for c in pending if not cpu_settings(c)["NanoCpus"]]
+            if pending:
+                time.sleep(1.0)
+        return None if pending else time.monotonic()
+
+
+@contextmanager
+def agent_scale_session(
+    rng: Any, labels: dict[str, str] | None = None
+) -> Iterator[Callable[[int], tuple[list[str], float | None, dict[str, float]]]]:
+    """The ``agent-scale`` scenario (see ``ScaleSession``)."""
+    import docker
+
+    del rng
+    client = docker.from_env(timeout=120)
+    with tempfile.TemporaryDirectory(prefix="flowcon-faults-scale-") as tmp:
+        sess = ScaleSession(client, Path(tmp), labels)
+        try:
+            yield sess.one_run
+        finally:
+            sess.remove_containers()
+            client.close()
