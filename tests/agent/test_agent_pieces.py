@@ -82,9 +82,6 @@ def test_state_round_trip(tmp_path: Path) -> None:
     assert [p.name for p in store.path.parent.iterdir()] == ["state.json"]  # no temp left
 
 
-@pytest.mark.parametrize(
-    "text", ["{not json", '{"version": 99}', '{"version": 1, "containers": {"a": 3}}']
-)
 def test_state_round_trip_of_control_fields_and_old_records(tmp_path: Path) -> None:
     store = StateStore(tmp_path / "state.json")
     state = AgentState()
@@ -120,6 +117,9 @@ def test_state_round_trip_of_control_fields_and_old_records(tmp_path: Path) -> N
     assert old.original == {"nano_cpus": 0, "cpu_quota": 0, "cpu_period": 0, "cpu_shares": 0}
 
 
+@pytest.mark.parametrize(
+    "text", ["{not json", '{"version": 99}', '{"version": 1, "containers": {"a": 3}}']
+)
 def test_corrupt_state_is_kept_aside(tmp_path: Path, text: str, caplog) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "state.json"
     path.write_text(text)
