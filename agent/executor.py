@@ -196,14 +196,11 @@ class Executor:
         g: float,
         old_list: ListName | None,
         trigger: str,
-        ctl: CpuControl | None = None,
+        ctl: CpuControl,
     ) -> bool:
-        """Set one container's limit; False if the container vanished."""
+        """Set one container's limit as ``ctl`` says; False if the container vanished."""
         old = t.limit
         t.limit = dec.limit
-        if ctl is None:
-            target = to_cpus(dec.limit, self.host_cpus, t.policy.cpus_min, t.policy.cpus_max)
-            ctl = CpuControl("quota", target)
         outcome = self._set(t, ctl)
         decisions_log.info(
             "decision container=%s id=%s list=%s->%s old=%s new=%s %s control=%s g=%s "
