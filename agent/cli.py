@@ -66,6 +66,18 @@ def _num(x: Any, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def _control(rec: Any) -> str:
+    """How the agent applies its limit (state file): quota, shares=N, cpuset=0-1, ..."""
+    if rec.applied_cpus is None:
+        return "orig" if rec.managed else "-"
+    if (rec.applied_mode or "quota") == "quota":
+        return "quota"
+    out = f"shares={rec.applied_shares}"
+    if rec.applied_cap is not None:
+        out += f" cap={rec.applied_cap:g}"
+    return out + (f" cpuset={rec.applied_cpuset}" if rec.applied_cpuset else "")
+
+
 def _mem(used: Any, limit: Any) -> str:
     if used is None:
         return "-"
@@ -133,6 +145,7 @@ def status(config_path: str | None, state_path: str | None, as_json: bool, no_en
         "G",
         "LIMIT",
         "CPUS",
+        "CONTROL",
         "CPU %",
         "MEM USAGE / LIMIT",
         "METRIC",
@@ -164,6 +177,7 @@ def status(config_path: str | None, state_path: str | None, as_json: bool, no_en
             _num(v.get("g"), ".3f"),
             _num(rec.limit if rec.managed else None, ".3f"),
             cpus,
+            _control(rec),
             cpu_pct,
             mem,
             metric,

@@ -3,7 +3,9 @@
 ``run`` takes the managed containers' lists, growth efficiencies and limits, runs
 ``flowcon.core.algorithm1`` and sets each container's new limit through the engine
 adapter (the container that triggered the run first, the others in parallel);
-``give_back``/``restore_all`` put the original settings back.
+``give_back``/``restore_all`` put the original settings back. How the limits are
+enforced (quota, weights, cpuset, hybrid: the ``control`` setting) is planned by
+``flowcon.core.control`` for all managed containers at once.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ from flowcon.agent.monitor import ContainerMonitor
 from flowcon.config import Config
 from flowcon.core.algorithm1 import Decision, algorithm1
 from flowcon.core.backoff import Itval
+from flowcon.core.control import AppliedMode, ControlInput, CpuControl, plan_controls
 from flowcon.core.labels import Policy
-from flowcon.core.limits import CpuLimit, to_cpus
+from flowcon.core.limits import to_cpus
 from flowcon.core.lists import ListName
 from flowcon.engine.docker_engine import ContainerGone, CpuSettings, EngineError
 from flowcon.engine.protocol import Engine
@@ -40,7 +43,11 @@ class Tracked:
     job: str | None
     list: ListName | None
     limit: float = 1.0
-    applied_cpus: float | None = None
+    applied_cpus: float | None = None  # None: the original settings are in effect
+    applied_mode: AppliedMode | None = None  # how applied_cpus is enforced
+    applied_shares: int | None = None  # weights, cpuset
+    applied_cpuset: str | None = None  # cpuset
+    applied_cap: float | None = None  # weights, cpuset: the cpus.max label as a quota
     original: CpuSettings | None = None
     fresh: bool = False
     view: dict[str, Any] = field(default_factory=dict)
@@ -77,6 +84,26 @@ class Executor:
         self.itval = itval
         self.threads = threads
         self.dry_run = dry_run
+        self.fallback: str | None = None  # why cpuset fell back to weights (logged once)
+
+    def _controls(
+        self, managed: dict[str, Tracked], limits: dict[str, float]
+    ) -> dict[str, CpuControl]:
+        """Each container's control for limits ``limits``; a cpuset fallback (or its end)
+        is logged once per change of the situation, not every round."""
+        inputs = {
+            cid: ControlInput(
+                to_cpus(limits[cid], self.host_cpus, t.policy.cpus_min, t.policy.cpus_max),
+                t.monitor.thread_aware,
+                t.policy.cpus_max,
+            )
+            for cid, t in sorted(managed.items(), key=lambda kv: kv[1].name)
+        }
+        controls, why = plan_controls(self.cfg.control, inputs, self.host_cpus)
+        if why != self.fallback:
+            log.info("control=%s: %s", self.cfg.control, why or "cores pinned again")
+            self.fallback = why
+        return controls
 
     def run(
         self, managed: dict[str, Tracked], trigger: str, priority: Iterable[str] = ()
@@ -94,11 +121,13 @@ class Executor:
             t.fresh = False
         first = [c for c in priority if c in result.decisions]
         rest = [c for c in result.decisions if c not in first]
+        new_limits = {cid: d.limit for cid, d in result.decisions.items()}
+        controls = self._controls({c: managed[c] for c in new_limits}, new_limits)
 
         def apply(cid: str) -> str | None:
             t = managed[cid]
             old_list, t.list = t.list, result.lists[cid]
-            ok = self.apply(t, result.decisions[cid], g[cid], old_list, trigger)
+            ok = self.apply(t, result.decisions[cid], g[cid], old_list, trigger, controls[cid])
             return None if ok else cid
 
         # The container that triggered the run is limited first; the others in parallel
@@ -108,52 +137,82 @@ class Executor:
             self.itval.double()
         return [cid for cid in outcomes if cid is not None]
 
-    def _unchanged(self, t: Tracked, target: CpuLimit) -> bool:
+    def _unchanged(self, t: Tracked, ctl: CpuControl) -> bool:
+        target = ctl.target
         if t.applied_cpus is None:
             o = t.original or CpuSettings()
-            return target.unlimited and o.nano_cpus == 0 and not o.quota_mode
+            if ctl.mode == "quota":
+                return target.unlimited and o.nano_cpus == 0 and not o.quota_mode
+            # weights equal to the original ones and nothing else to lift or pin
+            return (
+                ctl.mode == "weights"
+                and ctl.cap is None
+                and ctl.shares == (o.cpu_shares or 1024)
+                and o.nano_cpus == 0
+                and not o.quota_mode
+            )
+        if t.applied_mode != ctl.mode or t.applied_cpuset != ctl.cpuset:
+            return False
+        if t.applied_cap != (ctl.cap.cpus if ctl.cap else None):
+            return False
         # Deadband: a change smaller than min_update_cpus is not worth an engine call,
         # except into or out of "unlimited".
         return abs(t.applied_cpus - target.cpus) < max(self.cfg.min_update_cpus, 1e-9) and (
             target.unlimited == (t.applied_cpus >= self.host_cpus)
         )
 
-    def _set(self, t: Tracked, target: CpuLimit) -> str:
-        if self._unchanged(t, target):
+    def _engine_set(self, t: Tracked, ctl: CpuControl) -> None:
+        original = t.original or CpuSettings()
+        previous = t.applied_mode if t.applied_cpus is not None else None
+        if ctl.mode == "quota" and previous in (None, "quota"):
+            self.engine.set_cpus(t.monitor.cid, ctl.target, original)  # as before modes
+        else:
+            self.engine.set_control(t.monitor.cid, ctl, original, self.host_cpus, previous)
+
+    def _set(self, t: Tracked, ctl: CpuControl) -> str:
+        if self._unchanged(t, ctl):
             return "unchanged"
-        if self.dry_run:
-            t.applied_cpus = target.cpus
-            return "dry-run"
-        try:
-            self.engine.set_cpus(t.monitor.cid, target, t.original or CpuSettings())
-        except ContainerGone:
-            return "vanished"
-        except EngineError as exc:
-            log.warning("update of %s failed: %s", t.name, exc)
-            self.counters.engine_error("update")
-            return "failed"
-        t.applied_cpus = target.cpus
-        self.counters.cpu_update()
-        return "updated"
+        if not self.dry_run:
+            try:
+                self._engine_set(t, ctl)
+            except ContainerGone:
+                return "vanished"
+            except EngineError as exc:
+                log.warning("update of %s failed: %s", t.name, exc)
+                self.counters.engine_error("update")
+                return "failed"
+            self.counters.cpu_update()
+        t.applied_cpus = ctl.target.cpus
+        t.applied_mode = ctl.mode
+        t.applied_shares = ctl.shares
+        t.applied_cpuset = ctl.cpuset
+        t.applied_cap = ctl.cap.cpus if ctl.cap else None
+        return "dry-run" if self.dry_run else "updated"
 
     def apply(
-        self, t: Tracked, dec: Decision, g: float, old_list: ListName | None, trigger: str
+        self,
+        t: Tracked,
+        dec: Decision,
+        g: float,
+        old_list: ListName | None,
+        trigger: str,
+        ctl: CpuControl,
     ) -> bool:
-        """Set one container's limit; False if the container vanished."""
+        """Set one container's limit as ``ctl`` says; False if the container vanished."""
         old = t.limit
         t.limit = dec.limit
-        target = to_cpus(dec.limit, self.host_cpus, t.policy.cpus_min, t.policy.cpus_max)
-        outcome = self._set(t, target)
+        outcome = self._set(t, ctl)
         decisions_log.info(
-            "decision container=%s id=%s list=%s->%s old=%s new=%s cpus=%s g=%s reason=%s "
-            "trigger=%s outcome=%s",
+            "decision container=%s id=%s list=%s->%s old=%s new=%s %s control=%s g=%s "
+            "reason=%s trigger=%s outcome=%s",
             t.name,
             t.monitor.cid[:12],
             old_list.value if old_list else "-",
             t.list.value if t.list else "-",
             _fmt(old),
             _fmt(dec.limit),
-            f"{target.cpus:g}" + ("(unlimited)" if target.unlimited else ""),
+            ctl.describe(),
+            ctl.mode,
             _fmt(g),
             json.dumps(dec.reason),
             trigger,
@@ -166,7 +225,7 @@ class Executor:
         if t.applied_cpus is None or self.dry_run:
             return
         try:
-            self.engine.restore_cpus(cid, t.original or CpuSettings(), self.host_cpus)
+            self.engine.restore_cpus(cid, t.original or CpuSettings(), self.host_cpus, _mode(t))
         except EngineError as exc:  # removed (--rm) or engine gone: nothing to give back
             log.debug("restore of finished %s skipped: %s", t.name, exc)
 
@@ -178,11 +237,11 @@ class Executor:
             if not t.managed or t.applied_cpus is None:
                 continue
             if self.dry_run:
-                t.applied_cpus = None
+                _forget_applied(t)
                 continue
             try:
-                self.engine.restore_cpus(cid, t.original or CpuSettings(), self.host_cpus)
-                t.applied_cpus = None
+                self.engine.restore_cpus(cid, t.original or CpuSettings(), self.host_cpus, _mode(t))
+                _forget_applied(t)
                 restored += 1
                 log.info("restored container=%s original=%s", t.name, t.original)
             except ContainerGone:
@@ -191,3 +250,13 @@ class Executor:
                 self.counters.engine_error("restore")
                 log.error("restore of %s failed: %s (state keeps its originals)", t.name, exc)
         return restored
+
+
+def _mode(t: Tracked) -> AppliedMode:
+    return t.applied_mode or "quota"
+
+
+def _forget_applied(t: Tracked) -> None:
+    """The originals are in effect again."""
+    t.applied_cpus = t.applied_mode = t.applied_shares = t.applied_cpuset = None
+    t.applied_cap = None

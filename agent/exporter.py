@@ -74,6 +74,18 @@ class Exporter:
             labels,
             registry=r,
         )
+        self.shares = Gauge(
+            "flowcon_container_cpu_shares",
+            "CPU weight FlowCon applied (control weights, cpuset, hybrid; 0: none)",
+            labels,
+            registry=r,
+        )
+        self.cpuset_cores = Gauge(
+            "flowcon_container_cpuset_cores",
+            "Cores FlowCon pinned the container to (control cpuset; 0: not pinned)",
+            labels,
+            registry=r,
+        )
         self.share = Gauge(
             "flowcon_container_limit_ratio",
             "Algorithm 1 limit L, a fraction of the host's CPUs",
@@ -139,6 +151,8 @@ class Exporter:
             seen.add(key)
             counts[key[3]] = counts.get(key[3], 0) + 1
             self.limit.labels(*key).set(v.get("cpus") or 0.0)
+            self.shares.labels(*key).set(v.get("shares") or 0)
+            self.cpuset_cores.labels(*key).set(_cores(v.get("cpuset")))
             if v.get("limit") is not None:
                 self.share.labels(*key).set(v["limit"])
             if v.get("g") is not None:
@@ -149,7 +163,18 @@ class Exporter:
             self.containers.labels(name).set(n)
         # a container that left, or moved to another list: its old series go away
         for key in self._known - seen:
-            for gauge in (self.limit, self.share, self.g, self.cpu):
+            for gauge in (self.limit, self.shares, self.cpuset_cores, self.share, self.g, self.cpu):
                 with contextlib.suppress(KeyError):
                     gauge.remove(*key)
         self._known = seen
+
+
+def _cores(cpuset: Any) -> int:
+    """How many cores a cpuset string ("0-2,5") names; 0 for none."""
+    if not isinstance(cpuset, str) or not cpuset:
+        return 0
+    n = 0
+    for part in cpuset.split(","):
+        lo, _, hi = part.partition("-")
+        n += int(hi) - int(lo) + 1 if hi else 1
+    return n

@@ -51,6 +51,7 @@ class Progress:
     step: int | None = None
     step_ts: float | None = None
     steps_per_s: float | None = None
+    threads: int | None = None  # last "threads" seen: the job sizes its pool from its quota
     lines: int = 0
     samples: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
@@ -118,6 +119,8 @@ class ContainerMonitor:
             ts = line.ts_ns / 1e9
             if parsed.step is not None:
                 self._note_step(ts, parsed.step)
+            if parsed.threads is not None:
+                self._note_threads(parsed.threads)
             if parsed.kind is LineKind.SAMPLE:
                 assert parsed.value is not None
                 self.tracker.add_sample(ts, parsed.value)
@@ -141,6 +144,16 @@ class ContainerMonitor:
                 self.name,
                 REGEX_TIMEOUTS_MAX,
             )
+
+    def _note_threads(self, threads: int) -> None:
+        if self.progress.threads is None:
+            log.info("container=%s is thread-aware (threads=%d)", self.name, threads)
+        self.progress.threads = threads
+
+    @property
+    def thread_aware(self) -> bool:
+        """Its metric lines carry "threads": it resizes its thread pool to its quota."""
+        return self.progress.threads is not None
 
     def _note_step(self, ts: float, step: int) -> None:
         self.progress.step, self.progress.step_ts = step, ts

@@ -19,6 +19,7 @@ from flowcon.agent.monitor import ContainerMonitor
 from flowcon.agent.state import AgentState, ContainerRecord
 from flowcon.config import Config
 from flowcon.core.algorithm2 import pool_change
+from flowcon.core.control import AppliedMode
 from flowcon.core.growth import GrowthTracker
 from flowcon.core.labels import LabelError, Policy, parse_policy
 from flowcon.core.lists import ListName
@@ -191,7 +192,12 @@ def _resume(t: Tracked, saved: ContainerRecord) -> None:
     t.list = ListName(saved.list) if saved.list and t.managed else t.list
     t.limit = saved.limit
     t.applied_cpus = saved.applied_cpus
-    t.original = CpuSettings(**saved.original) if saved.original else None
+    if saved.applied_cpus is not None:
+        t.applied_mode = _applied_mode(saved.applied_mode)
+        t.applied_shares, t.applied_cpuset = saved.applied_shares, saved.applied_cpuset
+        t.applied_cap = saved.applied_cap
+    t.monitor.progress.threads = saved.threads
+    t.original = CpuSettings.from_dict(saved.original) if saved.original else None
     g = saved.growth or {}
     lp = g.get("last_point")
     tracker.last_point = (float(lp[0]), float(lp[1])) if lp else None
@@ -199,6 +205,14 @@ def _resume(t: Tracked, saved: ContainerRecord) -> None:
     tracker.intervals = int(g.get("intervals") or 0)
     tracker.g = g.get("g")
     t.monitor.log_since_ns = saved.log_since_ns
+
+
+def _applied_mode(raw: str | None) -> AppliedMode:
+    """A state file's mode; older files (and unknown values) mean quota, the only mode
+    they knew."""
+    if raw == "weights":
+        return "weights"
+    return "cpuset" if raw == "cpuset" else "quota"
 
 
 def _finite(x: float | None) -> float | None:
@@ -218,6 +232,10 @@ def container_view(cid: str, t: Tracked) -> dict[str, Any]:
         "g": _finite(m.tracker.g),
         "limit": t.limit if t.managed else None,
         "cpus": t.applied_cpus,
+        "control": t.applied_mode if t.applied_cpus is not None else None,
+        "shares": t.applied_shares,
+        "cpuset": t.applied_cpuset,
+        "threads": m.progress.threads,
         "cpu_share": _finite(u.cpu_share),
         "mem_bytes": u.mem_bytes,
         "blk_read": u.blk_read,
@@ -244,6 +262,11 @@ def container_record(cid: str, t: Tracked) -> ContainerRecord:
         list=t.list.value if t.list else None,
         limit=t.limit,
         applied_cpus=t.applied_cpus,
+        applied_mode=t.applied_mode,
+        applied_shares=t.applied_shares,
+        applied_cpuset=t.applied_cpuset,
+        applied_cap=t.applied_cap,
+        threads=t.monitor.progress.threads,
         original=t.original.to_dict() if t.original else None,
         growth={
             "last_point": list(tr.last_point) if tr.last_point else None,

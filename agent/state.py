@@ -31,7 +31,14 @@ class ContainerRecord:
     list: str | None = None  # NL/WL/CL; None for monitor-only containers
     limit: float = 1.0  # Algorithm 1's L, a share of the host
     applied_cpus: float | None = None  # what we set; None: the original settings are in effect
-    original: dict[str, int] | None = None  # NanoCpus, CpuQuota, CpuPeriod, CpuShares
+    # how (control mode: quota, weights, cpuset; None in older files: quota), and with what
+    applied_mode: str | None = None
+    applied_shares: int | None = None
+    applied_cpuset: str | None = None
+    applied_cap: float | None = None
+    threads: int | None = None  # the job's last "threads" (thread-aware), None: not seen
+    # NanoCpus, CpuQuota, CpuPeriod, CpuShares, CpusetCpus (older files lack the last)
+    original: dict[str, Any] | None = None
     growth: dict[str, Any] = field(default_factory=dict)
     log_since_ns: int = 0
     view: dict[str, Any] = field(default_factory=dict)  # last figures, for `flowcon status`

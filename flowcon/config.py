@@ -22,6 +22,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationInfo, field_validator
 
+from flowcon.core.control import DEFAULT_CONTROL, ControlMode
 from flowcon.schema import SchemaError, Strict, env_overrides, label_problem, merge, path_problem
 from flowcon.schema import validate as schema_validate
 from flowcon.textfile import NotText, SecretError, read_secret, read_text, safe_load_yaml
@@ -112,6 +113,8 @@ class Config(Strict):
     # engine's stats at most this often, in seconds (0: every round).
     io_stats_interval: float = _finite(ge=0, default=60.0, description="seconds >= 0")
     dry_run: bool = Field(False, description="true or false")
+    # How Algorithm 1's shares are applied (flowcon/core/control.py, docs/agent.md).
+    control: ControlMode = Field(DEFAULT_CONTROL, description="quota, weights, cpuset or hybrid")
     # Only containers carrying all these labels (with these values) are considered: lets
     # several agents (tests, replays) share one engine without touching each other's jobs.
     match_labels: dict[str, str] = Field(

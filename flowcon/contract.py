@@ -94,7 +94,9 @@ EXIT_PREEMPTED: Final = 143
 LINE_STEP: Final = "step"
 LINE_TS: Final = "ts"
 LINE_EVENT: Final = "event"
-# The torch intra-op pool size in use; only on lines of a job whose pool adapts.
+# Thread-aware jobs (the agent's ``control: hybrid``): the integer torch thread count the
+# job uses now, on its metric lines; a job whose lines carry it sizes its thread pool from
+# its CPU quota, so the agent may limit it by quota without oversubscribing it.
 LINE_THREADS: Final = "threads"
 
 

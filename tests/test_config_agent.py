@@ -29,6 +29,9 @@ def _load(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> confi
     ("text", "message"),
     [
         ("alpha: 5", "alpha: 5 is not allowed: a fraction in (0, 1)"),
+        ("control: quotas", 'control: "quotas" is not allowed: quota, weights, cpuset or hybrid'),
+        ("control: 1", "control: 1 is not allowed: quota, weights, cpuset or hybrid"),
+        ("control: null", "control: null is not allowed: quota, weights, cpuset or hybrid"),
         ("alpha: true", "alpha: true is not allowed: a fraction in (0, 1)"),
         ("alpha: 0", "alpha: 0 is not allowed: a fraction in (0, 1)"),
         ("metrics_addr: 0", "metrics_addr: 0 is not allowed: an IP address or host name"),
@@ -176,3 +179,13 @@ def test_the_agent_command_prints_the_message_not_a_traceback(tmp_path: Path, te
         assert res.exit_code == 1, res.output
         assert f"{p}: {text.split(':')[0]}:" in res.output and "Traceback" not in res.output
         assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
+def test_control_mode_default_file_and_environment(tmp_path: Path) -> None:
+    from flowcon.core.control import DEFAULT_CONTROL
+
+    assert _load(tmp_path, "alpha: 0.05").control == DEFAULT_CONTROL == "quota"
+    assert _load(tmp_path, "control: cpuset").control == "cpuset"
+    assert _load(tmp_path, "control: cpuset", {"FLOWCON_CONTROL": "hybrid"}).control == "hybrid"
+    with pytest.raises(ConfigError, match="FLOWCON_CONTROL"):
+        _load(tmp_path, "", {"FLOWCON_CONTROL": "shares"})

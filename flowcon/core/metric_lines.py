@@ -16,7 +16,7 @@ from enum import Enum
 
 import regex as _regex
 
-from flowcon.contract import LINE_EVENT, LINE_STEP, LINE_TS
+from flowcon.contract import LINE_EVENT, LINE_STEP, LINE_THREADS, LINE_TS
 
 # A job's own metric regex (flowcon.metric.regex, a job spec's metric.regex) is compiled
 # with the ``regex`` package, whose matching takes a time limit: a pattern built to
@@ -50,6 +50,7 @@ class ParsedLine:
     ts: float | None = None  # the line's own "ts" (JSON lines), when finite
     event: bool = False  # a notice line ({"event": ...}), not a measurement
     epoch: int | None = None  # a regex's (?P<epoch>...) group, when it has one
+    threads: int | None = None  # a JSON line's "threads" (thread-aware jobs), when valid
 
 
 def _number(raw: object) -> float | None:
@@ -93,6 +94,14 @@ def _parse_regex_line(line: str, regex: MetricRegex, timeout: float) -> ParsedLi
     return ParsedLine(LineKind.SAMPLE, value, step, epoch=epoch)
 
 
+def _threads(raw: object) -> int | None:
+    """A positive whole thread count; anything else (missing, bool, 2.5, "x") is None."""
+    value = _number(raw)
+    if value is None or not math.isfinite(value) or value < 1 or value != int(value):
+        return None
+    return int(value)
+
+
 def parse_line(
     line: str,
     metric: str | None = None,
@@ -117,17 +126,17 @@ def parse_line(
     step = _step(obj.get(LINE_STEP))
     ts = _ts(obj.get(LINE_TS))
     event = bool(obj.get(LINE_EVENT))
+    threads = _threads(obj.get(LINE_THREADS))
     if metric is None or metric not in obj:
-        return ParsedLine(LineKind.NO_METRIC, step=step, ts=ts, event=event)
+        return ParsedLine(LineKind.NO_METRIC, step=step, ts=ts, event=event, threads=threads)
     raw = obj[metric]
-    if raw is None:  # flowcon.report writes NaN/inf as null
-        return ParsedLine(LineKind.NON_FINITE, step=step, detail="null", ts=ts, event=event)
     value = _number(raw)
-    if value is None:
-        return ParsedLine(LineKind.BAD_VALUE, step=step, detail=repr(raw)[:80], ts=ts, event=event)
-    if not math.isfinite(value):
-        return ParsedLine(LineKind.NON_FINITE, step=step, detail=repr(raw)[:80], ts=ts, event=event)
-    return ParsedLine(LineKind.SAMPLE, value, step, ts=ts, event=event)
+    if raw is None or value is None or not math.isfinite(value):
+        # flowcon.report writes NaN/inf as null
+        kind = LineKind.BAD_VALUE if raw is not None and value is None else LineKind.NON_FINITE
+        detail = "null" if raw is None else repr(raw)[:80]
+        return ParsedLine(kind, step=step, detail=detail, ts=ts, event=event, threads=threads)
+    return ParsedLine(LineKind.SAMPLE, value, step, ts=ts, event=event, threads=threads)
 
 
 def step_points(lines: Iterable[str]) -> list[tuple[int, float]]:

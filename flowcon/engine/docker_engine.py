@@ -34,6 +34,8 @@ import docker.errors
 import docker.utils
 import requests.exceptions
 
+from flowcon.core.control import SHARES_PER_CPU, AppliedMode, CpuControl
+from flowcon.core.cpusets import all_cores
 from flowcon.core.labels import SERVICE_ID, merge_service_labels
 from flowcon.core.limits import NANO, CpuLimit
 from flowcon.engine.api_version import (
@@ -77,6 +79,7 @@ class CpuSettings:
     cpu_quota: int = 0
     cpu_period: int = 0
     cpu_shares: int = 0
+    cpuset_cpus: str = ""  # "" : all cores
 
     @classmethod
     def from_host_config(cls, hc: dict[str, Any]) -> CpuSettings:
@@ -85,6 +88,18 @@ class CpuSettings:
             int(hc.get("CpuQuota") or 0),
             int(hc.get("CpuPeriod") or 0),
             int(hc.get("CpuShares") or 0),
+            str(hc.get("CpusetCpus") or ""),
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CpuSettings:
+        """From ``to_dict`` (a state file); keys missing in older files take defaults."""
+        return cls(
+            int(data.get("nano_cpus") or 0),
+            int(data.get("cpu_quota") or 0),
+            int(data.get("cpu_period") or 0),
+            int(data.get("cpu_shares") or 0),
+            str(data.get("cpuset_cpus") or ""),
         )
 
     @property
@@ -101,7 +116,7 @@ class CpuSettings:
             return self.cpu_quota / (self.cpu_period or 100_000)
         return None
 
-    def to_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, int | str]:
         return asdict(self)
 
 
@@ -210,9 +225,60 @@ def cpu_body(limit: CpuLimit, original: CpuSettings) -> dict[str, int]:
     return {"NanoCpus": limit.nano_cpus}
 
 
-def restore_body(original: CpuSettings, host_cpus: int) -> dict[str, int]:
-    """The update request that gives a container back its original CPU settings."""
-    body: dict[str, int]
+def shares_back(original: CpuSettings) -> int:
+    """The CPU weight to give back: the original, or Docker's default when it had none."""
+    return original.cpu_shares or SHARES_PER_CPU
+
+
+def cpuset_back(original: CpuSettings, host_cpus: int) -> str:
+    """The cores to give back: the original set, or all cores when it had none (the
+    engine reads an empty CpusetCpus in an update as "no change")."""
+    return original.cpuset_cpus or all_cores(host_cpus)
+
+
+def weight_body(
+    shares: int, original: CpuSettings, host_cpus: int, cap: CpuLimit | None = None
+) -> dict[str, int | str]:
+    """The update request for CPU weights: ``CpuShares`` and the quota lifted (the whole
+    host, or quota -1 for a container started with --cpu-quota), or set to ``cap``
+    (the container's cpus.max label) when given."""
+    body: dict[str, int | str] = dict(cpu_body(cap or CpuLimit(host_cpus, True), original))
+    body["CpuShares"] = shares
+    return body
+
+
+def cpuset_body(cpuset: str) -> dict[str, int | str]:
+    """The update request that pins a container to cores ("0-1", "2,3")."""
+    return {"CpusetCpus": cpuset}
+
+
+def control_body(
+    control: CpuControl, original: CpuSettings, host_cpus: int, previous: AppliedMode | None
+) -> dict[str, int | str]:
+    """The update request for ``control``; what ``previous`` (the mode applied before,
+    None: the originals) changed and this mode does not set goes back to the original."""
+    body: dict[str, int | str]
+    if control.mode == "quota":
+        body = dict(cpu_body(control.target, original))
+        if previous in ("weights", "cpuset"):
+            body["CpuShares"] = shares_back(original)
+    else:
+        assert control.shares is not None
+        body = weight_body(control.shares, original, host_cpus, control.cap)
+    if control.mode == "cpuset":
+        assert control.cpuset is not None
+        body.update(cpuset_body(control.cpuset))
+    elif previous == "cpuset":
+        body["CpusetCpus"] = cpuset_back(original, host_cpus)
+    return body
+
+
+def restore_body(
+    original: CpuSettings, host_cpus: int, mode: AppliedMode = "quota"
+) -> dict[str, int | str]:
+    """The update request that gives a container back its original CPU settings
+    (``mode``: what the agent applied last; weights and cpusets go back too)."""
+    body: dict[str, int | str]
     if original.quota_mode:
         body = {
             "CpuPeriod": original.cpu_period or DEFAULT_PERIOD,
@@ -221,8 +287,10 @@ def restore_body(original: CpuSettings, host_cpus: int) -> dict[str, int]:
     else:
         # The engine ignores NanoCpus=0, so "no limit" goes back as the whole host.
         body = {"NanoCpus": original.nano_cpus or host_cpus * NANO}
-    if original.cpu_shares:
-        body["CpuShares"] = original.cpu_shares
+    if original.cpu_shares or mode != "quota":
+        body["CpuShares"] = shares_back(original)
+    if mode == "cpuset":
+        body["CpusetCpus"] = cpuset_back(original, host_cpus)
     return body
 
 
@@ -444,18 +512,32 @@ class DockerEngine:
             int(state.get("Pid") or 0),
         )
 
-    def update_cpu(self, cid: str, body: dict[str, int]) -> None:
+    def update_cpu(self, cid: str, body: dict[str, int | str]) -> None:
         """POST /containers/{id}/update with HostConfig CPU fields (NanoCpus, CpuQuota, ...).
         (The SDK's update() has no nano_cpus argument.)"""
         self._request("POST", f"/containers/{cid}/update", f"update {cid[:12]}", body)
 
     def set_cpus(self, cid: str, limit: CpuLimit, original: CpuSettings) -> None:
         """Limit a container to ``limit`` (``original``: its settings before the agent)."""
-        self.update_cpu(cid, cpu_body(limit, original))
+        self.update_cpu(cid, dict(cpu_body(limit, original)))
 
-    def restore_cpus(self, cid: str, original: CpuSettings, host_cpus: int) -> None:
-        """Give a container back its ``original`` CPU settings."""
-        self.update_cpu(cid, restore_body(original, host_cpus))
+    def set_control(
+        self,
+        cid: str,
+        control: CpuControl,
+        original: CpuSettings,
+        host_cpus: int,
+        previous: AppliedMode | None,
+    ) -> None:
+        """Apply ``control`` (quota, weights or cpuset; ``previous``: the mode applied
+        before, whose settings this one does not set go back to ``original``)."""
+        self.update_cpu(cid, control_body(control, original, host_cpus, previous))
+
+    def restore_cpus(
+        self, cid: str, original: CpuSettings, host_cpus: int, mode: AppliedMode = "quota"
+    ) -> None:
+        """Give a container back its ``original`` CPU settings (``mode``: applied last)."""
+        self.update_cpu(cid, restore_body(original, host_cpus, mode))
 
     def stats(self, cid: str) -> Stats:
         """One sample from the engine (answers on its next one-second tick)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
+from flowcon.core.control import AppliedMode, CpuControl
 from flowcon.core.limits import CpuLimit
 from flowcon.engine.docker_engine import CgroupSample, ContainerInfo, CpuSettings, Stats
 from flowcon.engine.logs import Line
@@ -28,8 +29,22 @@ class Engine(Protocol):
         """Limit a container (``original``: its settings before the agent)."""
         ...
 
-    def restore_cpus(self, cid: str, original: CpuSettings, host_cpus: int) -> None:
-        """Give a container back its original CPU settings."""
+    def set_control(
+        self,
+        cid: str,
+        control: CpuControl,
+        original: CpuSettings,
+        host_cpus: int,
+        previous: AppliedMode | None,
+    ) -> None:
+        """Apply a control of any mode (``previous``: the mode applied before, None for
+        the originals); what ``previous`` set and ``control`` does not goes back."""
+        ...
+
+    def restore_cpus(
+        self, cid: str, original: CpuSettings, host_cpus: int, mode: AppliedMode = "quota"
+    ) -> None:
+        """Give a container back its original CPU settings (``mode``: applied last)."""
         ...
 
     def stats(self, cid: str) -> Stats:

@@ -82,6 +82,41 @@ def test_state_round_trip(tmp_path: Path) -> None:
     assert [p.name for p in store.path.parent.iterdir()] == ["state.json"]  # no temp left
 
 
+def test_state_round_trip_of_control_fields_and_old_records(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state.json")
+    state = AgentState()
+    state.containers["abc"] = ContainerRecord(
+        id="abc",
+        name="job",
+        managed=True,
+        applied_cpus=1.0,
+        applied_mode="cpuset",
+        applied_shares=1024,
+        applied_cpuset="0",
+        applied_cap=0.5,
+        threads=2,
+        original={
+            "nano_cpus": 0,
+            "cpu_quota": 0,
+            "cpu_period": 0,
+            "cpu_shares": 0,
+            "cpuset_cpus": "0-1",
+        },
+    )
+    store.save(state)
+    assert store.load().containers["abc"] == state.containers["abc"]
+    # a file written before control modes: no mode, no cpuset, no threads
+    raw = json.loads(store.path.read_text())
+    rec = raw["containers"]["abc"]
+    for key in ("applied_mode", "applied_shares", "applied_cpuset", "applied_cap", "threads"):
+        del rec[key]
+    del rec["original"]["cpuset_cpus"]
+    store.path.write_text(json.dumps(raw))
+    old = store.load().containers["abc"]
+    assert (old.applied_mode, old.applied_cpuset, old.threads) == (None, None, None)
+    assert old.original == {"nano_cpus": 0, "cpu_quota": 0, "cpu_period": 0, "cpu_shares": 0}
+
+
 @pytest.mark.parametrize(
     "text", ["{not json", '{"version": 99}', '{"version": 1, "containers": {"a": 3}}']
 )

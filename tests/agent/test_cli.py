@@ -138,3 +138,26 @@ def test_start_up_with_no_engine(tmp_path: Path, caplog: pytest.LogCaptureFixtur
     (line,) = [r.getMessage() for r in caplog.records if r.name == "flowcon.agent"]
     assert f"cannot connect to the Docker engine at {url}" in line
     assert line.endswith("the agent keeps trying")
+
+
+def test_status_control_column() -> None:
+    from flowcon.agent.cli import _control
+    from flowcon.agent.state import ContainerRecord
+
+    def rec(**kw: object) -> ContainerRecord:
+        return ContainerRecord(id="x", name="x", managed=True, **kw)  # type: ignore[arg-type]
+
+    assert _control(rec()) == "orig"
+    assert _control(ContainerRecord(id="x", name="x", managed=False)) == "-"
+    assert _control(rec(applied_cpus=1.0)) == "quota"  # an older state file: quota
+    assert _control(rec(applied_cpus=1.0, applied_mode="weights", applied_shares=683)) == (
+        "shares=683"
+    )
+    full = rec(
+        applied_cpus=1.0,
+        applied_mode="cpuset",
+        applied_shares=1024,
+        applied_cpuset="0",
+        applied_cap=0.5,
+    )
+    assert _control(full) == "shares=1024 cap=0.5 cpuset=0"

@@ -13,6 +13,7 @@ import pytest
 from flowcon.agent.controller import Controller
 from flowcon.agent.state import StateStore
 from flowcon.config import Config
+from flowcon.core.control import AppliedMode, CpuControl
 from flowcon.core.limits import CpuLimit
 from flowcon.core.lists import ListName
 from flowcon.engine.docker_engine import (
@@ -22,6 +23,7 @@ from flowcon.engine.docker_engine import (
     CpuSettings,
     EngineUnavailable,
     Stats,
+    control_body,
     cpu_body,
     restore_body,
 )
@@ -51,7 +53,7 @@ class FakeEngine:
     def __init__(self) -> None:
         self.c: dict[str, FakeContainer] = {}
         self.t = 1_700_000_000.0
-        self.updates: list[tuple[str, dict[str, int]]] = []
+        self.updates: list[tuple[str, dict[str, int | str]]] = []
         self.vanish_on_update: set[str] = set()
         self.down = False
         self.cgroups = False  # True: CPU time from "cgroup files" instead of stats
@@ -84,24 +86,37 @@ class FakeEngine:
         c = self._get(cid)
         return ContainerInfo(cid, c.name, c.labels, c.running, c.cpu)
 
-    def update_cpu(self, cid: str, body: dict[str, int]) -> None:
+    def update_cpu(self, cid: str, body: dict[str, int | str]) -> None:
         c = self._get(cid)
         if cid in self.vanish_on_update:
             del self.c[cid]
             raise ContainerGone(cid)
         self.updates.append((cid, body))
         c.cpu = CpuSettings(
-            body.get("NanoCpus", c.cpu.nano_cpus),
-            body.get("CpuQuota", c.cpu.cpu_quota),
-            body.get("CpuPeriod", c.cpu.cpu_period),
-            body.get("CpuShares", c.cpu.cpu_shares),
+            int(body.get("NanoCpus", c.cpu.nano_cpus)),
+            int(body.get("CpuQuota", c.cpu.cpu_quota)),
+            int(body.get("CpuPeriod", c.cpu.cpu_period)),
+            int(body.get("CpuShares", c.cpu.cpu_shares)),
+            str(body.get("CpusetCpus", c.cpu.cpuset_cpus)),
         )
 
     def set_cpus(self, cid: str, limit: CpuLimit, original: CpuSettings) -> None:
-        self.update_cpu(cid, cpu_body(limit, original))
+        self.update_cpu(cid, dict(cpu_body(limit, original)))
 
-    def restore_cpus(self, cid: str, original: CpuSettings, host_cpus: int) -> None:
-        self.update_cpu(cid, restore_body(original, host_cpus))
+    def set_control(
+        self,
+        cid: str,
+        control: CpuControl,
+        original: CpuSettings,
+        host_cpus: int,
+        previous: AppliedMode | None,
+    ) -> None:
+        self.update_cpu(cid, control_body(control, original, host_cpus, previous))
+
+    def restore_cpus(
+        self, cid: str, original: CpuSettings, host_cpus: int, mode: AppliedMode = "quota"
+    ) -> None:
+        self.update_cpu(cid, restore_body(original, host_cpus, mode))
 
     def stats(self, cid: str) -> Stats:
         c = self._get(cid)
@@ -366,3 +381,119 @@ def test_engine_state_and_counters_for_health_and_metrics(tmp_path: Path) -> Non
     assert heard == ["down", None]
     errors, _ = ctl.counters.snapshot()
     assert errors["list"] == 1
+
+
+# ----- control modes (flowcon/core/control.py applied by the executor) ------------------
+
+
+def test_weights_mode_sets_shares_lifts_quota_and_restores(tmp_path: Path) -> None:
+    eng = FakeEngine()
+    eng.add("a", ON, cpu=CpuSettings(nano_cpus=10**9))  # limited before: lifted
+    eng.add("b", ON, cpu=CpuSettings(cpu_quota=50_000, cpu_period=100_000, cpu_shares=300))
+    eng.add("c", {**ON, "flowcon.cpus.max": "1"})
+    ctl = make(eng, tmp_path, control="weights")
+    ctl.resync()
+    # L = 1/3 each: 4/3 CPUs, 1365 shares
+    assert eng.c["a"].cpu == CpuSettings(nano_cpus=HOST * 10**9, cpu_shares=1365)
+    assert eng.c["b"].cpu == CpuSettings(cpu_quota=-1, cpu_period=100_000, cpu_shares=1365)
+    assert eng.c["c"].cpu == CpuSettings(nano_cpus=10**9, cpu_shares=1024)  # cpus.max: a cap
+    view = {v["name"]: v for v in ctl.views()}["a"]
+    assert (view["control"], view["shares"], view["cpuset"]) == ("weights", 1365, None)
+    n = len(eng.updates)
+    ctl.round()
+    assert len(eng.updates) == n  # unchanged: no engine call
+    assert ctl.restore_all() == 3
+    assert eng.c["a"].cpu == CpuSettings(nano_cpus=10**9, cpu_shares=1024)
+    assert eng.c["b"].cpu == CpuSettings(cpu_quota=50_000, cpu_period=100_000, cpu_shares=300)
+    assert eng.c["c"].cpu == CpuSettings(nano_cpus=HOST * 10**9, cpu_shares=1024)
+
+
+def test_weights_equal_to_the_originals_need_no_engine_call(tmp_path: Path) -> None:
+    eng = FakeEngine()
+    eng.add("a", ON)
+    ctl = Controller(eng, Config(control="weights", state_file=str(tmp_path / "s")), 1)
+    ctl.resync()  # alone on one CPU: 1024 shares, Docker's default
+    assert eng.updates == [] and ctl.tracked["a"].applied_cpus is None
+
+
+def test_cpuset_mode_pins_falls_back_once_and_restores(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    eng = FakeEngine()
+    eng.add("a", ON)
+    eng.add("b", ON, cpu=CpuSettings(cpuset_cpus="1-3"))
+    ctl = make(eng, tmp_path, control="cpuset")
+    with caplog.at_level(logging.INFO, logger="flowcon.agent"):
+        ctl.resync()
+        assert (eng.c["a"].cpu.cpuset_cpus, eng.c["b"].cpu.cpuset_cpus) == ("0-1", "2-3")
+        assert eng.c["a"].cpu.cpu_shares == 2048
+        assert "cpuset=0-1" in caplog.text and "control=cpuset" in caplog.text
+        for i in range(3):
+            eng.add(f"x{i}", ON)
+        ctl.resync()  # 5 containers, 4 cores: weights, every cpuset back to its original
+        ctl.round()
+        ctl.round()
+    assert caplog.text.count("5 managed containers but 4 cores") == 1
+    assert eng.c["a"].cpu.cpuset_cpus == "0-3" and eng.c["b"].cpu.cpuset_cpus == "1-3"
+    assert {ctl.tracked[c].applied_mode for c in ("a", "b", "x0")} == {"weights"}
+    with caplog.at_level(logging.INFO, logger="flowcon.agent"):
+        for i in range(3):
+            eng.c[f"x{i}"].running = False
+        ctl.resync()
+    assert "cores pinned again" in caplog.text
+    assert eng.c["a"].cpu.cpuset_cpus == "0-1"
+    assert ctl.restore_all() == 2
+    assert eng.c["a"].cpu == CpuSettings(nano_cpus=HOST * 10**9, cpu_shares=1024, cpuset_cpus="0-3")
+    assert eng.c["b"].cpu.cpuset_cpus == "1-3"
+
+
+def test_hybrid_quota_once_the_lines_say_threads(tmp_path: Path) -> None:
+    eng = FakeEngine()
+    eng.add("aware", ON)
+    eng.add("plain", ON)
+    ctl = make(eng, tmp_path, control="hybrid")
+    ctl.resync()
+    assert ctl.tracked["aware"].applied_mode == ctl.tracked["plain"].applied_mode == "weights"
+    assert eng.c["aware"].cpu.cpu_shares == 2048
+    eng.emit("aware", '{"step": 1, "loss": 3.0, "threads": 2}')
+    eng.emit("plain", '{"step": 1, "loss": 3.0}')
+    ctl.round()
+    assert ctl.tracked["aware"].monitor.thread_aware
+    assert ctl.tracked["aware"].applied_mode == "quota"
+    assert eng.c["aware"].cpu == CpuSettings(nano_cpus=2 * 10**9, cpu_shares=1024)
+    assert ctl.tracked["plain"].applied_mode == "weights"
+    # the agent restarts: the job is still known to be thread-aware
+    ctl2 = make(eng, tmp_path, control="hybrid")
+    ctl2.resync()
+    assert ctl2.tracked["aware"].monitor.progress.threads == 2
+    assert ctl2.tracked["aware"].applied_mode == "quota"
+    assert ctl2.restore_all() == 2
+    assert eng.c["plain"].cpu == CpuSettings(nano_cpus=HOST * 10**9, cpu_shares=1024)
+
+
+def test_state_keeps_the_mode_and_old_records_mean_quota(tmp_path: Path) -> None:
+    eng = FakeEngine()
+    eng.add("a", ON, cpu=CpuSettings(cpuset_cpus="0,2"))
+    eng.add("b", ON)
+    make(eng, tmp_path, control="cpuset").resync()  # the agent dies without restoring
+    store = StateStore(tmp_path / "state.json")
+    rec = store.load().containers["a"]
+    assert (rec.applied_mode, rec.applied_cpuset, rec.applied_shares) == ("cpuset", "0-1", 2048)
+    assert rec.original is not None and rec.original["cpuset_cpus"] == "0,2"
+    # a new agent, now configured for quota, still gives back what the old one set
+    ctl = make(eng, tmp_path, control="quota")
+    ctl.resync()
+    assert eng.c["a"].cpu == CpuSettings(nano_cpus=2 * 10**9, cpu_shares=1024, cpuset_cpus="0,2")
+    ctl.restore_all()
+    # an old state file: no mode, no cpuset in the originals
+    state = store.load()
+    old = state.containers["a"]
+    old.applied_cpus, old.applied_mode = 2.0, None
+    old.original = {"nano_cpus": 0, "cpu_quota": 0, "cpu_period": 0, "cpu_shares": 0}
+    store.save(state)
+    ctl3 = make(eng, tmp_path)
+    ctl3.resync()
+    assert ctl3.tracked["a"].original == CpuSettings()
+    assert ctl3.tracked["a"].applied_mode == "quota"
+    assert ctl3.restore_all() == 2
+    assert [body for cid, body in eng.updates if cid == "a"][-1] == {"NanoCpus": HOST * 10**9}

@@ -33,6 +33,8 @@ def view(**kw: object) -> dict[str, object]:
 # name -> Prometheus type; counters are exposed with _total
 EXPECTED = {
     "flowcon_container_cpu_limit_cpus": "gauge",
+    "flowcon_container_cpu_shares": "gauge",
+    "flowcon_container_cpuset_cores": "gauge",
     "flowcon_container_limit_ratio": "gauge",
     "flowcon_container_growth_efficiency": "gauge",
     "flowcon_container_cpu_usage_ratio": "gauge",
@@ -75,6 +77,16 @@ def test_container_labels_join_with_cadvisor() -> None:
     assert sample.value == 1.5
     ratio = fams["flowcon_container_cpu_usage_ratio"].samples[0]  # type: ignore[attr-defined]
     assert ratio.value == 0.5
+
+
+def test_applied_weights_and_cpuset_are_exported() -> None:
+    exp = Exporter()
+    exp.update([view(shares=1536, cpuset="0-2,5"), view(container_id="e" * 64, name="q")], 20.0)
+    fams = families(exp)
+    shares = {s.labels["name"]: s.value for s in fams["flowcon_container_cpu_shares"].samples}  # type: ignore[attr-defined]
+    cores = {s.labels["name"]: s.value for s in fams["flowcon_container_cpuset_cores"].samples}  # type: ignore[attr-defined]
+    assert shares == {"train-a": 1536, "q": 0}
+    assert cores == {"train-a": 4, "q": 0}
 
 
 def test_list_change_replaces_the_series_and_counts_per_list() -> None:
