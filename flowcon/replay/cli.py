@@ -16,6 +16,7 @@ import click
 import yaml
 
 from flowcon.interrupts import raise_interrupt
+from flowcon.replay.compare import CompareRun
 from flowcon.replay.model import RunResult
 from flowcon.replay.repeat import CONTROL_MODES, BusyLimits, variants_for
 from flowcon.replay.scenario import THREAD_MODES, Scenario, ScenarioError, load_scenario
@@ -481,13 +482,16 @@ def run(
     }
     _require_agent(compare or policy == "flowcon", agent_command)
     out_dir = out or Path("runs") / "replay" / f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    client = _connect()
     load = _LoadOptions(BusyLimits(max_load, max_busy), load_window, force)
+    host = _host_record(load) if compare else {}
+    client = _connect()
     show = not quiet and sys.stderr.isatty()
     previous = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         if compare:
-            failed = _compare(client, sc, out_dir, repeat, controls, load, show, kwargs)
+            spec = CompareRun(sc, out_dir, variants_for(controls), repeat, kwargs, host)
+            spec.load_window, spec.show_progress = load_window, show
+            failed = _compare(client, spec)
         else:
             kwargs.update(show_progress=show, load_window=load_window)
             results = _single_runs(client, sc, policy, controls, out_dir, **kwargs)
@@ -516,31 +520,20 @@ def _require_agent(needed: bool, agent_command: str | None) -> None:
         )
 
 
-def _compare(
-    client: Any,
-    sc: Scenario,
-    out_dir: Path,
-    repeat: int,
-    controls: tuple[str, ...],
-    load: _LoadOptions,
-    show: bool,
-    kwargs: dict[str, Any],
-) -> bool:
-    """Check the host, run the repetitions, print the summary; True if a job failed."""
-    from flowcon.replay.compare import (
-        CompareRun,
-        HostBusy,
-        LoadCheck,
-        check_host,
-        print_aggregate,
-        run_compare,
-    )
+def _host_record(load: _LoadOptions) -> dict[str, Any]:
+    """The busy-host check before a compare (a ClickException when busy, unless forced)."""
+    from flowcon.replay.compare import HostBusy, LoadCheck, check_host
 
     try:
-        host = check_host(LoadCheck(load.limits, load.window, load.force))
+        return check_host(LoadCheck(load.limits, load.window, load.force))
     except HostBusy as exc:
         raise click.ClickException(str(exc)) from None
-    spec = CompareRun(sc, out_dir, variants_for(controls), repeat, kwargs, host, load.window, show)
+
+
+def _compare(client: Any, spec: CompareRun) -> bool:
+    """Run the repetitions, print the summary; True if a job failed."""
+    from flowcon.replay.compare import print_aggregate, run_compare
+
     summary, results = run_compare(client, spec, run_policy, on_result=print_run)
     if "variants" in summary:
         print_aggregate(summary)
