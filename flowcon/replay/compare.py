@@ -227,45 +227,49 @@ def _s(v: float | None) -> str:
 def print_aggregate(summary: dict[str, Any]) -> None:
     """A rich table: per variant and job the medians and the change's min-max."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    title = (
+    title = escape(
         f"{summary['scenario']}: FlowCon (alpha={summary['alpha']:g}, "
         f"itval={summary['itval']:g}, threads {summary['threads']}) vs none, "
         f"median [min, max] of {summary['repeats']} repetition(s)"
     )
     table = Table(title=title)
+    several = len(summary["variants"]) > 1
     for col in ("variant", "job", "JCT none (s)", "JCT (s)", "JCT change"):
-        table.add_column(col, justify="left" if col in ("variant", "job") else "right")
+        if col != "variant" or several:
+            table.add_column(col, justify="left" if col in ("variant", "job") else "right")
     for col in ("CPU-s none", "CPU-s", "CPU-s change"):
         table.add_column(col, justify="right")
     for key, v in summary["variants"].items():
+        lead = [key] if several else []
         for r in v["jobs"]:
             med = r["jct_change"]["median"]
             colour = "green" if med is not None and med < 0 else "red"
             table.add_row(
-                key,
+                *lead,
                 r["job"],
                 _s(r["jct_none"]),
                 _s(r["jct"]),
-                f"[{colour}]{_pct(r['jct_change'])}[/]",
+                f"[{colour}]{escape(_pct(r['jct_change']))}[/]",
                 _s(r["cpu_s_none"]),
                 _s(r["cpu_s"]),
-                _pct(r["cpu_s_change"]),
+                escape(_pct(r["cpu_s_change"])),
             )
-        table.add_row(
-            key,
-            "(makespan / total)",
+        table.add_row(  # makespan; the CPU-s columns hold the totals
+            *lead,
+            "(makespan)",
             _s(v["makespan_none"]),
             _s(v["makespan"]),
-            _pct(v["makespan_change"]),
+            escape(_pct(v["makespan_change"])),
             _s(v["cpu_s_total_none"]),
             _s(v["cpu_s_total"]),
-            _pct(v["cpu_s_total_change"]),
+            escape(_pct(v["cpu_s_total_change"])),
             end_section=True,
         )
     console = Console()
     console.print(table)
     host = summary.get("host") or {}
     if host.get("forced"):
-        console.print(f"[yellow]forced on a busy host: {host.get('busy')}[/]")
+        console.print(f"[yellow]forced on a busy host: {escape(str(host.get('busy')))}[/]")
