@@ -1,8 +1,8 @@
 """Seeded random scenarios as in the paper's sections 5.4 and 5.5: n jobs whose
 submission times are uniform in [0, span) seconds.
 
-    python -m flowcon.replay.generate --jobs 5 --seed 5 --alpha 0.03 --itval 30 \
-        > scenarios/random-5.yaml
+    flowcon replay generate --jobs 5 --seed 5 --alpha 0.03 --itval 30 \
+        > scenarios/random-5.yaml     # or: python -m flowcon.replay.generate ...
 
 The same arguments always give the same file (numpy-free: Python's ``random.Random``
 with an explicit seed, whose sequence is stable across Python versions for
