@@ -1,123 +1,186 @@
-"""Real replays on the local engine: FlowCon vs plain Docker sharing ("none").
+"""Real replays on the local engine: FlowCon vs plain Docker sharing ("none"), repeated.
 
-Runs each scenario under policy none, then under flowcon (the agent as a subprocess),
-and prints per-job completion-time changes and makespans, next to the paper's
+Runs each scenario `--repeat` times (default 3) under policy none and under FlowCon with
+each control mode of `--controls` (default quota), in alternating order between
+repetitions (none, flowcon, then flowcon, none, ...), through the same code as
+`flowcon replay --compare --repeat N` (flowcon.replay.compare / flowcon.replay.repeat).
+Prints each scenario's table (medians with min-max over repetitions) next to the paper's
 reference figures (ICPP'19 sections 5.3-5.5: best job 42.06 % faster, makespan 1-5 %
-shorter than no control). Wall time: fixed ~2 x 6 min, random-5 ~2 x 8 min.
+shorter than no control), then per-scenario medians; the LAST line is one JSON object:
 
-    python3 benchmarks/bench_replay.py                       # fixed and random-5
-    python3 benchmarks/bench_replay.py random-10 --time-scale 0.5
-    python3 benchmarks/bench_replay.py fixed --iterations 50 # a quick smoke run
+    {"fixed": {"quota": {"best_job_change": -0.31, "worst_job_change": -0.05,
+                          "makespan_change": -0.02, "repeats": 3}}, ...}
+
+Fractions, negative = faster. best/worst_job_change: per repetition the best and worst
+job's JCT change against that repetition's none run, then the median over repetitions;
+makespan_change: the median of the per-repetition makespan changes.
+
+    python3 benchmarks/bench_replay.py                        # fixed and random-5
+    python3 benchmarks/bench_replay.py fixed --controls quota,weights --threads pinned
+    python3 benchmarks/bench_replay.py --generated 3 --seed 100 --threads pinned
+    python3 benchmarks/bench_replay.py fixed --iterations 50 --repeat 1  # a quick smoke run
     python3 benchmarks/bench_replay.py --work-scale 0.5 --time-scale 0.5  # half as long
 
-The host's CPUs are shared with whatever else runs: the load average before and
-after each run is printed, and figures from a busy host are noisy.
+A busy host (1-minute load average > 0.5 x CPUs, or CPUs > 25 % busy over 3 s) stops
+the benchmark before a scenario starts unless --force (recorded in compare.json).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from flowcon.replay.cli import print_comparison, resolve_scenario, run_policy  # noqa: E402
-from flowcon.replay.plots import plot_jct  # noqa: E402
-from flowcon.replay.recorder import comparison, write_comparison  # noqa: E402
+from flowcon.interrupts import raise_interrupt  # noqa: E402
+from flowcon.replay.cli import resolve_scenario, run_policy  # noqa: E402
+from flowcon.replay.compare import (  # noqa: E402
+    CompareRun,
+    HostBusy,
+    LoadCheck,
+    check_host,
+    print_aggregate,
+    run_compare,
+)
+from flowcon.replay.generate import random_scenario  # noqa: E402
+from flowcon.replay.repeat import (  # noqa: E402
+    CONTROL_MODES,
+    BusyLimits,
+    headline,
+    variant_control,
+    variant_key,
+)
 from flowcon.replay.runner import agent_available  # noqa: E402
-from flowcon.replay.scenario import load_scenario  # noqa: E402
+from flowcon.replay.scenario import THREAD_MODES, Scenario, load_scenario  # noqa: E402
 
 PAPER = "paper: best job -42.06 % (random, alpha 3 %, itval 30); makespan -1 % to -5 %"
+GENERATED_JOBS = 5
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("scenarios", nargs="*", default=["fixed", "random-5"])
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("scenarios", nargs="*", help="names or files (default: fixed random-5)")
+    ap.add_argument("--repeat", type=int, default=3, help="alternating repetitions (3)")
+    ap.add_argument(
+        "--controls",
+        default="quota",
+        help="comma list of " + "|".join(CONTROL_MODES) + " or default (the agent's own "
+        "control, no `control` key) (quota)",
+    )
+    ap.add_argument("--threads", choices=THREAD_MODES, help="override the scenarios' threads")
+    ap.add_argument("--no-adapt-threads", action="store_true", help="FLOWCON_ADAPT_THREADS=0")
+    ap.add_argument("--force", action="store_true", help="run even on a busy host")
+    ap.add_argument("--max-load", type=float, default=0.5, help="per CPU (0.5)")
+    ap.add_argument("--max-busy", type=float, default=0.25, help="fraction (0.25)")
+    ap.add_argument("--load-window", type=float, default=3.0, help="seconds (3)")
+    ap.add_argument("--generated", type=int, default=0, help="K fresh mixes of 5 jobs")
+    ap.add_argument("--seed", type=int, default=1000, help="first seed of --generated (1000)")
     ap.add_argument("--time-scale", type=float, default=1.0)
     ap.add_argument("--iterations", type=int, default=None)
     ap.add_argument("--work-scale", type=float, default=1.0, help="scale every job's work")
     ap.add_argument("--alpha", type=float, default=None)
     ap.add_argument("--itval", type=float, default=None)
-    ap.add_argument(
-        "--flowcon-first",
-        action="store_true",
-        help="run flowcon before none (alternate orders to expose drift in host load)",
-    )
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "bench-replay")
     args = ap.parse_args()
+    controls = [c.strip() for c in args.controls.split(",") if c.strip()]
+    bad = [c for c in controls if c not in (*CONTROL_MODES, "default")]
+    if bad or not controls:
+        ap.error(
+            f"--controls: expected a comma list of default, {', '.join(CONTROL_MODES)}; got {bad}"
+        )
+    if args.repeat < 1 or args.generated < 0:
+        ap.error("--repeat must be >= 1 and --generated >= 0")
+    args.controls = controls
+    if not args.scenarios and not args.generated:
+        args.scenarios = ["fixed", "random-5"]
+    return args
+
+
+def scenarios(args: argparse.Namespace) -> list[Scenario]:
+    """The named scenarios, then the generated mixes (seeds seed..seed+K-1, names that
+    cannot clash with the shipped random-N), with the command line's overrides."""
+    out = [load_scenario(resolve_scenario(name)) for name in args.scenarios]
+    for k in range(args.generated):
+        seed = args.seed + k
+        out.append(random_scenario(GENERATED_JOBS, seed, name=f"gen{GENERATED_JOBS}-s{seed}"))
+    done = []
+    for sc in out:
+        sc = sc.scaled(args.time_scale, args.iterations, args.work_scale)
+        if args.alpha is not None:
+            sc = replace(sc, alpha=args.alpha)
+        if args.itval is not None:
+            sc = replace(sc, itval=args.itval)
+        if args.threads is not None:
+            sc = replace(sc, threads=args.threads)
+        if args.no_adapt_threads:
+            sc = replace(sc, adapt_threads=False)
+        done.append(sc)
+    return done
+
+
+def variants(controls: list[str]) -> list[str]:
+    """The compare's variants; ``default`` runs the agent without a `control` key."""
+    return [variant_key(None if c == "default" else c) for c in dict.fromkeys(controls)]
+
+
+def by_control(summary: dict[str, Any]) -> dict[str, Any]:
+    """headline() keyed by control mode (``default`` for the agent's own)."""
+    return {variant_control(k) or "default": v for k, v in headline(summary).items()}
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:+.1f} %"
+
+
+def main() -> int:
+    args = parse_args()
     if not agent_available():
         print("the FlowCon agent is not installed: nothing to compare", file=sys.stderr)
         return 2
 
     import docker
 
-    def stop(signum: int, frame: object) -> None:  # cleanup runs in the replay's finally
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)  # also when started in the background
+    signal.signal(signal.SIGTERM, raise_interrupt)  # cleanup runs in the replay's finally
+    signal.signal(signal.SIGINT, raise_interrupt)  # also when started in the background
     client = docker.from_env(timeout=120)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    summary = []
-    for name in args.scenarios:
-        sc = load_scenario(resolve_scenario(name)).scaled(
-            args.time_scale, args.iterations, args.work_scale
+    check = LoadCheck(BusyLimits(args.max_load, args.max_busy), args.load_window, args.force)
+    final: dict[str, Any] = {}
+    for sc in scenarios(args):
+        try:
+            host = check_host(check)
+        except HostBusy as exc:
+            print(f"{sc.name}: {exc}", file=sys.stderr)
+            return 3
+        spec = CompareRun(
+            sc,
+            args.out / f"{sc.name}-{stamp}",
+            variants(args.controls),
+            args.repeat,
+            {},
+            host,
+            args.load_window,
         )
-        if args.alpha is not None:
-            sc = replace(sc, alpha=args.alpha)
-        if args.itval is not None:
-            sc = replace(sc, itval=args.itval)
-        out = args.out / f"{sc.name}-{stamp}"
-        results = {}
-        loads = {}
-        order = ("flowcon", "none") if args.flowcon_first else ("none", "flowcon")
-        for policy in order:
-            before = os.getloadavg()[0]
-            t = time.time()
-            results[policy] = run_policy(client, sc, policy, out / policy, show_progress=False)
-            loads[policy] = (before, os.getloadavg()[0], time.time() - t)
-        plot_jct(results, out / "jct.png")
-        cmp = comparison(results["none"], results["flowcon"])
-        write_comparison(cmp, out)
-        print_comparison(cmp)
-        for policy, (b, a, wall) in loads.items():
-            print(f"  {policy}: load average {b:.1f} -> {a:.1f}, wall {wall:.0f} s")
-        changes = [r["change_pct"] for r in cmp["jobs"] if r["change_pct"] is not None]
-        row = {
-            "scenario": sc.name,
-            "alpha": sc.alpha,
-            "itval": sc.itval,
-            "jobs_faster": sum(1 for c in changes if c < 0),
-            "jobs": len(cmp["jobs"]),
-            "best_job_change_pct": min(changes) if changes else None,
-            "worst_job_change_pct": max(changes) if changes else None,
-            "makespan_none": cmp["makespan_none"],
-            "makespan_flowcon": cmp["makespan_flowcon"],
-            "makespan_change_pct": cmp["makespan_change_pct"],
-            "agent_acted": cmp["flowcon_limits_changed"],
-            "foreign_managed_max": cmp["foreign_managed_max"],
-            "mean_cpus_none": cmp["mean_cpus_none"],
-            "mean_cpus_flowcon": cmp["mean_cpus_flowcon"],
-            "out": str(out),
-        }
-        summary.append(row)
-        print(json.dumps(row))
+        summary, _ = run_compare(client, spec, run_policy)
+        print_aggregate(summary)
+        print(f"  results in {spec.out_dir}")
+        final[sc.name] = by_control(summary)
     print(PAPER)
-    for row in summary:
-        best = row["best_job_change_pct"]
-        span = row["makespan_change_pct"]
-        print(
-            f"{row['scenario']}: {row['jobs_faster']}/{row['jobs']} jobs faster, best job "
-            f"{'-' if best is None else f'{best:+.1f} %'}, makespan "
-            f"{'-' if span is None else f'{span:+.1f} %'}"
-        )
+    for name, modes in final.items():
+        for mode, h in modes.items():
+            print(
+                f"{name} [{mode}], median of {h['repeats']}: best job "
+                f"{_pct(h['best_job_change'])}, worst job {_pct(h['worst_job_change'])}, "
+                f"makespan {_pct(h['makespan_change'])}"
+            )
+    print(json.dumps(final))
     return 0
 
 

@@ -66,6 +66,11 @@ class RunResult:
     foreign_managed_max: int = 0  # other FlowCon-enabled containers seen at once
     # G per job over time from the agent's decision log (under none: a dry-run agent)
     growth: list[GrowthPoint] = field(default_factory=list)
+    threads: str = "quota"  # the scenario's thread mode (quota | pinned)
+    adapt_threads: bool = True  # False: FLOWCON_ADAPT_THREADS=0 was set in every job
+    control: str | None = None  # the agent's control mode when chosen (--control)
+    # Host load before/after the run ({"before": {...}, "after": {...}, "forced": bool})
+    host_load: dict[str, Any] = field(default_factory=dict)
 
     @property
     def makespan(self) -> float | None:
@@ -96,6 +101,10 @@ class RunResult:
             "limits_changed": self.limits_changed(),
             "interrupted": self.interrupted,
             "foreign_managed_max": self.foreign_managed_max,
+            "threads": self.threads,
+            "adapt_threads": self.adapt_threads,
+            "control": self.control,
+            "host_load": self.host_load,
             "errors": self.errors,
             "agent": self.agent,
             "jobs": [j.to_dict() for j in self.jobs],

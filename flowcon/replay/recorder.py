@@ -9,6 +9,7 @@ from typing import Any
 
 from flowcon.replay.growth import read_growth, write_growth
 from flowcon.replay.model import JobRecord, RunResult, Sample
+from flowcon.replay.repeat import RunFigures, cpu_seconds_by_job
 
 JOB_FIELDS = (
     "name",
@@ -21,6 +22,14 @@ JOB_FIELDS = (
     "steps",
     "final_loss",
     "error",
+)
+COMPARE_FIELDS = (
+    "jct_none",
+    "jct_flowcon",
+    "change_pct",
+    "cpu_s_none",
+    "cpu_s_flowcon",
+    "cpu_s_change_pct",
 )
 SAMPLE_FIELDS = ("t", "job", "cpu", "cpu_pct", "limit_cpus", "shares")
 
@@ -76,6 +85,10 @@ def read_run(out_dir: Path) -> RunResult:
         interrupted=data.get("interrupted", False),
         foreign_managed_max=data.get("foreign_managed_max", 0),
         errors=data.get("errors") or [],
+        threads=data.get("threads", "quota"),
+        adapt_threads=data.get("adapt_threads", True),
+        control=data.get("control"),
+        host_load=data.get("host_load") or {},
     )
     fields = set(JobRecord.__dataclass_fields__)
     result.jobs = [JobRecord(**{k: v for k, v in j.items() if k in fields}) for j in data["jobs"]]
@@ -121,9 +134,25 @@ def mean_cpus_used(result: RunResult) -> float | None:
     return cpu_seconds / span
 
 
+def job_cpu_seconds(result: RunResult) -> dict[str, float]:
+    """Per job, CPU-seconds used: the sum of the timeline's cpu x interval."""
+    return cpu_seconds_by_job((s.t, s.job, s.cpu) for s in result.samples)
+
+
+def figures(result: RunResult, run_dir: str = "") -> RunFigures:
+    """The figures repeat.aggregate needs of one run."""
+    return RunFigures(
+        jct={j.name: j.jct for j in result.jobs},
+        cpu_seconds=job_cpu_seconds(result),
+        makespan=result.makespan,
+        run_dir=run_dir,
+    )
+
+
 def comparison(none: RunResult, flowcon: RunResult) -> dict[str, Any]:
     """Per-job JCT under both policies and the makespans, with changes in percent."""
     by_name = {j.name: j for j in flowcon.jobs}
+    cpu_none, cpu_flow = job_cpu_seconds(none), job_cpu_seconds(flowcon)
     rows = []
     for j in none.jobs:
         other = by_name.get(j.name)
@@ -135,6 +164,9 @@ def comparison(none: RunResult, flowcon: RunResult) -> dict[str, Any]:
                 "jct_flowcon": jct_f,
                 "change_pct": change_pct(j.jct, jct_f),
                 "ok": j.ok and bool(other and other.ok),
+                "cpu_s_none": cpu_none.get(j.name),
+                "cpu_s_flowcon": cpu_flow.get(j.name),
+                "cpu_s_change_pct": change_pct(cpu_none.get(j.name), cpu_flow.get(j.name)),
             }
         )
     return {
@@ -154,16 +186,14 @@ def comparison(none: RunResult, flowcon: RunResult) -> dict[str, Any]:
     }
 
 
-def write_comparison(cmp: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+def write_comparison(cmp: dict[str, Any], out_dir: Path, stem: str = "compare") -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"csv": out_dir / "compare.csv", "json": out_dir / "compare.json"}
+    paths = {"csv": out_dir / f"{stem}.csv", "json": out_dir / f"{stem}.json"}
     with paths["csv"].open("w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(("job", "jct_none", "jct_flowcon", "change_pct"))
+        w.writerow(("job", *COMPARE_FIELDS))
         for r in cmp["jobs"]:
-            w.writerow(
-                [r["job"], _cell(r["jct_none"]), _cell(r["jct_flowcon"]), _cell(r["change_pct"])]
-            )
+            w.writerow([r["job"], *(_cell(r.get(k)) for k in COMPARE_FIELDS)])
         w.writerow(
             [
                 "(makespan)",

@@ -239,6 +239,7 @@ class Replay:
         self._last: dict[str, tuple[float, int]] = {}  # container id -> (time, usage ns)
         self._last_step_poll = 0.0
         self.foreign_max = 0  # most FlowCon-enabled containers of others seen at once
+        self.host_cpus = os.cpu_count() or 1  # threads: pinned sets this many torch threads
 
     # -- the run ---------------------------------------------------------------
 
@@ -249,11 +250,15 @@ class Replay:
             policy=self.policy,
             run_id=self.run_id,
             started_at=time.time(),
-            host_cpus=os.cpu_count() or 1,
+            host_cpus=self.host_cpus,
             alpha=self.scenario.alpha,
             itval=self.scenario.itval,
             jobs=[JobRecord(j.name, j.image, j.start) for j in self.scenario.jobs],
+            threads=self.scenario.threads,
+            adapt_threads=self.scenario.adapt_threads,
         )
+        if self.policy == "flowcon":
+            result.control = self.agent_settings().get("control")
         agent: AgentProcess | None = None
         try:
             self._check_images()
@@ -353,7 +358,7 @@ class Replay:
                 name=name,
                 detach=True,
                 labels=self._labels(job),
-                environment=job.environment(),
+                environment=self.scenario.job_environment(job, self.host_cpus),
                 network_mode="none",  # training jobs never download; no bridge needed
             )
         except docker.errors.DockerException as exc:

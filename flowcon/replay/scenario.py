@@ -6,6 +6,9 @@ A scenario file is YAML::
     alpha: 0.05          # the agent's alpha (a fraction: 0.05 = the paper's 5 %)
     itval: 20            # the agent's itval in seconds
     agent: {beta: 2}     # optional: further keys for the agent's config file
+    threads: pinned      # optional: quota (default: the images size their torch pool
+                         # from their CPU quota) or pinned (FLOWCON_THREADS = host CPUs)
+    adapt_threads: true  # optional: false sets FLOWCON_ADAPT_THREADS=0 in every job
     jobs:
       - name: vae
         model: vae       # shorthand for image flowcon/train-vae:latest
@@ -35,11 +38,14 @@ import yaml
 from flowcon.engine.images import DEFAULT_ITERATIONS, image_tag, model_of
 from flowcon.textfile import NotText, read_text, safe_load_yaml
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ITERATIONS_ENV = "FLOWCON_ITERATIONS"
+THREADS_ENV = "FLOWCON_THREADS"
+ADAPT_ENV = "FLOWCON_ADAPT_THREADS"
+THREAD_MODES = ("quota", "pinned")
 
-TOP_KEYS = ("name", "description", "alpha", "itval", "agent", "jobs")
+TOP_KEYS = ("name", "description", "alpha", "itval", "agent", "threads", "adapt_threads", "jobs")
 JOB_KEYS = ("name", "image", "model", "start", "iterations", "env", "command")
 
 
@@ -77,6 +83,21 @@ class Scenario:
     jobs: tuple[Job, ...]
     description: str = ""
     agent: Mapping[str, Any] = field(default_factory=dict)
+    threads: str = "quota"  # quota: the images' default; pinned: FLOWCON_THREADS = host CPUs
+    adapt_threads: bool = True  # False: FLOWCON_ADAPT_THREADS=0 in every job
+
+    def job_environment(self, job: Job, host_cpus: int) -> dict[str, str]:
+        """A job's environment with the replay's thread settings; the job's own env wins.
+
+        ``threads: pinned`` sets FLOWCON_THREADS to the host's CPUs (what an off-the-shelf
+        script does); ``adapt_threads: false`` sets FLOWCON_ADAPT_THREADS=0 (flowcon.report
+        then leaves torch's pool alone). ``quota`` and ``true`` set nothing."""
+        env = job.environment()
+        if self.threads == "pinned":
+            env.setdefault(THREADS_ENV, str(max(1, host_cpus)))
+        if not self.adapt_threads:
+            env.setdefault(ADAPT_ENV, "0")
+        return env
 
     def scaled(
         self, time_scale: float = 1.0, iterations: int | None = None, work_scale: float = 1.0
@@ -124,6 +145,10 @@ class Scenario:
         out["itval"] = self.itval
         if self.agent:
             out["agent"] = dict(self.agent)
+        if self.threads != "quota":
+            out["threads"] = self.threads
+        if not self.adapt_threads:
+            out["adapt_threads"] = False
         out["jobs"] = jobs
         return out
 
@@ -165,7 +190,7 @@ def _job(chk: _Checker, where: str, raw: Any) -> Job | None:
     before = len(chk.problems)
     chk.unknown_keys(where, raw, JOB_KEYS)
     name = raw.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not NAME_RE.match(name):
         chk.bad(
             f"{where}.name",
             f"expected a name of letters, digits, '_', '.', '-' (max 63), got {name!r}",
@@ -200,7 +225,7 @@ def _job_image(chk: _Checker, where: str, image: Any, model: Any) -> None:
         chk.bad(f"{where}.image", "missing (or give model: vae|mnist|...)")
     elif image is not None and (not isinstance(image, str) or not image.strip()):
         chk.bad(f"{where}.image", f"expected an image reference, got {image!r}")
-    elif model is not None and (not isinstance(model, str) or not _NAME.match(model)):
+    elif model is not None and (not isinstance(model, str) or not NAME_RE.match(model)):
         chk.bad(f"{where}.model", f"expected a training image name like 'vae', got {model!r}")
 
 
@@ -242,18 +267,32 @@ def parse_scenario(data: Any, source: str = "<scenario>", default_name: str = ""
         raise ScenarioError(source, [f"(top level): expected a mapping, got {type(data).__name__}"])
     chk.unknown_keys("", data, TOP_KEYS)
     name = data.get("name", default_name)
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not NAME_RE.match(name):
         chk.bad("name", f"expected a name of letters, digits, '_', '.', '-', got {name!r}")
     description = data.get("description", "")
     if not isinstance(description, str):
         chk.bad("description", f"expected text, got {description!r}")
     alpha, itval, agent = _agent_settings(chk, data)
+    threads, adapt = _thread_settings(chk, data)
     jobs = _jobs(chk, data.get("jobs"))
     if chk.problems:
         raise ScenarioError(source, chk.problems)
     assert isinstance(name, str) and alpha is not None and itval is not None
     ordered = tuple(sorted(jobs, key=lambda j: j.start))
-    return Scenario(name, alpha, itval, ordered, str(description), dict(agent))
+    return Scenario(name, alpha, itval, ordered, str(description), dict(agent), threads, adapt)
+
+
+def _thread_settings(chk: _Checker, data: dict[str, Any]) -> tuple[str, bool]:
+    """``threads`` (quota|pinned, default quota) and ``adapt_threads`` (default true)."""
+    threads = data.get("threads", "quota")
+    if threads not in THREAD_MODES:
+        chk.bad("threads", f"expected one of {', '.join(THREAD_MODES)}, got {threads!r}")
+        threads = "quota"
+    adapt = data.get("adapt_threads", True)
+    if not isinstance(adapt, bool):
+        chk.bad("adapt_threads", f"expected true or false, got {adapt!r}")
+        adapt = True
+    return str(threads), adapt
 
 
 def _agent_settings(

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
+from flowcon.replay import hostload
 from flowcon.replay.cli import replay, resolve_scenario
+from flowcon.replay.generate import random_scenario
+from flowcon.replay.repeat import HostLoad
+from flowcon.replay.scenario import load_scenario
 
 
 def test_malformed_scenario_names_fields(tmp_path: Path) -> None:
@@ -30,3 +35,61 @@ def test_bad_label_and_agent_set_are_refused(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "set by the replay itself" in res.output
     res = CliRunner().invoke(replay, ["fixed", "--agent-set", "novalue"])
     assert res.exit_code == 2 and "KEY=VALUE" in res.output
+
+
+def test_group_routes_scenarios_to_run() -> None:
+    """`replay SCENARIO ...` reaches the run command; `replay run SCENARIO` too."""
+    res = CliRunner().invoke(replay, ["fixed", "--repeat", "2"])
+    assert res.exit_code == 2 and "add --compare" in res.output, res.output
+    res = CliRunner().invoke(replay, ["--repeat", "2", "fixed"])  # an option first
+    assert res.exit_code == 2 and "add --compare" in res.output, res.output
+    res = CliRunner().invoke(replay, ["run", "fixed", "--repeat", "2"])
+    assert res.exit_code == 2 and "add --compare" in res.output, res.output
+    res = CliRunner().invoke(replay, ["--help"])
+    assert res.exit_code == 0 and "generate" in res.output and "run" in res.output
+    res = CliRunner().invoke(replay, ["fixed", "--help"])
+    assert res.exit_code == 0 and "--repeat" in res.output and "--control" in res.output
+
+
+def test_generate_subcommand(tmp_path: Path) -> None:
+    out = tmp_path / "mix.yaml"
+    args = ["generate", "--jobs", "4", "--seed", "77", "--threads", "pinned", "--out", str(out)]
+    res = CliRunner().invoke(replay, [*args, "--name", "mix77"])
+    assert res.exit_code == 0, res.output
+    sc = load_scenario(out)
+    assert sc == random_scenario(4, 77, threads="pinned", name="mix77")
+    assert "--seed 77" in out.read_text().splitlines()[0]
+    res = CliRunner().invoke(replay, ["generate", "--jobs", "2", "--seed", "3"])
+    assert res.exit_code == 0 and "name: random-2" in res.output
+    res = CliRunner().invoke(replay, ["generate", "--jobs", "2", "--seed", "3", "--name", "a b"])
+    assert res.exit_code == 2 and "--name" in res.output
+
+
+def test_control_and_threads_choices_are_validated() -> None:
+    res = CliRunner().invoke(replay, ["fixed", "--compare", "--control", "shares"])
+    assert res.exit_code == 2 and "'shares' is not one of" in res.output
+    res = CliRunner().invoke(replay, ["fixed", "--policy", "none", "--control", "weights"])
+    assert res.exit_code == 2 and "needs the agent" in res.output
+    res = CliRunner().invoke(replay, ["fixed", "--threads", "all"])
+    assert res.exit_code == 2 and "'all' is not one of" in res.output
+
+
+def test_malformed_threads_in_scenario_names_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "name: x\nalpha: 0.05\nitval: 5\nthreads: many\nadapt_threads: sometimes\n"
+        "jobs:\n  - {name: a, model: vae, start: 0}\n"
+    )
+    res = CliRunner().invoke(replay, [str(bad), "--policy", "none"])
+    assert res.exit_code == 1
+    assert "threads: expected one of quota, pinned, got 'many'" in res.output
+    assert "adapt_threads: expected true or false, got 'sometimes'" in res.output
+
+
+def test_compare_refuses_a_busy_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refused before the engine is contacted (none is needed for this test)."""
+    monkeypatch.setattr(hostload, "measure", lambda window: HostLoad(9.0, 1.0, window, 2))
+    res = CliRunner().invoke(replay, ["fixed", "--compare", "--load-window", "0.1"])
+    assert res.exit_code == 1, res.output
+    assert "host is busy: 1-minute load average 9.00 > 1.00" in res.output
+    assert "--force" in res.output

@@ -135,3 +135,23 @@ def test_agent_is_scoped_to_its_own_run(tmp_path: Path) -> None:
     # An explicit scope from the caller wins.
     replay = Replay(None, scenario, "flowcon", tmp_path, agent_config={"match_labels": {"x": "1"}})
     assert replay.agent_settings()["match_labels"] == {"x": "1"}
+
+
+def test_thread_mode_control_and_host_load_are_recorded(tmp_path: Path) -> None:
+    flow = result("flowcon", {"a": 30.0, "b": 20.0})
+    flow.threads, flow.adapt_threads, flow.control = "pinned", False, "weights"
+    flow.host_load = {"before": {"load1": 0.1}, "after": {"load1": 0.3}, "forced": True}
+    write_run(flow, tmp_path)
+    back = read_run(tmp_path)
+    assert (back.threads, back.adapt_threads, back.control) == ("pinned", False, "weights")
+    assert back.host_load == flow.host_load
+    cmp = comparison(result("none", {"a": 60.0, "b": 20.0}), flow)
+    header = (tmp_path / "result.json").read_text()
+    assert '"threads": "pinned"' in header
+    assert set(cmp["jobs"][0]) >= {"cpu_s_none", "cpu_s_flowcon", "cpu_s_change_pct"}
+
+
+def test_control_mode_reaches_the_agent_config(tmp_path: Path) -> None:
+    scenario = load_scenario(str(Path(__file__).resolve().parents[2] / "scenarios" / "fixed.yaml"))
+    replay = Replay(None, scenario, "flowcon", tmp_path, agent_config={"control": "weights"})
+    assert replay.agent_settings()["control"] == "weights"

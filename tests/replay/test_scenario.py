@@ -10,7 +10,9 @@ import yaml
 
 from flowcon.replay.generate import random_scenario
 from flowcon.replay.scenario import (
+    ADAPT_ENV,
     ITERATIONS_ENV,
+    THREADS_ENV,
     ScenarioError,
     dump_scenario,
     load_scenario,
@@ -168,3 +170,56 @@ def test_work_scale_scales_default_iterations() -> None:
     its = {j.name: j.iterations for j in sc.jobs}
     assert its == {"a": 1000, "b": None, "c": 5}  # vae default 2000; testbox unknown
     assert parse_scenario(good()).scaled(work_scale=0.5, iterations=7).jobs[0].iterations == 7
+
+
+def test_thread_modes_default_and_parse() -> None:
+    sc = parse_scenario(good())
+    assert sc.threads == "quota" and sc.adapt_threads is True
+    a = sc.jobs[0]
+    assert sc.job_environment(a, 8) == {}  # quota: the images' default, nothing set
+    data = good()
+    data["threads"] = "pinned"
+    data["adapt_threads"] = False
+    data["jobs"][1]["env"] = {"FLOWCON_THREADS": 1, "FLOWCON_ADAPT_THREADS": "1"}
+    sc = parse_scenario(data)
+    assert (sc.threads, sc.adapt_threads) == ("pinned", False)
+    by_name = {j.name: j for j in sc.jobs}
+    assert sc.job_environment(by_name["a"], 8) == {
+        THREADS_ENV: "8",
+        ADAPT_ENV: "0",
+    }
+    # the job's own env wins
+    assert sc.job_environment(by_name["b"], 8) == {THREADS_ENV: "1", ADAPT_ENV: "1"}
+    c = sc.job_environment(by_name["c"], 2)
+    assert c == {"FLOWCON_BATCH": "16", ITERATIONS_ENV: "10", THREADS_ENV: "2", ADAPT_ENV: "0"}
+    # kept by scaling and by a dump/parse round trip
+    assert sc.scaled(0.5).threads == "pinned"
+    back = parse_scenario(yaml.safe_load(dump_scenario(sc)))
+    assert (back.threads, back.adapt_threads) == ("pinned", False)
+    assert "threads" not in parse_scenario(good()).to_dict()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("threads", "all", "threads: expected one of quota, pinned, got 'all'"),
+        ("threads", 2, "threads: expected one of quota, pinned, got 2"),
+        ("threads", ["pinned"], "threads: expected one of quota, pinned, got ['pinned']"),
+        ("adapt_threads", "off", "adapt_threads: expected true or false, got 'off'"),
+        ("adapt_threads", 0, "adapt_threads: expected true or false, got 0"),
+    ],
+)
+def test_malformed_thread_settings(key: str, value: Any, words: str) -> None:
+    data = good()
+    data[key] = value
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(data, "s.yaml")
+    assert words in err.value.problems
+
+
+def test_generator_threads_and_name() -> None:
+    sc = random_scenario(5, seed=1001, threads="pinned", name="gen5-s1001")
+    assert sc.threads == "pinned" and sc.name == "gen5-s1001"
+    assert parse_scenario(yaml.safe_load(dump_scenario(sc))) == sc
+    shipped = load_scenario(SCENARIOS / "random-5.yaml")
+    assert [j.start for j in sc.jobs] != [j.start for j in shipped.jobs]

@@ -1,0 +1,65 @@
+"""benchmarks/bench_replay.py without an engine: its options, its scenario list (named
+and generated), its variants, and the keys of its final JSON line."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from flowcon.replay.repeat import NONE, RunFigures, aggregate
+
+
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "flowcon_bench_replay", Path(__file__).parents[1] / "benchmarks" / "bench_replay.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def parse(mod: ModuleType, monkeypatch: pytest.MonkeyPatch, *argv: str):  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(sys, "argv", ["bench_replay.py", *argv])
+    return mod.parse_args()
+
+
+def test_defaults_and_generated_mixes(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = bench()
+    args = parse(mod, monkeypatch)
+    assert args.scenarios == ["fixed", "random-5"] and args.repeat == 3
+    assert args.controls == ["quota"]
+    args = parse(mod, monkeypatch, "--generated", "2", "--seed", "1000", "--threads", "pinned")
+    scs = mod.scenarios(args)
+    assert [s.name for s in scs] == ["gen5-s1000", "gen5-s1001"]
+    assert all(len(s.jobs) == 5 and s.threads == "pinned" for s in scs)
+    args = parse(mod, monkeypatch, "fixed", "--generated", "1", "--no-adapt-threads")
+    scs = mod.scenarios(args)
+    assert [s.name for s in scs] == ["fixed", "gen5-s1000"]
+    assert all(s.adapt_threads is False for s in scs)
+
+
+def test_controls_and_json_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = bench()
+    args = parse(mod, monkeypatch, "--controls", "default,weights,weights")
+    assert mod.variants(args.controls) == ["flowcon", "flowcon[weights]"]
+    with pytest.raises(SystemExit):
+        parse(mod, monkeypatch, "--controls", "quota,shares")
+    one = RunFigures({"a": 100.0, "b": 50.0}, {}, 100.0)
+    two = RunFigures({"a": 60.0, "b": 55.0}, {}, 90.0)
+    summary = aggregate(
+        [{NONE: one, "flowcon": two, "flowcon[weights]": one}], mod.variants(args.controls)
+    )
+    keyed = mod.by_control(summary)
+    assert keyed["default"] == {
+        "best_job_change": pytest.approx(-0.4),
+        "worst_job_change": pytest.approx(0.1),
+        "makespan_change": pytest.approx(-0.1),
+        "repeats": 1,
+    }
+    assert keyed["weights"]["makespan_change"] == 0.0
