@@ -93,18 +93,34 @@ def discover(dirs: Sequence[Path]) -> tuple[list[RunEntry], list[str]]:
 
 
 def _label(entries: list[RunEntry]) -> None:
-    """Label = variant/label from result.json, else the policy; + alpha/itval where one
-    scenario's flowcon runs used several settings."""
+    """Label = variant/label from result.json, else the policy with its control mode
+    (``flowcon[weights]``); + alpha/itval where one scenario's flowcon runs used several
+    settings, + the thread mode where its runs used several."""
     settings: dict[str, set[tuple[float, float]]] = {}
+    threads: dict[str, set[tuple[str, bool]]] = {}
     for e in entries:
         if e.result.policy != "none":
             settings.setdefault(e.result.scenario, set()).add((e.result.alpha, e.result.itval))
+        threads.setdefault(e.result.scenario, set()).add(_thread_mode(e))
     for e in entries:
         variant = e.data.get("variant") or e.data.get("label")
-        label = str(variant) if variant else e.result.policy
+        control = e.data.get("control")
+        if variant:
+            label = str(variant)
+        elif control and e.result.policy != "none":
+            label = f"{e.result.policy}[{control}]"
+        else:
+            label = e.result.policy
         if e.result.policy != "none" and len(settings.get(e.result.scenario, ())) > 1:
             label += f" a={100 * e.result.alpha:g}% i={e.result.itval:g}s"
+        if len(threads.get(e.result.scenario, ())) > 1:
+            mode, adapt = _thread_mode(e)
+            label += f" threads={mode}{'' if adapt else ' no-adapt'}"
         e.label = label
+
+
+def _thread_mode(e: RunEntry) -> tuple[str, bool]:
+    return str(e.data.get("threads") or "quota"), bool(e.data.get("adapt_threads", True))
 
 
 def group(entries: list[RunEntry]) -> dict[str, dict[str, list[RunEntry]]]:

@@ -83,6 +83,29 @@ def test_variant_and_alpha_itval_labels(tmp_path: Path) -> None:
     }
 
 
+def test_control_modes_and_thread_modes_label_runs_apart(tmp_path: Path) -> None:
+    """A compare with --control writes the mode as ``control`` in result.json (no
+    variant): each mode is its own label, and a scenario replayed with pinned and with
+    quota threads keeps the two apart."""
+    runs = {
+        "n": make_run("fixed", "none", {"a": 10}),
+        "q": make_run("fixed", "flowcon", {"a": 8}),
+        "w": make_run("fixed", "flowcon", {"a": 7}),
+        "p": make_run("fixed", "none", {"a": 12}),
+    }
+    runs["q"].control, runs["w"].control = "quota", "weights"
+    runs["p"].threads, runs["p"].adapt_threads = "pinned", False
+    for name, run in runs.items():
+        write_run(run, tmp_path / name)
+    labels = {e.path.name: e.label for e in discover([tmp_path])[0]}
+    assert labels == {
+        "n": "none threads=quota",
+        "q": "flowcon[quota] threads=quota",
+        "w": "flowcon[weights] threads=quota",
+        "p": "none threads=pinned no-adapt",
+    }
+
+
 def test_cpu_seconds_per_job() -> None:
     r = make_run("fixed", "none", {"a": 10, "b": 10})
     assert cpu_seconds(r) == {"a": pytest.approx(5.0), "b": pytest.approx(5.0)}
