@@ -90,13 +90,14 @@ class Scenario:
         """A job's environment with the replay's thread settings; the job's own env wins.
 
         ``threads: pinned`` sets FLOWCON_THREADS to the host's CPUs (what an off-the-shelf
-        script does); ``adapt_threads: false`` sets FLOWCON_ADAPT_THREADS=0 (flowcon.report
-        then leaves torch's pool alone). ``quota`` and ``true`` set nothing."""
+        script does); ``quota`` sets nothing (the images size their pool from the quota at
+        start). FLOWCON_ADAPT_THREADS is always set, 1 or 0, so whether flowcon.report
+        resizes the pool as the limit changes never depends on the images' own rule (they
+        treat a FLOWCON_THREADS override without it as pinned for good)."""
         env = job.environment()
         if self.threads == "pinned":
             env.setdefault(THREADS_ENV, str(max(1, host_cpus)))
-        if not self.adapt_threads:
-            env.setdefault(ADAPT_ENV, "0")
+        env.setdefault(ADAPT_ENV, "1" if self.adapt_threads else "0")
         return env
 
     def scaled(

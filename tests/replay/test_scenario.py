@@ -176,7 +176,8 @@ def test_thread_modes_default_and_parse() -> None:
     sc = parse_scenario(good())
     assert sc.threads == "quota" and sc.adapt_threads is True
     a = sc.jobs[0]
-    assert sc.job_environment(a, 8) == {}  # quota: the images' default, nothing set
+    # quota: the images' default pool; adaptation always said explicitly
+    assert sc.job_environment(a, 8) == {ADAPT_ENV: "1"}
     data = good()
     data["threads"] = "pinned"
     data["adapt_threads"] = False
