@@ -77,6 +77,13 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--threads", choices=THREAD_MODES, help="override the scenarios' threads")
     ap.add_argument("--no-adapt-threads", action="store_true", help="FLOWCON_ADAPT_THREADS=0")
     ap.add_argument("--force", action="store_true", help="run even on a busy host")
+    ap.add_argument(
+        "--settle",
+        type=float,
+        default=180.0,
+        help="seconds to wait for a busy host to quieten before refusing (180): the "
+        "load average lags a minute behind the previous run",
+    )
     ap.add_argument("--max-load", type=float, default=0.5, help="per CPU (0.5)")
     ap.add_argument("--max-busy", type=float, default=0.25, help="fraction (0.25)")
     ap.add_argument("--load-window", type=float, default=3.0, help="seconds (3)")
@@ -151,7 +158,9 @@ def main() -> int:
     signal.signal(signal.SIGINT, raise_interrupt)  # also when started in the background
     client = docker.from_env(timeout=120)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    check = LoadCheck(BusyLimits(args.max_load, args.max_busy), args.load_window, args.force)
+    check = LoadCheck(
+        BusyLimits(args.max_load, args.max_busy), args.load_window, args.force, args.settle
+    )
     final: dict[str, Any] = {}
     for sc in scenarios(args):
         try:

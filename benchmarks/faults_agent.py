@@ -90,6 +90,7 @@ class Agent:
                     "beta": 2,
                     "reference_intervals": 2,
                     "min_update_cpus": 0,
+                    "control": "quota",  # the checks compare CFS quotas
                     "match_labels": {"flowcon.faults": run_id},
                     "reconnect_max": 1,
                     **({"docker_host": docker_host} if docker_host else {}),

@@ -184,7 +184,7 @@ def test_the_agent_command_prints_the_message_not_a_traceback(tmp_path: Path, te
 def test_control_mode_default_file_and_environment(tmp_path: Path) -> None:
     from flowcon.core.control import DEFAULT_CONTROL
 
-    assert _load(tmp_path, "alpha: 0.05").control == DEFAULT_CONTROL == "quota"
+    assert _load(tmp_path, "alpha: 0.05").control == DEFAULT_CONTROL == "hybrid"
     assert _load(tmp_path, "control: cpuset").control == "cpuset"
     assert _load(tmp_path, "control: cpuset", {"FLOWCON_CONTROL": "hybrid"}).control == "hybrid"
     with pytest.raises(ConfigError, match="FLOWCON_CONTROL"):

@@ -31,7 +31,7 @@ ControlMode = Literal["quota", "weights", "cpuset", "hybrid"]
 AppliedMode = Literal["quota", "weights", "cpuset"]
 CONTROL_MODES: tuple[str, ...] = get_args(ControlMode)
 # The agent's default; the lead chooses it from measurements (docs/agent.md).
-DEFAULT_CONTROL: ControlMode = "quota"
+DEFAULT_CONTROL: ControlMode = "hybrid"  # measured: docs/agent.md, "Default"
 
 SHARES_PER_CPU = 1024  # Docker's default CpuShares: one CPU's worth
 MIN_SHARES = 2  # the engine's range of CpuShares (cgroup v1 cpu.shares)

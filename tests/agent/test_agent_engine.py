@@ -135,6 +135,7 @@ def test_agent_on_the_engine(docker_client, labeled, cleanup_containers, tmp_age
     plain = start("plain", "100000-i", labels={"flowcon.metric": "loss"})  # not opted in
     agent = AgentProc(
         tmp_path,
+        control="quota",  # the CFS-quota path; the modes: test_executor_control_engine.py
         itval=1,
         itval_max=4,
         alpha=0.05,
@@ -272,7 +273,14 @@ def test_agent_survives_engine_restart(private_engine, tmp_agent, tmp_path):  # 
             network_mode="none",
         )  # fmt: skip
 
-    agent = AgentProc(tmp_path, itval=1, itval_max=2, reconnect_max=1, docker_host=PRIVATE_HOST)
+    agent = AgentProc(
+        tmp_path,
+        control="quota",
+        itval=1,
+        itval_max=2,
+        reconnect_max=1,
+        docker_host=PRIVATE_HOST,
+    )
     tmp_agent.append(agent)
     before = run("before-restart")
     wait_for(lambda: host_cfg(before)["NanoCpus"] == NANO // 2, 20, "limit before restart")

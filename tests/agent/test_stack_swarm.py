@@ -45,7 +45,7 @@ JOB = r"""
 i=0; l=100000
 while true; do
   i=$((i+1)); l=$((l - 50))
-  printf '{"step":%d,"loss":%d}\n' "$i" "$l"
+  printf '{"step":%d,"loss":%d,"threads":1}\n' "$i" "$l"
   sleep 0.2
 done
 """

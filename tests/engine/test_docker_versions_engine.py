@@ -76,6 +76,7 @@ def test_agent_limits_a_labelled_container(
             "state_file": str(tmp_path / "state.json"),
             "match_labels": {"flowcon.test": run_id},
             "min_update_cpus": 0,
+            "control": "quota",  # the docker update of a CFS quota, on each engine version
         }
         cfg.write_text(yaml.safe_dump(conf))
         out = _flowcon("agent", "--once", "--config", str(cfg), url=url, cwd=tmp_path)

@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from flowcon.replay import hostload
-from flowcon.replay.compare import CompareRun, HostBusy, LoadCheck, check_host, run_compare
+from flowcon.replay.compare import (
+    CompareRun,
+    HostBusy,
+    LoadCheck,
+    check_host,
+    print_aggregate,
+    run_compare,
+)
 from flowcon.replay.model import JobRecord, RunResult, Sample
 from flowcon.replay.repeat import HostLoad, variants_for
 from flowcon.replay.scenario import parse_scenario
@@ -94,6 +101,19 @@ def test_repeated_compare_alternates_and_aggregates(tmp_path: Path) -> None:
         assert (tmp_path / f"rep{i}-jct.png").stat().st_size > 1000
 
 
+def test_aggregate_table_names_each_control_mode(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression: rich read "flowcon[quota]" as a markup tag and printed "flowcon" for
+    every mode; and a log file got 80 columns, which cut the job names."""
+    spec = CompareRun(SC, tmp_path, variants_for(["quota", "weights"]), 1, {}, {})
+    summary, _ = run_compare(None, spec, FakeRuns())
+    print_aggregate(summary)
+    out = capsys.readouterr().out
+    assert "flowcon[quota]" in out and "flowcon[weights]" in out
+    assert max(len(line) for line in out.splitlines()) > 80
+
+
 def test_single_compare_keeps_todays_layout(tmp_path: Path) -> None:
     runs = FakeRuns()
     spec = CompareRun(SC, tmp_path, ["flowcon"], 1, {}, {"busy": None, "forced": False})
@@ -120,6 +140,22 @@ def test_check_host_refuses_a_busy_host_unless_forced(monkeypatch: pytest.Monkey
     loads["now"] = HostLoad(0.1, 0.05, 0.1, 2)
     rec = check_host(LoadCheck(window=0.1, force=True))
     assert rec == {"start": loads["now"].to_dict(), "busy": None, "forced": False}
+
+
+def test_check_host_waits_for_the_load_average_to_settle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Right after a run the 1-minute load average still says busy: with ``settle`` the
+    check waits (10 s a look) and goes on once the host is quiet; past it, it refuses."""
+    seq = [HostLoad(2.5, 0.01, 0.1, 2), HostLoad(1.4, 0.01, 0.1, 2), HostLoad(0.8, 0.01, 0.1, 2)]
+    looks = iter(seq)
+    monkeypatch.setattr(hostload, "measure", lambda window: next(looks))
+    slept: list[float] = []
+    rec = check_host(LoadCheck(window=0.1, settle=60), sleep=slept.append)
+    assert slept == [10.0, 10.0] and rec["busy"] is None and rec["start"]["load1"] == 0.8
+    looks = iter(seq)
+    with pytest.raises(HostBusy):
+        check_host(LoadCheck(window=0.1, settle=10), sleep=slept.append)
 
 
 def test_measure_reads_the_host() -> None:

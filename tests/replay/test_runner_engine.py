@@ -116,6 +116,7 @@ def test_replay_flowcon_agent_acts(docker_client, labeled, cleanup_containers, t
         labels=labeled(),
         sample_interval=0.5,
         timeout=300,
+        agent_config={"control": "quota"},  # testbox jobs report no threads: quota asked
     ).run()
     check_completed(result, 80)
     assert result.limits_changed(), "the agent never set a CPU limit on the replay's containers"
