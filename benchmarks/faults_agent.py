@@ -210,6 +210,15 @@ class KillSession:
             if not managed:
                 self.unmanaged_before[name] = cpu_settings(self.containers[name])
 
+    def start(self) -> None:
+        """The containers, then the agent, until its first complete round."""
+        self.start_containers()
+        t0 = time.time()
+        self.agent.start()
+        state, why = self.wait_round(after=t0)
+        if state is None:
+            raise RuntimeError(f"the agent never completed a first round: {why}")
+
     def remove_containers(self) -> None:
         for c in self.client.containers.list(
             all=True, sparse=True, filters={"label": f"flowcon.faults={self.run_id}"}
@@ -311,12 +320,7 @@ def agent_kill_session(
     with tempfile.TemporaryDirectory(prefix="flowcon-faults-agent-") as tmp:
         sess = KillSession(client, rng, Path(tmp), labels)
         try:
-            sess.start_containers()
-            t0 = time.time()
-            sess.agent.start()
-            state, why = sess.wait_round(after=t0)
-            if state is None:
-                raise RuntimeError(f"the agent never completed a first round: {why}")
+            sess.start()
             yield sess.one_kill, sess.final_check
         finally:
             sess.agent.kill()
@@ -388,9 +392,9 @@ HOSTILE: dict[str, tuple[dict[str, str], list[str]]] = {
 }
 
 
-class HostileSession:
-    """Each run: the hostile containers and a fresh agent; the agent must read them to
-    the end without dying, within RSS_LIMIT_MB, and switch the regex off."""
+class RunSession:
+    """A scenario whose runs each start their own containers (label flowcon.faults=<run>)
+    and their own agent."""
 
     def __init__(self, client: Any, folder: Path, labels: dict[str, str] | None = None) -> None:
         self.client = client
@@ -399,12 +403,33 @@ class HostileSession:
         self.run_id = ""
 
     def remove_containers(self) -> None:
+        """Remove this run's containers, retrying: at this scale the engine's answers
+        can time out, and nothing may be left behind."""
         if not self.run_id:
             return
-        for c in self.client.containers.list(
-            all=True, sparse=True, filters={"label": f"flowcon.faults={self.run_id}"}
-        ):
-            c.remove(force=True)
+        from concurrent.futures import ThreadPoolExecutor
+
+        selector = {"label": f"flowcon.faults={self.run_id}"}
+
+        def remove(c: Any) -> None:
+            with contextlib.suppress(Exception):
+                c.remove(force=True)
+
+        for _ in range(5):
+            try:
+                found = self.client.containers.list(all=True, sparse=True, filters=selector)
+            except Exception:  # the engine is slow to answer: try again
+                time.sleep(5)
+                continue
+            if not found:
+                return
+            with ThreadPoolExecutor(4) as pool:
+                list(pool.map(remove, found))
+
+
+class HostileSession(RunSession):
+    """Each run: the hostile containers and a fresh agent; the agent must read them to
+    the end without dying, within RSS_LIMIT_MB, and switch the regex off."""
 
     def one_run(self, i: int) -> tuple[list[str], float | None, float]:
         """(violations, seconds to read everything, peak RSS in MB)."""
@@ -520,12 +545,7 @@ def agent_engine_restart_session(
         client = docker.DockerClient(base_url=PRIVATE_HOST, timeout=30)
         sess = KillSession(client, rng, Path(tmp), labels, docker_host=PRIVATE_HOST)
         try:
-            sess.start_containers()
-            t0 = time.time()
-            sess.agent.start()
-            state, why = sess.wait_round(after=t0)
-            if state is None:
-                raise RuntimeError(f"the agent never completed a first round: {why}")
+            sess.start()
 
             def seen_back() -> int:
                 return sess.agent.log.read_text(errors="replace").count("engine answers again")
@@ -579,42 +599,12 @@ def _sleeper(i: int) -> list[str]:
     ]
 
 
-class ScaleSession:
+class ScaleSession(RunSession):
     """One run: SCALE_TOTAL containers started in bursts of SCALE_BURST under a running
     agent, then removed in bursts. Violations: an unlabeled container touched, a labeled
     one never limited, the agent dead or a traceback in its log, the state keeping removed
     containers. Figures: seconds until every labeled container was limited after the
     last burst, the agent's CPU seconds per round, its peak RSS."""
-
-    def __init__(self, client: Any, folder: Path, labels: dict[str, str] | None = None) -> None:
-        self.client = client
-        self.folder = folder
-        self.extra_labels = dict(labels or {})
-        self.run_id = ""
-
-    def remove_containers(self) -> None:
-        """Remove this run's containers, retrying: at this scale the engine's answers
-        can time out, and nothing may be left behind."""
-        if not self.run_id:
-            return
-        from concurrent.futures import ThreadPoolExecutor
-
-        selector = {"label": f"flowcon.faults={self.run_id}"}
-
-        def remove(c: Any) -> None:
-            with contextlib.suppress(Exception):
-                c.remove(force=True)
-
-        for _ in range(5):
-            try:
-                found = self.client.containers.list(all=True, sparse=True, filters=selector)
-            except Exception:  # the engine is slow to answer: try again
-                time.sleep(5)
-                continue
-            if not found:
-                return
-            with ThreadPoolExecutor(4) as pool:
-                list(pool.map(remove, found))
 
     def _start(self, i: int) -> Any:
         labels = {**self.extra_labels, "flowcon.faults": self.run_id, "flowcon.metric": "loss"}
