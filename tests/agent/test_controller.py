@@ -153,6 +153,9 @@ def nano(engine: FakeEngine, cid: str) -> int:
 
 
 def make(engine: FakeEngine, tmp_path: Path, **cfg: object) -> Controller:
+    """A controller on the fake engine; the CFS-quota path unless ``control`` is given
+    (the fake jobs print no "threads", so the default hybrid would give them weights)."""
+    cfg.setdefault("control", "quota")
     config = Config(itval=2, itval_max=8, state_file=str(tmp_path / "state.json"), **cfg)  # type: ignore[arg-type]
     ctl = Controller(engine, config, HOST, StateStore(config.state_file))
     return ctl
@@ -243,7 +246,9 @@ def test_bounds_dry_run_and_vanishing(tmp_path: Path) -> None:
     eng2 = FakeEngine()
     eng2.add("x", ON)
     eng2.add("y", ON)
-    dry = Controller(eng2, Config(state_file=str(tmp_path / "d.json")), HOST, dry_run=True)
+    dry = Controller(
+        eng2, Config(control="quota", state_file=str(tmp_path / "d.json")), HOST, dry_run=True
+    )
     dry.resync()
     assert eng2.updates == [] and dry.tracked["x"].applied_cpus == 2.0
 
