@@ -27,6 +27,8 @@ GROWTH_FIELDS = ("t", "job", "g", "list", "outcome")
 _DECISION = re.compile(
     r"^(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+ flowcon\.agent\.decision decision "
     r"container=(?P<container>\S+) id=\S+ list=\S+->(?P<list>\S+) old=\S+ new=\S+ cpus=\S+ "
+    # what the agent applied besides cpus (shares=, cpuset=, control=, ...), any order
+    r"(?:\w+=\S+ )*"
     r"g=(?P<g>\S+) reason=(?:\"(?:[^\"\\]|\\.)*\"|\S+) trigger=\S+ outcome=(?P<outcome>\S+)"
 )
 

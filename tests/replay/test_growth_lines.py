@@ -61,3 +61,16 @@ def test_unreadable_log_gives_no_points(tmp_path: Path) -> None:
     log = tmp_path / "agent.log"
     log.write_text(line("14:51:10,000", PREFIX + "conv", "0.5000") + "\n")
     assert read_agent_growth(log, PREFIX, T0) == [GrowthPoint(10.0, "conv", 0.5, "NL", "dry-run")]
+
+
+def test_decision_lines_with_the_applied_control_fields() -> None:
+    """Regression: the agent's lines gained shares=, cpuset= and control= after cpus=
+    (the control modes); the parser skipped every such line, so growth.csv was empty."""
+    text = (
+        "2026-11-24 15:46:57,180 INFO flowcon.agent.decision decision "
+        f"container={PREFIX}vae id=f53dbba2bfda list=NL->WL old=1.0000 new=0.5000 "
+        "cpus=2(unlimited) shares=1024 cpuset=0-1 control=weights g=0.2500 "
+        'reason="NL: G/sumG" trigger=round outcome=updated'
+    )
+    t0 = datetime(2026, 11, 24, 15, 46, 50).timestamp()
+    assert parse_growth(text, PREFIX, t0) == [GrowthPoint(7.18, "vae", 0.25, "WL", "updated")]
