@@ -23,7 +23,8 @@ PIP_ROOT_USER_ACTION=ignore "$PY" -m pip install --quiet --disable-pip-version-c
     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux_2_28_x86_64 --platform any \
     "docker>=7.0,<8" "psutil>=5.9" "APScheduler>=3.10,<4" "PyYAML>=6.0" "click>=8.1" \
-    "rich>=13.0" "prometheus_client>=0.17" "nvidia-ml-py>=12.0" "pydantic>=2.6,<3"
+    "rich>=13.0" "prometheus_client>=0.17" "nvidia-ml-py>=12.0" "pydantic>=2.6,<3" \
+    "regex>=2023.0"
 rm -rf "$CTX"/lib/bin
 mkdir -p "$CTX/src"
 # flowcon/agent and flowcon/listeners are symlinks to ../agent and ../listeners: copy

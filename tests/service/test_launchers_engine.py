@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import pytest
 from conftest import REPO, TEST_LABEL
 from test_allocator_engine import daemon_env
@@ -229,7 +230,11 @@ class Logs:
         self.config: dict[str, str] = {}  # id -> command line and environment
 
     def poll(self) -> None:
-        for c in self.client.containers.list(all=True, filters={"label": self.labels}):
+        try:  # the SDK inspects each listed container: one removed meanwhile is a 404
+            found = self.client.containers.list(all=True, filters={"label": self.labels})
+        except docker.errors.NotFound:
+            return  # the next poll sees the job's containers as they are then
+        for c in found:
             try:
                 self.seen[c.id] = (c.attrs["Created"], c.name, out_of(c))
                 conf = c.attrs["Config"]
