@@ -503,21 +503,36 @@ class HostileSession(RunSession):
 
 
 @contextmanager
+def _run_sessions(
+    make: Callable[[Any, Path], RunSession], prefix: str, timeout: int = 60
+) -> Iterator[RunSession]:
+    """A client and a scratch folder for a RunSession scenario; its containers are
+    removed and the client closed, pass or fail."""
+    import docker
+
+    client = docker.from_env(timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        sess = make(client, Path(tmp))
+        try:
+            yield sess
+        finally:
+            sess.remove_containers()
+            client.close()
+
+
+@contextmanager
 def agent_hostile_session(
     rng: Any, labels: dict[str, str] | None = None
 ) -> Iterator[Callable[[int], tuple[list[str], float | None, float]]]:
     """The ``agent-hostile-output`` scenario: one run = the generators read to the end."""
-    import docker
-
     del rng  # every run is the same input; the engine's timing varies
-    client = docker.from_env()
-    with tempfile.TemporaryDirectory(prefix="flowcon-faults-hostile-") as tmp:
-        sess = HostileSession(client, Path(tmp), labels)
-        try:
-            yield sess.one_run
-        finally:
-            sess.remove_containers()
-            client.close()
+
+    def make(client: Any, folder: Path) -> HostileSession:
+        return HostileSession(client, folder, labels)
+
+    with _run_sessions(make, "flowcon-faults-hostile-") as sess:
+        assert isinstance(sess, HostileSession)
+        yield sess.one_run
 
 
 # -- the engine restarted under the agent ---------------------------------------------------
@@ -702,14 +717,11 @@ def agent_scale_session(
     rng: Any, labels: dict[str, str] | None = None
 ) -> Iterator[Callable[[int], tuple[list[str], float | None, dict[str, float]]]]:
     """The ``agent-scale`` scenario (see ``ScaleSession``)."""
-    import docker
-
     del rng
-    client = docker.from_env(timeout=120)
-    with tempfile.TemporaryDirectory(prefix="flowcon-faults-scale-") as tmp:
-        sess = ScaleSession(client, Path(tmp), labels)
-        try:
-            yield sess.one_run
-        finally:
-            sess.remove_containers()
-            client.close()
+
+    def make(client: Any, folder: Path) -> ScaleSession:
+        return ScaleSession(client, folder, labels)
+
+    with _run_sessions(make, "flowcon-faults-scale-", timeout=120) as sess:
+        assert isinstance(sess, ScaleSession)
+        yield sess.one_run
