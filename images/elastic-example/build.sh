@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build flowcon/elastic-example:latest FROM ${BASE_IMAGE:-flowcon/base:bookworm}.
-# Rebuilds when train.py or flowcon/{elastic,contract}.py changed (docker's layer cache decides).
+# Rebuilds when train.py or flowcon/elastic/*.py or flowcon/contract.py changed (docker's layer cache decides).
 #
 #   images/elastic-example/build.sh [IMAGE] [DOCKER_HOST]
 set -euo pipefail
@@ -17,8 +17,10 @@ CTX="$(mktemp -d)"
 trap 'rm -rf "$CTX"' EXIT
 mkdir -p "$CTX/flowcon"
 cp "$HERE/Dockerfile" "$HERE/train.py" "$CTX/"
-cp "$REPO/flowcon/__init__.py" "$REPO/flowcon/report.py" "$REPO/flowcon/contract.py" \
-    "$REPO/flowcon/elastic.py" "$CTX/flowcon/"
+cp "$REPO/flowcon/__init__.py" "$REPO/flowcon/report.py" "$REPO/flowcon/contract.py" "$CTX/flowcon/"
+# the training side is a package (flowcon/elastic/): copy its modules, not caches
+mkdir -p "$CTX/flowcon/elastic"
+cp "$REPO"/flowcon/elastic/*.py "$CTX/flowcon/elastic/"
 if ! DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$IMAGE" "$CTX" >"$CTX/build.log" 2>&1; then
     cat "$CTX/build.log" >&2
     exit 1
