@@ -79,6 +79,25 @@ ENV_THREADS: Final = "FLOWCON_THREADS"  # the training images' torch thread pool
 # 0 turns off flowcon.report's thread adaptation (the pool follows the CPU limit)
 ENV_ADAPT_THREADS: Final = "FLOWCON_ADAPT_THREADS"
 
+# Stop-free scaling (flowcon.elastic, EDL section 4.2, Elan sections IV-V).
+# "stopfree": workers join and leave a running job; "restart": checkpoint-restart.
+ENV_SCALING: Final = "FLOWCON_SCALING"
+SCALING_STOPFREE: Final = "stopfree"
+SCALING_RESTART: Final = "restart"
+# Set on the job's first container: its launcher process hosts the job's TCPStore on
+# MASTER_ADDR:MASTER_PORT (workers are its children, so a worker's crash keeps the store).
+ENV_STORE_HOST: Final = "FLOWCON_STORE_HOST"
+# A worker's stable id in the job (container name and local rank, set by the launcher).
+ENV_WORKER_ID: Final = "FLOWCON_WORKER_ID"
+# Set on workers started into a running job; their RANK/WORLD_SIZE are assigned at the switch.
+ENV_JOIN: Final = "FLOWCON_JOIN"
+# The world size the job has after the scale event a joiner belongs to: the running ranks
+# switch once that many workers (running + ready joiners) are there.
+ENV_TARGET_WORLD: Final = "FLOWCON_TARGET_WORLD"
+# The signal that asks a worker's container to leave at the next agreed step boundary
+# (the launcher forwards it to its workers); SIGTERM still means checkpoint and stop the job.
+LEAVE_SIGNAL: Final = "SIGUSR1"
+
 # Where the executor mounts a job's checkpoint volume in each of its containers.
 CHECKPOINT_MOUNT: Final = "/flowcon/checkpoint"
 
@@ -87,6 +106,9 @@ EXIT_OK: Final = 0
 # 128 + SIGTERM, as a shell reports it: stopped by the executor after writing a checkpoint;
 # the executor restarts it (rescale), it is not a failure.
 EXIT_PREEMPTED: Final = 143
+# A worker (container) that left a running job at an agreed step boundary (scale-in or
+# straggler removal); the job goes on without it, the executor removes the container.
+EXIT_LEFT: Final = 144
 
 # ------------------------------------------------------------------ metric lines
 # One JSON object per line on stdout (``flowcon.report``): ``step`` and ``ts`` plus any
