@@ -41,6 +41,11 @@ LABEL_LAUNCHER: Final = "flowcon.launcher"  # none | torchrun | flowcon (the job
 LABEL_ROLE: Final = "flowcon.role"  # ROLE_JOB, or ROLE_PROFILE for the pre-run
 ROLE_JOB: Final = "job"
 ROLE_PROFILE: Final = "profile"
+# How the executor scales the job's containers: SCALING_STOPFREE or SCALING_RESTART (below).
+LABEL_SCALING: Final = "flowcon.scaling"
+# An image label: ``flowcon.elastic=stopfree`` declares that the image's training runs
+# flowcon.elastic's stop-free runtime; a job spec without ``scaling`` then scales stop-free.
+LABEL_ELASTIC: Final = "flowcon.elastic"
 
 # ------------------------------------------------------------------ labels (replay)
 LABEL_REPLAY: Final = "flowcon.replay"  # the run id that scopes a replay's agent

@@ -12,7 +12,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from flowcon.contract import LABEL_GPUS, LABEL_NODE, LABEL_RANK, LABEL_WORLD_SIZE
+from flowcon.contract import (
+    EXIT_LEFT,
+    LABEL_GPUS,
+    LABEL_NODE,
+    LABEL_RANK,
+    LABEL_SCALING,
+    LABEL_WORLD_SIZE,
+    SCALING_STOPFREE,
+)
 from flowcon.service.container_spec import ContainerSettings
 from flowcon.service.workers import WorkerSlot
 
@@ -140,7 +148,19 @@ class Worker:
     @property
     def dead(self) -> bool:
         """Stopped without finishing: crashed, killed, or stopped by someone else."""
+        if self.left:
+            return False
         return self.state == "dead" or (self.state == "exited" and self.exit_code not in (0,))
+
+    @property
+    def left(self) -> bool:
+        """A stop-free job's container that left the running job at an agreed step
+        boundary (scale-in, straggler removal): the job goes on without it."""
+        return (
+            self.state == "exited"
+            and self.exit_code == EXIT_LEFT
+            and self.labels.get(LABEL_SCALING) == SCALING_STOPFREE
+        )
 
     @property
     def completed(self) -> bool:
@@ -159,9 +179,20 @@ class Backend(Protocol):
         rank0_name: str,
         labels: Mapping[str, str],
         port: int | None = None,
+        grow: bool = False,
     ) -> tuple[str, int, str | None]:
         """(MASTER_ADDR, MASTER_PORT, network) for a job's placement; prepares the network.
-        ``port``: the job's own port, used where jobs share the host's network."""
+        ``port``: the job's own port, used where jobs share the host's network. ``grow``:
+        containers may join later (stop-free scaling), so even one container gets an
+        address the others can reach."""
+        ...
+
+    def kill(self, worker: Worker, signal: str) -> None:
+        """Send ``signal`` (a name: "SIGUSR1") to the worker's main process."""
+        ...
+
+    def image_labels(self, image: str) -> Mapping[str, str]:
+        """The image's labels ({} when the image is not on the engine)."""
         ...
 
     def create(self, req: WorkerRequest) -> Worker: ...

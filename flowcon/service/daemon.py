@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from flowcon.contract import Measurement
+from flowcon.contract import SCALING_RESTART, Measurement
 from flowcon.service.api import ApiError, ApiServer
 from flowcon.service.auth import Credentials
 from flowcon.service.config import AllocatorConfig, ConfigError, ensure_token
@@ -76,8 +76,8 @@ class Allocator:
             policy=cfg.policy,
         )
         # the restart cost measured before a daemon restart still holds
-        for cost in restart_costs(self.store)[-20:]:
-            self.planner.observe_overhead(cost)
+        for mode, cost in overhead_costs(self.store)[-20:]:
+            self.planner.observe_overhead(cost, mode)
         self.metrics = AllocatorMetrics(self.store, total_gpus)
         # one planning round at a time; HTTP calls only touch the store (its own lock)
         # and wake the loop, so a slow container stop never blocks a submit
@@ -515,6 +515,8 @@ def restart_costs(store: Store) -> list[float]:
     ("resumed"), or the stop+start seconds where no metric line told more."""
     out = []
     for e in store.events(kind="resumed"):
+        if str(e.data.get("mode") or SCALING_RESTART) != SCALING_RESTART:
+            continue  # a stop-free pause (overhead_costs)
         cost = e.data.get("downtime_seconds")
         if cost is None:
             cost = e.data.get("charged_seconds")
@@ -523,6 +525,22 @@ def restart_costs(store: Store) -> list[float]:
     if not out:  # a database from before "resumed" events
         for e in store.events(kind="restarted_on_new_gpus"):
             out.append(float(e.data.get("stop_seconds", 0)) + float(e.data.get("start_seconds", 0)))
+    return out
+
+
+def overhead_costs(store: Store) -> list[tuple[str, float]]:
+    """Measured rescale costs as (scaling mode, seconds), oldest first: checkpoint-restart
+    downtimes (``restart_costs``'s) and stop-free pauses, each mode charged apart."""
+    out = []
+    for e in store.events(kind="resumed"):
+        cost = e.data.get("downtime_seconds")
+        mode = str(e.data.get("mode") or SCALING_RESTART)
+        if cost is None and mode == SCALING_RESTART:
+            cost = e.data.get("charged_seconds")
+        if cost is not None:
+            out.append((mode, float(cost)))
+    if not out:  # a database from before "resumed" events
+        out = [(SCALING_RESTART, c) for c in restart_costs(store)]
     return out
 
 

@@ -57,6 +57,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowcon.contract import (
+    EXIT_LEFT,
+    LABEL_ELASTIC,
     LABEL_GPUS,
     LABEL_JOB,
     LABEL_LAUNCHER,
@@ -65,11 +67,16 @@ from flowcon.contract import (
     LABEL_NODE,
     LABEL_RANK,
     LABEL_ROLE,
+    LABEL_SCALING,
     LABEL_WORLD_SIZE,
+    LEAVE_SIGNAL,
     MANAGED_BY_ALLOCATOR,
     ROLE_JOB,
     ROLE_PROFILE,
+    SCALING_RESTART,
+    SCALING_STOPFREE,
 )
+from flowcon.service import stopfree
 from flowcon.service.backend import Backend, ExecutorError, LogLine, Worker, WorkerRequest
 from flowcon.service.container_spec import settings_for
 from flowcon.service.jobspec import JobSpec, ThroughputProfile
@@ -95,9 +102,18 @@ class RescaleResult:
     job: str
     old_gpus: int
     new_gpus: int
-    stop_seconds: float  # SIGTERM -> every old container gone (includes the checkpoint)
+    # restart: SIGTERM -> every old container gone (includes the checkpoint);
+    # stopfree: leave signal -> the leaving containers exited and removed
+    stop_seconds: float
     start_seconds: float  # creating and starting the new containers
     workers: tuple[str, ...] = ()
+    mode: str = SCALING_RESTART  # how it was done: restart or stopfree
+    # the measured no-progress pause, when the executor knows it; None: the job's metric
+    # lines tell (``Executor.switch_gap``, ExecutorTarget.note_resumed)
+    pause_seconds: float | None = None
+    fallback: str | None = None  # why a stop-free job was checkpoint-restarted
+    joined: tuple[str, ...] = ()  # stop-free: the containers started into the running job
+    left: tuple[str, ...] = ()  # stop-free: the containers that left
 
     @property
     def total_seconds(self) -> float:
@@ -115,26 +131,37 @@ class JobState:
     def placement(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for w in sorted(self.workers, key=lambda w: w.node_rank):
-            out.setdefault(w.node, []).extend(w.gpus)  # several containers per node: none
+            if not w.left:  # several containers per node: none, stop-free
+                out.setdefault(w.node, []).extend(w.gpus)
         return out
 
     @property
     def gpus(self) -> int:
-        return sum(len(w.gpus) for w in self.workers)
+        return sum(len(w.gpus) for w in self.workers if not w.left)
+
+    @property
+    def scaling(self) -> str:
+        """stopfree when every container was launched for stop-free scaling, else restart."""
+        live = [w for w in self.workers if not w.left]
+        if live and all(w.labels.get(LABEL_SCALING) == SCALING_STOPFREE for w in live):
+            return SCALING_STOPFREE
+        return SCALING_RESTART
 
     @property
     def status(self) -> str:
         """running, completed, failed (a worker is dead), finishing (some workers exited
-        0, the others not yet), starting, or mixed."""
-        if self.workers and all(w.completed for w in self.workers):
+        0, the others not yet), starting, or mixed. A stop-free job's container that left
+        (``Worker.left``) does not count: the job runs on without it."""
+        ws = [w for w in self.workers if not w.left]
+        if ws and all(w.completed for w in ws):
             return "completed"
-        if any(w.dead for w in self.workers):
+        if any(w.dead for w in ws):
             return "failed"
-        if any(w.completed for w in self.workers):
+        if any(w.completed for w in ws):
             return "finishing"
-        if all(w.state == "running" for w in self.workers):
+        if all(w.state == "running" for w in ws):
             return "running"
-        if any(w.state in ("starting", "created") for w in self.workers):
+        if any(w.state in ("starting", "created") for w in ws):
             return "starting"
         return "mixed"
 
@@ -142,7 +169,7 @@ class JobState:
 @dataclass(frozen=True)
 class ReconcileEvent:
     job: str
-    kind: str  # completed | restarted | failed | unknown-job
+    kind: str  # completed | restarted | failed | unknown-job | left
     detail: str = ""
 
 
@@ -156,6 +183,10 @@ class ExecutorOptions:
     checkpoint_every: int | None = None  # FLOWCON_CHECKPOINT_EVERY for jobs (None: job's own)
     checkpoint_host_dir: str | None = None  # bind <dir>/<job> instead of a named volume
     extra_labels: Mapping[str, str] = field(default_factory=dict)  # e.g. the test label
+    # stop-free scale-in: leave signal -> the leaving containers exited EXIT_LEFT; past it
+    # the job is checkpoint-restarted on the new placement
+    leave_timeout_s: float = 60.0
+    poll_s: float = 0.1
 
 
 class Executor:
@@ -212,8 +243,12 @@ class Executor:
     def launch(self, spec: JobSpec, placement: Placement, role: str = ROLE_JOB) -> list[Worker]:
         """Start ``spec`` on ``placement``; a no-op if it already runs exactly there.
 
-        Containers of the job that run elsewhere are stopped (checkpointing) first.
+        Containers of the job that run elsewhere are stopped (checkpointing) first. A job
+        that scales stop-free (``scaling_of``) runs one container per GPU, the first of
+        them the store host (``flowcon.service.stopfree``).
         """
+        if role == ROLE_JOB and self.scaling_of(spec) == SCALING_STOPFREE:
+            return self._launch_stopfree(spec, placement)
         slots = layout(spec.launcher, self._resolve(plan_workers(placement)))
         current = self.backend.list_workers(self._selector(spec.name, role))
         if current and self._matches(current, slots, spec):
@@ -229,17 +264,62 @@ class Executor:
             self._stop_all(current, self.options.grace_s)
         return self._create_all(spec, slots, role)
 
+    def scaling_of(self, spec: JobSpec) -> str:
+        """How ``spec`` scales: its ``scaling`` key, else stop-free when it runs under the
+        flowcon launcher and its image declares ``flowcon.elastic=stopfree``."""
+        if spec.scaling in (SCALING_STOPFREE, SCALING_RESTART):
+            return str(spec.scaling)
+        if spec.launcher != FLOWCON:
+            return SCALING_RESTART
+        labels_of = getattr(self.backend, "image_labels", None)
+        try:
+            labels = labels_of(spec.image) if callable(labels_of) else {}
+        except ExecutorError as exc:
+            log.warning("labels of image %s unavailable: %s", spec.image, exc)
+            labels = {}
+        declared = labels.get(LABEL_ELASTIC) == SCALING_STOPFREE
+        return SCALING_STOPFREE if declared else SCALING_RESTART
+
     def rescale(self, spec: JobSpec, placement: Placement) -> RescaleResult:
-        """Checkpoint-restart ``spec`` onto ``placement``; measures the stop time."""
-        slots = layout(spec.launcher, self._resolve(plan_workers(placement)))
+        """Move ``spec`` onto ``placement``: stop-free for a job launched that way (only the
+        joining containers start, only the leaving ones stop; ``flowcon.service.stopfree``),
+        else, or when stop-free cannot do it, checkpoint-restart; measures the stop time."""
         current = self.backend.list_workers(self._selector(spec.name))
+        current = [w for w in current if not w.left]
+        state = JobState(spec.name, tuple(current))
+        if current and state.scaling == SCALING_STOPFREE:
+            pairs = self._pairs(placement)
+            plan = stopfree.plan_stopfree(current, pairs)
+            if plan.fallback is None:
+                return self._rescale_stopfree(spec, plan, pairs)
+            log.warning(
+                "job %s: stop-free rescale impossible (%s): checkpoint-restart instead",
+                spec.name,
+                plan.fallback,
+            )
+            return self._restart(spec, placement, current, fallback=plan.fallback)
+        return self._restart(spec, placement, current)
+
+    def _restart(
+        self,
+        spec: JobSpec,
+        placement: Placement,
+        current: Sequence[Worker],
+        fallback: str | None = None,
+    ) -> RescaleResult:
+        """Checkpoint-restart: SIGTERM every container, then start the new set."""
         old_gpus = sum(len(w.gpus) for w in current)
         t0 = time.monotonic()
         self._stop_all(current, self.options.grace_s)
         t1 = time.monotonic()
-        workers = self._create_all(spec, slots, ROLE_JOB)
+        if self.scaling_of(spec) == SCALING_STOPFREE:
+            workers = self._launch_stopfree(spec, placement)
+        else:
+            workers = self._create_all(
+                spec, layout(spec.launcher, self._resolve(plan_workers(placement))), ROLE_JOB
+            )
         t2 = time.monotonic()
-        new_gpus = world_size(slots)
+        new_gpus = sum(len(w.gpus) for w in workers)
         log.info(
             "job %s rescaled %d -> %d GPUs: stop %.2fs, start %.2fs",
             spec.name,
@@ -249,8 +329,145 @@ class Executor:
             t2 - t1,
         )
         return RescaleResult(
-            spec.name, old_gpus, new_gpus, t1 - t0, t2 - t1, tuple(w.name for w in workers)
+            spec.name,
+            old_gpus,
+            new_gpus,
+            t1 - t0,
+            t2 - t1,
+            tuple(w.name for w in workers),
+            mode=SCALING_RESTART,
+            fallback=fallback,
         )
+
+    def _pairs(self, placement: Placement) -> list[tuple[str, str]]:
+        """(node, GPU id) of every GPU of ``placement`` in rank order (ids resolved)."""
+        return [(s.node, g) for s in self._resolve(plan_workers(placement)) for g in s.gpus]
+
+    def _launch_stopfree(self, spec: JobSpec, placement: Placement) -> list[Worker]:
+        """A stop-free job's first start: one container per GPU, index 0 the store host.
+        A no-op when exactly those GPUs run already."""
+        pairs = self._pairs(placement)
+        current = self.backend.list_workers(self._selector(spec.name))
+        live = [w for w in current if not w.left]
+        have = sorted((w.node, g) for w in live for g in w.gpus)
+        stopfree_now = JobState(spec.name, tuple(live)).scaling == SCALING_STOPFREE
+        if live and stopfree_now and have == sorted(pairs):
+            same_image = all(not w.image or w.image == spec.image for w in live)
+            if same_image:
+                for w in live:
+                    if w.state in ("exited", "dead", "created"):
+                        log.info("job %s: starting stopped worker %s", spec.name, w.name)
+                        self.backend.restart(w)
+                return sorted(
+                    self.backend.list_workers(self._selector(spec.name)),
+                    key=lambda w: w.node_rank,
+                )
+        if current:
+            self._stop_all(current, self.options.grace_s)
+        slots = stopfree.gpu_slots(pairs)
+        world = len(slots)
+        return self._create_all(
+            spec,
+            slots,
+            ROLE_JOB,
+            stopfree_env={
+                s.node_rank: stopfree.stopfree_env(s.node_rank, join=False, target_world=world)
+                for s in slots
+            },
+        )
+
+    def _rescale_stopfree(
+        self, spec: JobSpec, plan: stopfree.StopFreePlan, pairs: Sequence[tuple[str, str]]
+    ) -> RescaleResult:
+        """Scale-in: the leave signal to the leaving containers (highest index first; never
+        the store host), wait for their EXIT_LEFT, remove them; past ``leave_timeout_s``
+        (or another exit code) the job is checkpoint-restarted. Scale-out: start only the
+        joiners (FLOWCON_JOIN=1, FLOWCON_TARGET_WORLD, the store host's MASTER_ADDR/PORT).
+        The running containers are never touched."""
+        t0 = time.monotonic()
+        if plan.leave:
+            why = self._leave(plan.leave)
+            if why is not None:
+                log.warning(
+                    "job %s: stop-free scale-in failed (%s): checkpoint-restart instead",
+                    spec.name,
+                    why,
+                )
+                current = [
+                    w for w in self.backend.list_workers(self._selector(spec.name)) if not w.left
+                ]
+                placement: dict[str, list[str]] = {}
+                for node, gpu in pairs:
+                    placement.setdefault(node, []).append(gpu)
+                return self._restart(spec, placement, current, fallback=why)
+        t1 = time.monotonic()
+        joined: list[Worker] = []
+        if plan.join:
+            slots = stopfree.world_slots(plan.keep, plan.join)
+            env = {
+                s.node_rank: stopfree.stopfree_env(
+                    s.node_rank, join=True, target_world=plan.join_world
+                )
+                for s in plan.join
+            }
+            joined = self._create_all(
+                spec,
+                slots,
+                ROLE_JOB,
+                stopfree_env=env,
+                only=frozenset(s.node_rank for s in plan.join),
+                store_host=plan.keep[0],
+            )
+        t2 = time.monotonic()
+        log.info(
+            "job %s rescaled stop-free %d -> %d GPUs: %d left (%.2fs), %d joined (%.2fs)",
+            spec.name,
+            plan.old_world,
+            plan.new_world,
+            len(plan.leave),
+            t1 - t0,
+            len(joined),
+            t2 - t1,
+        )
+        return RescaleResult(
+            spec.name,
+            plan.old_world,
+            plan.new_world,
+            t1 - t0,
+            t2 - t1,
+            tuple(w.name for w in [*plan.keep, *joined]),
+            mode=SCALING_STOPFREE,
+            joined=tuple(w.name for w in joined),
+            left=tuple(w.name for w in plan.leave),
+        )
+
+    def _leave(self, leaving: Sequence[Worker]) -> str | None:
+        """Signal ``leaving`` in order and wait for each to exit EXIT_LEFT, then remove
+        them; None when they all left, else why not."""
+        for w in leaving:
+            self.backend.kill(w, LEAVE_SIGNAL)
+        ids = {w.id for w in leaving}
+        deadline = time.monotonic() + self.options.leave_timeout_s
+        job = leaving[0].job
+        while True:
+            now = {w.id: w for w in self.backend.list_workers(self._selector(job))}
+            gone = [now[i] for i in ids if i in now and now[i].state in ("exited", "dead")]
+            vanished = [i for i in ids if i not in now]
+            if len(gone) + len(vanished) == len(ids):
+                break
+            if time.monotonic() >= deadline:
+                waiting = sorted(now[i].name for i in ids if i in now and now[i] not in gone)
+                return (
+                    f"{', '.join(waiting)} did not leave within "
+                    f"{self.options.leave_timeout_s:.0f} s"
+                )
+            time.sleep(self.options.poll_s)
+        bad = [f"{w.name} exit {w.exit_code}" for w in gone if w.exit_code != EXIT_LEFT]
+        for w in gone:
+            self.backend.remove(w)
+        if vanished:
+            bad.append(f"{len(vanished)} container(s) vanished")
+        return f"leaving containers did not exit {EXIT_LEFT}: {', '.join(bad)}" if bad else None
 
     def suspend(self, job: str, grace_s: float | None = None) -> float:
         """Stop a job (it checkpoints) and remove its containers; the checkpoint stays."""
@@ -281,6 +498,11 @@ class Executor:
             if names is not None and name not in names:
                 events.append(ReconcileEvent(name, "unknown-job", "not in the allocator's store"))
                 continue
+            for w in [w for w in state.workers if w.left]:
+                # left on its own (straggler removal) or after a scale-in the executor did
+                # not see through: the job runs on without it; the next plan re-places it
+                self.backend.remove(w)
+                events.append(ReconcileEvent(name, "left", w.name))
             status = state.status
             if status == "completed":
                 events.append(ReconcileEvent(name, "completed"))
@@ -292,9 +514,17 @@ class Executor:
                     events.append(ReconcileEvent(name, "failed", f"{why}; {n} restarts used"))
                     continue
                 self._restarts[name] = n + 1
+                if state.scaling == SCALING_STOPFREE:
+                    # joiners carry FLOWCON_JOIN: restarting them as they are would not
+                    # re-form the job; removed, the job is launched afresh by the next
+                    # round (ExecutorTarget.apply) and resumes from its checkpoint
+                    self._stop_all(list(state.workers), self.options.grace_s)
+                    log.warning("job %s: removed for a relaunch after %s", name, why)
+                    events.append(ReconcileEvent(name, "restarted", why))
+                    continue
                 live = [w for w in state.workers if w.state in ("running", "starting")]
                 self._parallel(lambda w: self.backend.stop(w, self.options.grace_s), live)
-                self._parallel(self.backend.restart, list(state.workers))
+                self._parallel(self.backend.restart, [w for w in state.workers if not w.left])
                 log.warning("job %s: restarted from checkpoint after %s", name, why)
                 events.append(ReconcileEvent(name, "restarted", why))
             elif status == "mixed":
@@ -315,6 +545,15 @@ class Executor:
         ws = self.backend.list_workers(self._selector(job))
         ws.sort(key=lambda w: w.node_rank)
         return worker_points(self.backend, ws[0], metric) if ws else []
+
+    def switch_gap(self, job: str, began: float, world: int) -> float | None:
+        """The no-progress gap of a stop-free event begun at ``began`` (wall time) to
+        world size ``world``, from the metric lines of the job's store-host container
+        (``stopfree.switch_gap``); None until the job reports a step at that size."""
+        ws = sorted(self.backend.list_workers(self._selector(job)), key=lambda w: w.node_rank)
+        if not ws:
+            return None
+        return stopfree.switch_gap(stopfree.step_lines(self.backend.logs(ws[0])), began, world)
 
     def job_logs(
         self, job: str, rank: int | None = None, after_ns: int = 0, tail: int | None = None
@@ -438,7 +677,20 @@ class Executor:
         same_image = all(not w.image or w.image == spec.image for w in current)
         return have == want and same_world and same_image
 
-    def _create_all(self, spec: JobSpec, slots: list[WorkerSlot], role: str) -> list[Worker]:
+    def _create_all(
+        self,
+        spec: JobSpec,
+        slots: list[WorkerSlot],
+        role: str,
+        *,
+        stopfree_env: Mapping[int, Mapping[str, str]] | None = None,
+        only: frozenset[int] | None = None,
+        store_host: Worker | None = None,
+    ) -> list[Worker]:
+        """Create and start the containers of ``slots`` (all or nothing). Stop-free
+        (``stopfree_env``: extra environment by container index): containers named by
+        index, labelled ``flowcon.scaling=stopfree``; ``only`` the slots of those indices
+        are created (the joiners; the others run), reaching the running ``store_host``."""
         job_labels = {
             **dict(self.options.extra_labels),
             LABEL_MANAGED_BY: MANAGED_BY_ALLOCATOR,
@@ -446,12 +698,24 @@ class Executor:
         }
 
         def name_of(s: WorkerSlot) -> str:
-            return self.worker_name(spec.name, s.node, role, container_suffix(spec.launcher, s))
+            if stopfree_env is not None:
+                suffix = stopfree.container_suffix(s.node_rank)
+            else:
+                suffix = container_suffix(spec.launcher, s)
+            return self.worker_name(spec.name, s.node, role, suffix)
 
-        want = spec.master_port or self.free_master_port(spec.name)
-        addr, port, network = self.backend.master_addr(
-            spec.name, slots, name_of(slots[0]), job_labels, want
-        )
+        if store_host is not None and store_host.labels.get(LABEL_MASTER_PORT, "").isdigit():
+            want = int(store_host.labels[LABEL_MASTER_PORT])
+        else:
+            want = spec.master_port or self.free_master_port(spec.name)
+        if stopfree_env is not None:
+            addr, port, network = self.backend.master_addr(
+                spec.name, slots, name_of(slots[0]), job_labels, want, grow=True
+            )
+        else:
+            addr, port, network = self.backend.master_addr(
+                spec.name, slots, name_of(slots[0]), job_labels, want
+            )
         world = world_size(slots)
         host_dir = self.options.checkpoint_host_dir
         if host_dir:
@@ -462,6 +726,8 @@ class Executor:
                 log.warning("cannot create checkpoint dir under %s: %s", host_dir, exc)
         reqs = []
         for s in slots:
+            if only is not None and s.node_rank not in only:
+                continue
             labels = {
                 **job_labels,
                 LABEL_RANK: str(s.node_rank),
@@ -472,6 +738,10 @@ class Executor:
                 LABEL_LAUNCHER: spec.launcher,
                 LABEL_MASTER_PORT: str(port),
             }
+            env = launch_env(spec, s, slots, addr, port, self.options.checkpoint_every)
+            if stopfree_env is not None:
+                labels[LABEL_SCALING] = SCALING_STOPFREE
+                env.update(stopfree_env.get(s.node_rank, {}))
             reqs.append(
                 WorkerRequest(
                     name=name_of(s),
@@ -479,7 +749,7 @@ class Executor:
                     node=s.node,
                     image=spec.image,
                     command=launch_command(spec, s, slots, addr, port),
-                    env=launch_env(spec, s, slots, addr, port, self.options.checkpoint_every),
+                    env=env,
                     labels=labels,
                     gpus=s.gpus,
                     real_gpus=self._real(s.node),

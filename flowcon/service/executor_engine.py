@@ -102,12 +102,13 @@ class EngineBackend:
         rank0_name: str,
         labels: Mapping[str, str],
         port: int | None = None,
+        grow: bool = False,
     ) -> tuple[str, int, str | None]:
         if self.network == "host":
             return "127.0.0.1", port or master_port_for(job), "host"
         if self.network != "auto":
             return rank0_name, DEFAULT_MASTER_PORT, self.network
-        if len(slots) == 1:
+        if len(slots) == 1 and not grow:
             return "127.0.0.1", DEFAULT_MASTER_PORT, None
         name = network_name(job)
         import docker.errors
@@ -201,6 +202,29 @@ class EngineBackend:
             return
         except docker.errors.APIError as exc:
             raise ExecutorError(f"stopping {worker.name}: {exc}") from exc
+
+    def kill(self, worker: Worker, signal: str) -> None:
+        """``docker kill --signal`` (the leave signal of stop-free scale-in)."""
+        import docker.errors
+
+        c = self._get(worker)
+        if c is None:
+            return
+        try:
+            c.kill(signal=signal)
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:  # not running any more
+                return
+            raise ExecutorError(f"signalling {worker.name} ({signal}): {exc}") from exc
+
+    def image_labels(self, image: str) -> Mapping[str, str]:
+        try:
+            img = self.client.images.get(image)
+        except engine_errors():
+            return {}
+        return dict(((img.attrs or {}).get("Config") or {}).get("Labels") or {})
 
     def restart(self, worker: Worker) -> None:
         import docker.errors

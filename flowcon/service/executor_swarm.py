@@ -140,8 +140,50 @@ class SwarmBackend:
         rank0_name: str,
         labels: Mapping[str, str],
         port: int | None = None,
+        grow: bool = False,
     ) -> tuple[str, int, str | None]:
         return self.node_addr(slots[0].node), port or master_port_for(job), "host"
+
+    def kill(self, worker: Worker, signal: str) -> None:
+        """Signal the container of the service's running task. Swarm has no "service
+        kill": the task names its container, which is killed on its node's engine (the
+        manager's, or the ``node_clients`` one of the worker's node)."""
+        import docker.errors
+
+        svc = self._get(worker)
+        if svc is None:
+            return
+        running = [
+            t for t in self._tasks(svc) if str((t.get("Status") or {}).get("State")) == "running"
+        ]
+        ids = [
+            str(((t.get("Status") or {}).get("ContainerStatus") or {}).get("ContainerID", ""))
+            for t in running
+        ]
+        clients = [self.node_clients[worker.node]] if worker.node in self.node_clients else []
+        clients.append(self.client)
+        for cid in [i for i in ids if i]:
+            for client in clients:
+                try:
+                    client.containers.get(cid).kill(signal=signal)
+                    break
+                except docker.errors.NotFound:
+                    continue
+                except docker.errors.APIError as exc:
+                    if exc.status_code == 409:
+                        break
+                    raise ExecutorError(f"signalling {worker.name} ({signal}): {exc}") from exc
+            else:
+                raise ExecutorError(f"signalling {worker.name}: container {cid[:12]} not found")
+
+    def image_labels(self, image: str) -> Mapping[str, str]:
+        for client in [self.client, *self.node_clients.values()]:
+            try:
+                img = client.images.get(image)
+            except engine_errors():
+                continue
+            return dict(((img.attrs or {}).get("Config") or {}).get("Labels") or {})
+        return {}
 
     def create(self, req: WorkerRequest) -> Worker:
         import docker.errors

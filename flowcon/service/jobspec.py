@@ -32,6 +32,7 @@ The container-facing keys (volumes, shm_size, cpus/memory, workdir, user, labels
 deadline_kind, metric) are checked in ``flowcon.service.jobspec_keys``; docs/jobs.md is
 the reference of every key.
     launcher: none           # or torchrun, or flowcon (docs/jobs.md, "Launchers")
+    scaling: stopfree        # or restart; unset: the image's flowcon.elastic label decides
 """
 
 from __future__ import annotations
@@ -83,6 +84,13 @@ _DURATION_RE = re.compile(
 Launcher = Literal["none", "torchrun", "flowcon"]
 LAUNCHERS: tuple[Launcher, ...] = ("none", "torchrun", "flowcon")
 DEFAULT_LAUNCHER: Launcher = "none"
+# how a rescale changes the job's containers (docs/jobs.md, "scaling"): "restart" is the
+# checkpoint-restart of every container, "stopfree" starts only the joining containers and
+# lets the leaving ones go while the others keep training (flowcon.elastic's stop-free
+# runtime, EDL section 4.2). Unset: stop-free when the image carries the label
+# flowcon.elastic=stopfree and the launcher is flowcon, else restart (decided at launch).
+Scaling = Literal["stopfree", "restart"]
+SCALINGS: tuple[Scaling, ...] = ("stopfree", "restart")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -145,6 +153,7 @@ class JobSpec:
     soft_deadline: bool = False  # deadline_kind: soft
     metric: MetricSpec | None = None
     launcher: str = DEFAULT_LAUNCHER  # LAUNCHERS; see flowcon.service.launchers and docs/jobs.md
+    scaling: str | None = None  # SCALINGS, or None: decided from the image's label at launch
     # assigned by the allocator (not a spec key): the job's master port on host networking,
     # unique among live jobs, kept in the job's record (flowcon.service.workers)
     master_port: int | None = None
@@ -289,6 +298,7 @@ class SpecFields(Strict):
     deadline_kind: Any = Field(None, description="hard or soft")
     metric: Any = Field(None, description="a mapping {name, regex, goal}")
     launcher: Launcher = Field(DEFAULT_LAUNCHER, description="none, torchrun or flowcon")
+    scaling: Scaling | None = Field(None, description="stopfree or restart")
 
     @field_validator("name")
     @classmethod
@@ -342,6 +352,12 @@ def parse_jobspec(
         command[0].rsplit("/", 1)[-1] == "torchrun" or "torch.distributed.run" in command[:3]
     ):
         raise JobSpecError("command", "starts torchrun: launcher: torchrun adds it, drop it")
+    if f.scaling == "stopfree" and f.launcher != "flowcon":
+        raise JobSpecError(
+            "scaling",
+            f"stopfree needs launcher: flowcon (flowcon.elastic's launcher process hosts the "
+            f"job's store and forwards the leave signal), not {f.launcher}",
+        )
     best_effort, deadline = _deadline(data, submit)
     min_gpus, max_gpus = _gpu_bounds(f)
     if isinstance(f.profile, str) and f.profile != "auto":
@@ -371,6 +387,7 @@ def parse_jobspec(
         env=_env(f.env),
         **extra,
         launcher=f.launcher,
+        scaling=f.scaling,
     )
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from flowcon.alloc.model import Job, ThroughputCurve
 from flowcon.alloc.policy import ClusterState, Policy, make_policy
-from flowcon.contract import Measurement
+from flowcon.contract import SCALING_RESTART, SCALING_STOPFREE, Measurement
 from flowcon.service.intake import MeasurementIntake
 from flowcon.service.jobspec import JobSpec
 from flowcon.service.records import jsonable, new_record
@@ -139,9 +139,13 @@ class Planner:
         self.policy: Policy = (
             make_policy(policy, sticky=True) if isinstance(policy, str) else policy
         )
-        # seconds a checkpoint-restart costs, as measured by the executor (EWMA); charged
-        # once per job in admission and minimum shares (the policy's overhead)
+        # seconds a rescale costs, as measured by the executor (EWMA) per scaling mode
+        # (restart: checkpoint-restart, stopfree: the stop-free pause); the policy's
+        # overhead, charged once per job in admission and minimum shares, is the largest
+        # of the modes the active jobs scale by (``charged_overhead``)
+        self.overheads: dict[str, float] = {}
         self.overhead = 0.0
+        self._modes: dict[str, str] = {}  # job -> the mode it scales by, as launched
         self._restored = False  # the policy has seen the stored jobs (after a restart)
         # GPU-seconds served per job since this process started (Tiresias' priority)
         self._attained: dict[str, float] = {}
@@ -262,6 +266,7 @@ class Planner:
                 min_share=min_share,
                 measured_jobs=list(measured),
                 restart_overhead=self.overhead,
+                overheads=dict(self.overheads),
                 deadline=spec.deadline,
             )
         gpus = 0
@@ -489,12 +494,29 @@ class Planner:
             )
         self.store.put_job(rec)
 
-    def observe_overhead(self, seconds: float) -> None:
-        """A measured (re)start cost of some job: the downtime from the stop request to
-        its first metric line in the new containers (or stop + start when it prints none)."""
+    def observe_overhead(self, seconds: float, mode: str = SCALING_RESTART) -> None:
+        """A measured rescale cost of some job scaling by ``mode``: for restarts the
+        downtime from the stop request to its first metric line in the new containers (or
+        stop + start when it prints none), for stop-free events the job's no-progress gap
+        across the switch. Tracked per mode (EWMA)."""
         if math.isfinite(seconds) and seconds >= 0:
             a = self.alpha
-            self.overhead = seconds if self.overhead == 0 else a * seconds + (1 - a) * self.overhead
+            old = self.overheads.get(mode)
+            self.overheads[mode] = seconds if not old else a * seconds + (1 - a) * old
+            self._charge()
+
+    def set_scaling(self, job: str, mode: str | None) -> None:
+        """How ``job`` scales now (the executor's launch decided it); None: it ended."""
+        if mode is None:
+            self._modes.pop(job, None)
+        else:
+            self._modes[job] = mode
+        self._charge()
+
+    def _charge(self) -> None:
+        charged = charged_overhead(self.overheads, self._modes.values())
+        if charged != self.overhead:
+            self.overhead = charged
             self.policy.set_overhead(self.overhead)  # charged in plans made from now on
 
     def _place(
@@ -535,6 +557,22 @@ class Planner:
     def observe_progress(self, name: str, step: float, ts: float) -> bool:
         """Progress read from the job's own metric lines (the executor's logs)."""
         return self.intake.observe_progress(name, step, ts)
+
+
+def charged_overhead(overheads: Mapping[str, float], modes: Iterable[str]) -> float:
+    """The rescale overhead admission charges (one number for all jobs, the policy's): the
+    largest measured cost among the modes the active jobs scale by, restart's when no job's
+    mode is known. A stop-free mode not measured yet costs what a restart does (stop-free
+    falls back to checkpoint-restart when it cannot do an event), so a job is never
+    admitted on a pause nobody has seen."""
+    wanted = set(modes) or {SCALING_RESTART}
+    costs = []
+    for mode in wanted:
+        cost = overheads.get(mode)
+        if cost is None and mode == SCALING_STOPFREE:
+            cost = overheads.get(SCALING_RESTART)
+        costs.append(cost or 0.0)
+    return max(costs)
 
 
 def placement_lists(result: Any) -> dict[str, list[Any]]:

@@ -39,6 +39,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "soft_deadline": spec.soft_deadline,
         "metric": spec.metric.as_dict() if spec.metric is not None else None,
         "launcher": spec.launcher,
+        "scaling": spec.scaling,
         "master_port": spec.master_port,
     }
 
@@ -77,6 +78,7 @@ def spec_from_dict(data: Mapping[str, Any]) -> JobSpec:
         # a record from before the key ran its command as flowcon.elastic's main, once per
         # node: adopted jobs keep that layout
         launcher=str(data.get("launcher") or "flowcon"),
+        scaling=str(data["scaling"]) if data.get("scaling") else None,
         master_port=int(data["master_port"]) if data.get("master_port") else None,
     )
 

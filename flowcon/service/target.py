@@ -12,7 +12,7 @@ from typing import Any
 
 from flowcon.alloc.model import Topology
 from flowcon.alloc.placement import BuddyPlacer
-from flowcon.contract import LABEL_MASTER_PORT
+from flowcon.contract import LABEL_MASTER_PORT, SCALING_RESTART, SCALING_STOPFREE
 from flowcon.service.jobspec_keys import MetricSpec
 from flowcon.service.planner import Planner
 from flowcon.service.records import spec_from_dict
@@ -80,9 +80,11 @@ class ExecutorTarget:
         self.kind = str(getattr(executor.backend, "kind", "engine"))
         self._unknown_logged: set[str] = set()
         self._failed_actions: dict[str, str] = {}
-        # job -> (wall time its stop/launch began, "start"|"rescale", stop+start seconds)
-        # until its first metric line in the new containers shows the real downtime
-        self._resuming: dict[str, tuple[float, str, float | None]] = {}
+        # job -> (wall time its stop/launch began, "start"|"rescale", stop+start seconds,
+        # scaling mode, new world size) until its metric lines show the real downtime:
+        # the first line in the new containers (restart), the first line at the new world
+        # size (stop-free)
+        self._resuming: dict[str, tuple[float, str, float | None, str, int]] = {}
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -105,6 +107,11 @@ class ExecutorTarget:
     def _same(self, state: Any, placement: Mapping[str, list[str]]) -> bool:
         if state is None or state.status not in ("running", "starting"):
             return False
+        if getattr(state, "scaling", SCALING_RESTART) == SCALING_STOPFREE:
+            # a stop-free job's containers come and go one by one: which container holds
+            # which GPU of a node is no reason to rescale
+            have = {n: sorted(g) for n, g in state.placement.items()}
+            return have == {n: sorted(g) for n, g in self._uuids(placement).items()}
         return dict(state.placement) == self._uuids(placement)
 
     # -- daemon hooks ----------------------------------------------------------------
@@ -125,6 +132,7 @@ class ExecutorTarget:
             if state is None:
                 continue
             self._note_containers(planner, rec.name, state)
+            planner.set_scaling(rec.name, state.scaling)
             store.append_event(
                 "adopted",
                 rec.name,
@@ -158,6 +166,10 @@ class ExecutorTarget:
                 out.append((ev.job, "failed", ev.detail or "workers died"))
             elif ev.kind == "restarted":
                 store.append_event("restarted", ev.job, detail=ev.detail)
+            elif ev.kind == "left":
+                # a stop-free worker left (straggler removal): the job runs on with fewer
+                # GPUs until the next round re-places that share
+                store.append_event("worker_left", ev.job, container=ev.detail)
             elif ev.kind == "unknown-job" and ev.job not in self._unknown_logged:
                 self._unknown_logged.add(ev.job)
                 rec = store.get_job(ev.job)
@@ -203,20 +215,62 @@ class ExecutorTarget:
         pending = self._resuming.get(name)
         if pending is None:
             return
-        began, kind, fallback = pending
+        began, kind, fallback, mode, world = pending
+        if mode == SCALING_STOPFREE:
+            self._note_switched(store, planner, name, pending, now)
+            return
         if first is not None and first[1] >= began:
             downtime = first[1] - began
-            planner.observe_overhead(downtime)
+            planner.observe_overhead(downtime, SCALING_RESTART)
             store.append_event(
-                "resumed", name, after=kind, downtime_seconds=downtime, step=first[0]
+                "resumed",
+                name,
+                after=kind,
+                mode=mode,
+                downtime_seconds=downtime,
+                step=first[0],
             )
             del self._resuming[name]
         elif now - began > RESUME_WAIT_S:
             # a job without metric lines: the stop+start time is all that is known
             if fallback is not None:
-                planner.observe_overhead(fallback)
+                planner.observe_overhead(fallback, SCALING_RESTART)
             store.append_event(
-                "resumed", name, after=kind, downtime_seconds=None, charged_seconds=fallback
+                "resumed",
+                name,
+                after=kind,
+                mode=mode,
+                downtime_seconds=None,
+                charged_seconds=fallback,
+            )
+            del self._resuming[name]
+
+    def _note_switched(
+        self,
+        store: Store,
+        planner: Planner,
+        name: str,
+        pending: tuple[float, str, float | None, str, int],
+        now: float,
+    ) -> None:
+        """A stop-free event's cost: the job's no-progress gap across the switch (its
+        last step line before, its first at the new world size), what admission charges
+        per stop-free rescale. A job without such lines is charged nothing more."""
+        began, kind, _, mode, world = pending
+        try:
+            gap = self.executor.switch_gap(name, began, world)
+        except Exception as exc:
+            log.debug("logs of %s unavailable: %s", name, exc)
+            gap = None
+        if gap is not None:
+            planner.observe_overhead(gap, SCALING_STOPFREE)
+            store.append_event(
+                "resumed", name, after=kind, mode=mode, downtime_seconds=gap, world_size=world
+            )
+            del self._resuming[name]
+        elif now - began > RESUME_WAIT_S:
+            store.append_event(
+                "resumed", name, after=kind, mode=mode, downtime_seconds=None, world_size=world
             )
             del self._resuming[name]
 
@@ -259,6 +313,7 @@ class ExecutorTarget:
             if store.get_job(name) is not None:  # cancelled/completed/failed: containers go
                 self._remove(name)
                 planner.intake.forget_job(name)
+                planner.set_scaling(name, None)
 
     def _match(self, store: Store, planner: Planner, rec: JobRecord, state: Any) -> None:
         """Launch or rescale (checkpoint-restart) the job onto its stored placement."""
@@ -271,21 +326,46 @@ class ExecutorTarget:
         began = time.time()
         if state is None:
             self.executor.launch(spec, placement)
-            self._resuming[rec.name] = (began, "start", None)
+            self._resuming[rec.name] = (began, "start", None, SCALING_RESTART, 0)
             store.append_event("started", rec.name, placement=placement)
         else:
             res = self.executor.rescale(spec, placement)
-            self._resuming[rec.name] = (began, "rescale", res.total_seconds)
-            store.append_event(
-                "restarted_on_new_gpus",
-                rec.name,
-                old_gpus=res.old_gpus,
-                new_gpus=res.new_gpus,
-                stop_seconds=res.stop_seconds,
-                start_seconds=res.start_seconds,
-                placement=placement,
-            )
-        self._note_containers(planner, rec.name, self.executor.job(rec.name))
+            if res.mode == SCALING_STOPFREE:
+                self._resuming[rec.name] = (began, "rescale", None, res.mode, res.new_gpus)
+                store.append_event(
+                    "rescaled_stop_free",
+                    rec.name,
+                    old_gpus=res.old_gpus,
+                    new_gpus=res.new_gpus,
+                    leave_seconds=res.stop_seconds,
+                    start_seconds=res.start_seconds,
+                    joined=list(res.joined),
+                    left=list(res.left),
+                    placement=placement,
+                )
+            else:
+                self._resuming[rec.name] = (
+                    began,
+                    "rescale",
+                    res.total_seconds,
+                    res.mode,
+                    res.new_gpus,
+                )
+                store.append_event(
+                    "restarted_on_new_gpus",
+                    rec.name,
+                    old_gpus=res.old_gpus,
+                    new_gpus=res.new_gpus,
+                    stop_seconds=res.stop_seconds,
+                    start_seconds=res.start_seconds,
+                    placement=placement,
+                    mode=res.mode,
+                    fallback=res.fallback,
+                )
+        now_state = self.executor.job(rec.name)
+        self._note_containers(planner, rec.name, now_state)
+        if now_state is not None:
+            planner.set_scaling(rec.name, now_state.scaling)
 
     def _master_port(self, store: Store, rec: JobRecord) -> int:
         """The job's master port, unique among live jobs: the live records' ports and the
