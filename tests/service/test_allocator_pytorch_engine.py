@@ -70,6 +70,7 @@ def test_pytorch_job_rescales_from_its_checkpoint_and_completes(env, docker_clie
             "profile": {1: 10.0, 2: 15.0},
             "env": {"STEP_SLEEP": "0.05"},
             "launcher": "flowcon",
+            "scaling": "restart",  # this test is about checkpoint-restart
         }
     )
     assert out["admitted"] is True and out["gpus"] == 1, out

@@ -109,6 +109,7 @@ def test_gloo_ddp_across_the_two_nodes(swarm, swarm_executor) -> None:  # type: 
         command=["python3", "/opt/train.py"],
         global_batch_size=32,
         env={"STEP_SLEEP": "0.05"},
+        scaling="restart",  # the image declares stop-free: this test is checkpoint-restart
     )
 
     def metrics() -> list[dict]:  # type: ignore[type-arg]

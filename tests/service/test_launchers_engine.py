@@ -174,6 +174,7 @@ def test_flowcon_runtime_at_1_2_3_workers(executor, workers) -> None:  # type: i
             "best_effort": True,
             "profile": {1: 1.0},
             "launcher": "flowcon",
+            "scaling": "restart",  # one container per node (stop-free: one per GPU)
         }
     )
     placement = PLACEMENTS[workers]
