@@ -1,16 +1,29 @@
-"""Rescale overhead of the executor on the plain engine (paper section 6.6, "scaling overhead").
+"""Rescale overhead of the executor on the plain engine: checkpoint-restart vs stop-free
+(paper section 6.6, "scaling overhead"; issue 10: EDL section 4.2, Elan sections IV-V).
 
-Runs a small CPU job (the elastic-example image: an MLP trained with flowcon.elastic, DDP over
-gloo when it has 2 "GPUs") on a declared inventory, rescales it 1 -> 2 -> 1 -> ... GPUs and
-prints per rescale:
+Runs a small CPU job (the elastic-example image: an MLP trained with flowcon.elastic, DDP
+over gloo) on a declared inventory, once per scaling mode, and rescales it 1 -> 2 -> 1 ->
+... GPUs: ``--events N`` scale-outs and N scale-ins per mode. Per event it prints
 
-  stop    SIGTERM -> every old container gone (the job checkpoints on the way out); target <= 3 s
-  start   creating and starting the new containers
-  resume  rescale call -> first metric line of the new run (includes Python + torch import)
-  steps   last step before the stop -> first step after (must continue, not restart)
+  stop    restart: SIGTERM -> every old container gone (the job checkpoints on the way
+          out); stop-free: leave signal -> the leaving container exited EXIT_LEFT
+  start   creating and starting the new containers (restart: all; stop-free: the joiners)
+  gap     the no-progress gap: the job's last step line before the event to its first
+          step line at the new world size (the metric lines' own ``ts``)
+  prep    rescale call returned -> that first step line: for stop-free scale-out the time
+          the joiners spent preparing (python + torch import, model, rendezvous) while the
+          job kept training; for restarts the new containers' start-up
+  steps   last step before the event -> first step after (must continue, not restart)
 
-    python3 benchmarks/bench_rescale.py [--rescales 4] [--image flowcon/elastic-example:latest]
-    python3 benchmarks/bench_rescale.py --image flowcon/testbox:latest   # shell job, no torch
+then per mode the gap's p50/p95 and the preparation time, and as its last line one JSON
+object: ``restart_gap_p95_s``, ``stopfree_gap_p95_s``, ``events`` (per mode),
+``exactly_once`` (true only when the job's metric lines record the sample ids it trained
+on, ``sample_ids`` with ``epoch``, and every id appears at most once per epoch and every
+finished epoch has them all; false when the job does not record them).
+
+    python3 benchmarks/bench_rescale.py [--events 5] [--modes restart,stopfree]
+    python3 benchmarks/bench_rescale.py --quick          # one event each way per mode
+    python3 benchmarks/bench_rescale.py --image flowcon/testbox:latest   # shell job, restart only
 
 Stopped by SIGTERM (``timeout``), SIGINT (Ctrl-C) or an error, it removes the job's
 containers, network and checkpoint volume before it exits (130 when interrupted); a second
@@ -21,13 +34,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import statistics
 import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -35,12 +52,14 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from flowcon.engine.gpus import discover  # noqa: E402
 from flowcon.interrupts import raise_interrupt  # noqa: E402
+from flowcon.service.backend import Worker  # noqa: E402
 from flowcon.service.executor import Executor, ExecutorOptions  # noqa: E402
 from flowcon.service.executor_engine import EngineBackend  # noqa: E402
 from flowcon.service.jobspec import parse_jobspec  # noqa: E402
 
 EXAMPLE = "flowcon/elastic-example:latest"
 TESTBOX = "flowcon/testbox:latest"
+MODES = ("restart", "stopfree")
 
 
 def metric_steps(lines: list[str]) -> list[int]:
@@ -56,16 +75,200 @@ def metric_steps(lines: list[str]) -> list[int]:
     return out
 
 
+@dataclass(frozen=True)
+class Line:
+    """One step line of the job, from container ``cid``."""
+
+    ts: float
+    step: int
+    world: int | None
+    cid: str
+    raw: dict[str, Any]
+
+
+def parse_lines(cid: str, lines: Iterable[str]) -> list[Line]:
+    out = []
+    for ln in lines:
+        if not ln.startswith("{"):
+            continue
+        try:
+            obj = json.loads(ln)
+        except ValueError:
+            continue
+        if not isinstance(obj, dict) or "event" in obj:
+            continue
+        step, ts = obj.get("step"), obj.get("ts")
+        if not isinstance(step, int) or not isinstance(ts, int | float) or isinstance(ts, bool):
+            continue
+        world = obj.get("world_size")
+        out.append(Line(float(ts), step, world if isinstance(world, int) else None, cid, obj))
+    return out
+
+
+def event_gap(
+    lines: Sequence[Line], began: float, world: int, new_ids: set[str]
+) -> tuple[Line, Line] | None:
+    """(last step line before, first step line after) an event begun at ``began``: the
+    first line at world size ``world`` (lines that carry it), else the first line from a
+    container the event started; None while there is none."""
+    for i, ln in enumerate(lines):
+        if i == 0 or ln.ts < began:
+            continue
+        after = ln.world == world if ln.world is not None else ln.cid in new_ids
+        if not after:
+            continue
+        prev = lines[i - 1]
+        if ln.world is not None and prev.world == world:
+            continue  # a line at this size before the switch? not this event's
+        return prev, ln
+    return None
+
+
+def exactly_once(lines: Sequence[Line]) -> bool | None:
+    """Each sample id once per epoch (lines with ``sample_ids`` and ``epoch``, each step
+    counted once); None when the job records no sample ids."""
+    by_step: dict[int, Line] = {}
+    for ln in lines:
+        if "sample_ids" in ln.raw and "epoch" in ln.raw:
+            by_step.setdefault(ln.step, ln)
+    if not by_step:
+        return None
+    seen: dict[int, list[int]] = {}
+    for step in sorted(by_step):
+        raw = by_step[step].raw
+        ids = raw["sample_ids"]
+        if not isinstance(ids, list) or not isinstance(raw["epoch"], int):
+            return False
+        seen.setdefault(raw["epoch"], []).extend(int(i) for i in ids)
+    epochs = sorted(seen)
+    for e in epochs:
+        if len(seen[e]) != len(set(seen[e])):
+            return False
+    finished = epochs[:-1]  # the last one may still be running
+    sizes = {len(seen[e]) for e in finished[1:]}  # the first one may have started midway
+    return all(sorted(seen[e]) == list(range(len(seen[e]))) for e in finished[1:]) and (
+        len(sizes) <= 1
+    )
+
+
+class KeepingBackend(EngineBackend):
+    """The engine backend that reads a container's output before it removes it, so a
+    restarted job's lines before the stop are still there to measure the gap."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(client)
+        self.kept: dict[str, list[str]] = {}
+
+    def remove(self, worker: Worker) -> None:
+        if worker.id not in self.kept:
+            self.kept[worker.id] = self.logs(worker)
+        super().remove(worker)
+
+
+def job_lines(ex: Executor, be: KeepingBackend, job: str) -> list[Line]:
+    out: list[Line] = []
+    live = ex.job(job)
+    seen = set()
+    for w in live.workers if live is not None else ():
+        seen.add(w.id)
+        out.extend(parse_lines(w.id, be.logs(w)))
+    for cid, lines in be.kept.items():
+        if cid not in seen:
+            out.extend(parse_lines(cid, lines))
+    out.sort(key=lambda ln: ln.ts)
+    return out
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-quantile (nearest rank) of ``values``; nan for none."""
+    if not values:
+        return math.nan
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+
+
 def _shield() -> None:
     """Cleanup must finish: further SIGINT/SIGTERM are ignored from here on."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
+@dataclass
+class Row:
+    mode: str
+    old: int
+    new: int
+    stop: float
+    start: float
+    gap: float | None
+    prep: float | None
+    before: int | None
+    after: int | None
+    fallback: str | None
+
+
+def run_mode(
+    ex: Executor,
+    be: KeepingBackend,
+    spec: Any,
+    placements: list[dict[str, list[str]]],
+    events: int,
+    train_s: float,
+    wait_s: float,
+) -> tuple[list[Row], list[Line]]:
+    """Launch ``spec``, rescale it ``events`` times between the placements, measure."""
+    rows: list[Row] = []
+    ex.launch(spec, placements[0])
+    print(f"launched {spec.name} ({spec.scaling})", flush=True)
+    t_end = time.monotonic() + wait_s
+    while not job_lines(ex, be, spec.name) and time.monotonic() < t_end:
+        time.sleep(0.2)
+    for i in range(events):
+        time.sleep(train_s)  # let it train a little
+        old = ex.job(spec.name)
+        old_ids = {w.id for w in old.workers} if old is not None else set()
+        began = time.time()
+        res = ex.rescale(spec, placements[(i + 1) % 2])
+        returned = time.time()
+        state = ex.job(spec.name)
+        new_ids = {w.id for w in state.workers} - old_ids if state is not None else set()
+        found = None
+        deadline = time.monotonic() + wait_s
+        while found is None and time.monotonic() < deadline:
+            found = event_gap(job_lines(ex, be, spec.name), began, res.new_gpus, new_ids)
+            if found is None:
+                time.sleep(0.1)
+        prev, first = found if found is not None else (None, None)
+        rows.append(
+            Row(
+                res.mode,
+                res.old_gpus,
+                res.new_gpus,
+                res.stop_seconds,
+                res.start_seconds,
+                first.ts - prev.ts if first and prev else None,
+                max(0.0, first.ts - returned) if first else None,
+                prev.step if prev else None,
+                first.step if first else None,
+                res.fallback,
+            )
+        )
+        r = rows[-1]
+        gap = f"{r.gap:.2f} s" if r.gap is not None else "not seen"
+        prep = f"{r.prep:.2f} s" if r.prep is not None else "-"
+        print(f"  {spec.scaling} {r.old}->{r.new} ({r.mode}): gap {gap}, prep {prep}", flush=True)
+    return rows, job_lines(ex, be, spec.name)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--image", default=EXAMPLE)
-    ap.add_argument("--rescales", type=int, default=4)
+    ap.add_argument(
+        "--events", type=int, default=None, help="scale-outs and as many scale-ins per mode"
+    )
+    ap.add_argument("--rescales", type=int, default=None, help="rescale events per mode")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: one event each way")
+    ap.add_argument("--modes", default=None, help="restart,stopfree (testbox: restart)")
     ap.add_argument("--grace", type=float, default=30.0)
     ap.add_argument("--run-id", default=None, help="names the job bench-RUN_ID (default: random)")
     ap.add_argument(
@@ -81,88 +284,131 @@ def main() -> int:
         subprocess.run(["bash", str(REPO / "images/elastic-example/build.sh")], check=True)
         command = ["python3", "/opt/train.py"]
         env = {"STEP_SLEEP": "0.05"}
+        modes = list(MODES)
     else:
         from swarm_fixtures import STEP_JOB
 
         command = ["sh", "-c", STEP_JOB]
         env = {"STEP_SECONDS": "0.1"}
+        modes = ["restart"]  # a shell job has no stop-free runtime
+    if args.modes:
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        if not set(modes) <= set(MODES):
+            ap.error(f"--modes: {args.modes!r}: restart and/or stopfree")
+    if args.rescales is not None:
+        events = args.rescales
+    elif args.events is not None:
+        events = 2 * args.events
+    else:
+        events = 2 if args.quick else 10
+    train_s = 1.0 if args.quick else 2.0
     run_id = args.run_id or uuid.uuid4().hex[:6]
-    spec = parse_jobspec(
-        {
-            "name": f"bench-{run_id}",
-            "image": args.image,
-            "command": command,
-            "global_batch_size": 64,
-            "iterations": 10**7,
-            "best_effort": True,
-            "profile": {1: 1.0},
-            "env": env,
-            "launcher": "flowcon",
-        }
-    )
+    specs = {
+        mode: parse_jobspec(
+            {
+                "name": f"bench-{run_id}" if i == 0 else f"bench-{run_id}-{mode[:2]}",
+                "image": args.image,
+                "command": command,
+                "global_batch_size": 64,
+                "iterations": 10**7,
+                "best_effort": True,
+                "profile": {1: 1.0},
+                "env": env,
+                "launcher": "flowcon",
+                "scaling": mode,
+            }
+        )
+        for i, mode in enumerate(modes)
+    }
     inv = discover({"declared": {"nodes": [{"name": "node1", "gpus": 2}]}})
     labels = {"flowcon.bench": run_id, **dict(kv.split("=", 1) for kv in args.label)}
-    ex = Executor(
-        EngineBackend(client), inv, ExecutorOptions(grace_s=args.grace, extra_labels=labels)
-    )
+    be = KeepingBackend(client)
+    ex = Executor(be, inv, ExecutorOptions(grace_s=args.grace, extra_labels=labels))
     placements = [{"node1": ["0"]}, {"node1": ["0", "1"]}]
-    rows = []
+    rows: dict[str, list[Row]] = {}
+    lines: dict[str, list[Line]] = {}
     interrupted = False
+    current: str | None = None
     try:
-        ex.launch(spec, placements[0])
-        print(f"launched {spec.name}", flush=True)
-        t_end = time.monotonic() + 120
-        while not metric_steps(ex.logs(spec.name)) and time.monotonic() < t_end:
-            time.sleep(0.2)
-        for i in range(args.rescales):
-            time.sleep(2.0)  # let it train a little
-            before = metric_steps(ex.logs(spec.name))
-            t0 = time.monotonic()
-            res = ex.rescale(spec, placements[(i + 1) % 2])
-            after: list[int] = []
-            while not after and time.monotonic() < t0 + 120:
-                after = metric_steps(ex.logs(spec.name))
-                if not after:
-                    time.sleep(0.05)
-            resume = time.monotonic() - t0
-            rows.append(
-                (
-                    res.old_gpus,
-                    res.new_gpus,
-                    res.stop_seconds,
-                    res.start_seconds,
-                    resume,
-                    before[-1] if before else None,
-                    after[0] if after else None,
-                )
-            )
+        for mode, spec in specs.items():
+            current = spec.name
+            rows[mode], lines[mode] = run_mode(ex, be, spec, placements, events, train_s, 180.0)
+            ex.remove(spec.name, grace_s=2.0)
+            current = None
     except KeyboardInterrupt as exc:
         interrupted = True
-        print(f"interrupted ({exc or 'SIGINT'}): removing {spec.name}", file=sys.stderr)
+        print(f"interrupted ({exc or 'SIGINT'}): removing {current}", file=sys.stderr)
     finally:
         _shield()
-        ex.remove(spec.name, grace_s=2.0)
+        for spec in specs.values():
+            ex.remove(spec.name, grace_s=2.0)
     if interrupted:
         return 130
 
-    print(f"image {args.image}; grace {args.grace:.0f} s; {len(rows)} rescales")
+    return report(args.image, args.grace, rows, lines)
+
+
+def report(
+    image: str, grace: float, rows: dict[str, list[Row]], lines: dict[str, list[Line]]
+) -> int:
+    n = {m: len(r) for m, r in rows.items()}
+    print(f"image {image}; grace {grace:.0f} s; events per mode {n}")
     print(
-        f"{'gpus':>7} {'stop s':>7} {'start s':>8} {'resume s':>9} {'step before':>12} "
-        f"{'step after':>11}"
+        f"{'mode':>9} {'gpus':>7} {'stop s':>7} {'start s':>8} {'gap s':>7} {'prep s':>7} "
+        f"{'step before':>12} {'step after':>11}"
     )
     ok = True
-    for old, new, stop, start, resume, b, a in rows:
-        cont = b is not None and a is not None and a > b
-        ok &= cont
-        print(f"{old:>3}->{new:<3} {stop:>7.2f} {start:>8.2f} {resume:>9.2f} {b!s:>12} {a!s:>11}")
-    stops = [r[2] for r in rows]
-    if stops:
+
+    def f(x: float | None) -> str:
+        return f"{x:.2f}" if x is not None else "-"
+
+    for rs in rows.values():
+        for r in rs:
+            cont = r.before is not None and r.after is not None and r.after > r.before
+            ok &= cont
+            print(
+                f"{r.mode:>9} {r.old:>3}->{r.new:<3} {r.stop:>7.2f} {r.start:>8.2f} "
+                f"{f(r.gap):>7} {f(r.prep):>7} {r.before!s:>12} {r.after!s:>11}"
+                + (f"  (fallback: {r.fallback})" if r.fallback else "")
+            )
+    summary: dict[str, Any] = {}
+    for mode, rs in rows.items():
+        gaps = [r.gap for r in rs if r.gap is not None]
+        outs = [r.prep for r in rs if r.prep is not None and r.new > r.old]
+        p50, p95 = pct(gaps, 0.5), pct(gaps, 0.95)
         print(
-            f"stop time: median {statistics.median(stops):.2f} s, max {max(stops):.2f} s "
-            f"(target <= 3 s: {'met' if max(stops) <= 3.0 else 'MISSED'})"
+            f"{mode}: no-progress gap p50 {p50:.2f} s, p95 {p95:.2f} s over {len(gaps)} "
+            f"events ({len(rs) - len(gaps)} unmeasured); joiners' preparation (scale-out) "
+            f"median {statistics.median(outs) if outs else math.nan:.2f} s"
         )
+        falls = [r for r in rs if r.fallback]
+        if falls:
+            print(f"{mode}: {len(falls)} event(s) fell back to checkpoint-restart")
+        summary[f"{mode}_gap_p50_s"] = round(p50, 3) if gaps else None
+        summary[f"{mode}_gap_p95_s"] = round(p95, 3) if gaps else None
+    if "restart" in rows:
+        stops = [r.stop for r in rows["restart"]]
+        if stops:
+            print(
+                f"restart stop time: median {statistics.median(stops):.2f} s, max "
+                f"{max(stops):.2f} s (target <= 3 s: {'met' if max(stops) <= 3.0 else 'MISSED'})"
+            )
+            ok &= max(stops) <= 3.0
+    checks = {m: exactly_once(ls) for m, ls in lines.items()}
+    for m, c in checks.items():
+        what = {None: "not recorded by the job (reported false)", True: "yes", False: "NO"}[c]
+        print(f"{m}: each sample once per epoch: {what}")
     print(f"step counter continued across every rescale: {'yes' if ok else 'NO'}")
-    return 0 if ok and stops and max(stops) <= 3.0 else 1
+    out = {
+        "restart_gap_p95_s": summary.get("restart_gap_p95_s"),
+        "stopfree_gap_p95_s": summary.get("stopfree_gap_p95_s"),
+        "restart_gap_p50_s": summary.get("restart_gap_p50_s"),
+        "stopfree_gap_p50_s": summary.get("stopfree_gap_p50_s"),
+        "events": n,
+        "exactly_once": bool(checks) and all(c is True for c in checks.values()),
+    }
+    print(json.dumps(out))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
