@@ -1,0 +1,97 @@
+"""Stop-free rescale on the real engine (issue 10 item 7): the executor's side with a shell
+job that keeps the contract (leaves with exit 144 on SIGUSR1), and the elastic-example job
+on flowcon.elastic's stop-free runtime when that runtime is there."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from flowcon import contract
+from flowcon.service.executor import Executor
+from flowcon.service.executor_engine import network_name
+
+pytest.register_assert_rewrite("swarm_fixtures")  # it is also loaded as a plugin below
+from swarm_fixtures import step_job_spec, wait_for  # noqa: E402
+
+pytest_plugins = ("swarm_fixtures",)
+
+# The executor's half of the contract, without torch: a worker that prints its role, and
+# leaves (exit 144) on the leave signal; SIGTERM is the checkpoint-and-stop exit 143.
+LEAVER = r"""
+trap 'echo left; exit 144' USR1
+trap 'exit 143' TERM
+echo "role join=${FLOWCON_JOIN:-0} host=${FLOWCON_STORE_HOST:-0} target=${FLOWCON_TARGET_WORLD:-}"
+while true; do sleep 0.1 & wait $!; done
+"""
+
+
+def _env(c) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return dict(e.split("=", 1) for e in c.attrs["Config"]["Env"])
+
+
+@pytest.mark.docker
+def test_stopfree_rescale_never_restarts_the_running_container(
+    executor: Executor, docker_client
+) -> None:  # type: ignore[no-untyped-def]
+    spec = step_job_spec("sfx", command=["sh", "-c", LEAVER], scaling="stopfree")
+    (host,) = executor.launch(spec, {"node1": ["0"]})
+    c0 = docker_client.containers.get(host.id)
+    started = c0.attrs["State"]["StartedAt"]
+    e0 = _env(c0)
+    assert e0[contract.ENV_STORE_HOST] == "1" and e0[contract.ENV_SCALING] == "stopfree"
+    assert network_name("sfx") in c0.attrs["NetworkSettings"]["Networks"]  # reachable
+
+    res = executor.rescale(spec, {"node1": ["0", "1"]})
+    assert res.mode == "stopfree" and res.joined == ("flowcon-sfx--node1-w1",)
+    c1 = docker_client.containers.get("flowcon-sfx--node1-w1")
+    e1 = _env(c1)
+    assert e1[contract.ENV_JOIN] == "1" and e1[contract.ENV_TARGET_WORLD] == "2"
+    assert e1["MASTER_ADDR"] == c0.name and e1["MASTER_PORT"] == e0["MASTER_PORT"]
+    assert network_name("sfx") in c1.attrs["NetworkSettings"]["Networks"]
+    wait_for(lambda: "role join=1" in c1.logs().decode(), timeout=30)
+
+    res = executor.rescale(spec, {"node1": ["0"]})
+    assert res.mode == "stopfree" and res.fallback is None
+    assert res.left == ("flowcon-sfx--node1-w1",)
+    names = [
+        c.name
+        for c in docker_client.containers.list(all=True, filters={"label": "flowcon.job=sfx"})
+    ]
+    assert names == [c0.name]  # the leaver is removed
+    c0.reload()
+    assert c0.id == host.id and c0.status == "running"
+    assert c0.attrs["State"]["StartedAt"] == started and c0.attrs["RestartCount"] == 0
+    state = executor.job("sfx")
+    assert state is not None and state.status == "running" and state.scaling == "stopfree"
+
+
+@pytest.mark.docker
+def test_a_container_that_will_not_leave_is_checkpoint_restarted(
+    executor: Executor, docker_client
+) -> None:  # type: ignore[no-untyped-def]
+    stubborn = LEAVER.replace("trap 'echo left; exit 144' USR1", "trap 'echo stay' USR1")
+    spec = step_job_spec("sfy", command=["sh", "-c", stubborn], scaling="stopfree")
+    executor.launch(spec, {"node1": ["0", "1"]})
+    executor.options.leave_timeout_s = 2.0
+    t0 = time.monotonic()
+    res = executor.rescale(spec, {"node1": ["0"]})
+    assert res.mode == "restart" and "did not leave" in (res.fallback or "")
+    assert time.monotonic() - t0 < 30
+    state = executor.job("sfy")
+    assert state is not None and [w.gpus for w in state.workers] == [("FAKE-node1-0",)]
+
+
+def _metrics(ex: Executor, job: str) -> list[dict]:  # type: ignore[type-arg]
+    out = []
+    for ln in ex.logs(job):
+        if ln.startswith("{"):
+            try:
+                obj = json.loads(ln)
+            except ValueError:
+                continue
+            if "event" not in obj and "step" in obj:
+                out.append(obj)
+    return out
