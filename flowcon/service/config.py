@@ -188,6 +188,9 @@ class ExecutorSection(Strict):
         None, description="an absolute directory path without '..', or null"
     )
     network: str = Field("auto", description="auto, host or a Docker network name")
+    # stop-free scale-in: how long a leaving container has to exit before the job is
+    # checkpoint-restarted instead (docs/elastic.md, "Executor: stop-free rescale")
+    leave_timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False, description="seconds > 0")
 
     @field_validator("checkpoint_host_dir")
     @classmethod

@@ -445,7 +445,10 @@ class Executor:
         """Signal ``leaving`` in order and wait for each to exit EXIT_LEFT, then remove
         them; None when they all left, else why not."""
         for w in leaving:
-            self.backend.kill(w, LEAVE_SIGNAL)
+            try:
+                self.backend.kill(w, LEAVE_SIGNAL)
+            except ExecutorError as exc:  # e.g. Swarm without access to the worker's node
+                return f"cannot send {LEAVE_SIGNAL} to {w.name}: {exc}"
         ids = {w.id for w in leaving}
         deadline = time.monotonic() + self.options.leave_timeout_s
         job = leaving[0].job

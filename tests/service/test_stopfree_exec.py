@@ -245,6 +245,19 @@ def test_wrong_exit_code_falls_back() -> None:
     assert res.mode == "restart" and "exit 138" in (res.fallback or "")
 
 
+def test_a_signal_that_cannot_be_sent_falls_back() -> None:
+    from flowcon.service.backend import ExecutorError
+
+    be, ex, s = launched(2)
+
+    def refuse(worker: Worker, signal: str) -> None:
+        raise ExecutorError("no access to node2's engine")
+
+    be.kill = refuse  # type: ignore[method-assign]
+    res = ex.rescale(s, {"node1": ["0"]})
+    assert res.mode == "restart" and "cannot send SIGUSR1" in (res.fallback or "")
+
+
 def test_restart_jobs_and_not_running_containers_are_checkpoint_restarted() -> None:
     be = FakeBackend()
     ex = executor(be)
