@@ -280,8 +280,9 @@ def main() -> int:
     import docker
 
     client = docker.from_env(timeout=120)
-    if args.image == EXAMPLE:
-        subprocess.run(["bash", str(REPO / "images/elastic-example/build.sh")], check=True)
+    if args.image.startswith(EXAMPLE.split(":")[0] + ":"):  # this checkout's, that tag
+        build = REPO / "images/elastic-example/build.sh"
+        subprocess.run(["bash", str(build), args.image], check=True)
         command = ["python3", "/opt/train.py"]
         env = {"STEP_SLEEP": "0.05"}
         modes = list(MODES)

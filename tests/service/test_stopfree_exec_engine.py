@@ -5,7 +5,9 @@ on flowcon.elastic's stop-free runtime when that runtime is there."""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -84,6 +86,11 @@ def test_a_container_that_will_not_leave_is_checkpoint_restarted(
     assert state is not None and [w.gpus for w in state.workers] == [("FAKE-node1-0",)]
 
 
+REPO = Path(__file__).resolve().parents[2]
+# this checkout's example image under its own tag (other checkouts build :latest)
+EXAMPLE = "flowcon/elastic-example:stopfree-exec-test"
+
+
 def _metrics(ex: Executor, job: str) -> list[dict]:  # type: ignore[type-arg]
     out = []
     for ln in ex.logs(job):
@@ -95,3 +102,56 @@ def _metrics(ex: Executor, job: str) -> list[dict]:  # type: ignore[type-arg]
             if "event" not in obj and "step" in obj:
                 out.append(obj)
     return out
+
+
+def _pids(c) -> set[str]:  # type: ignore[no-untyped-def]
+    """The host pids of the container's processes (the launcher and its worker)."""
+    return {str(p[1]) for p in c.top()["Processes"]}
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_example_job_scales_1_2_1_without_restarting(executor: Executor, docker_client) -> None:  # type: ignore[no-untyped-def]
+    """The elastic-example image (label flowcon.elastic=stopfree, no ``scaling`` key) on
+    flowcon.elastic's stop-free runtime: 1 -> 2 -> 1 containers; the first container's id
+    and processes stay, the step counter goes on without a restart."""
+    if not (REPO / "flowcon" / "elastic" / "stopfree.py").exists():
+        pytest.skip("flowcon.elastic's stop-free runtime is not in this checkout")
+    build = REPO / "images" / "elastic-example" / "build.sh"
+    res = subprocess.run(["bash", str(build), EXAMPLE], capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-2000:]
+    spec = step_job_spec(
+        "sfex",
+        image=EXAMPLE,
+        command=["python3", "/opt/train.py"],
+        global_batch_size=32,
+        env={"STEP_SLEEP": "0.05"},
+    )
+    assert executor.scaling_of(spec) == "stopfree"  # from the image's label
+    (host,) = executor.launch(spec, {"node1": ["0"]})
+    c0 = docker_client.containers.get(host.id)
+    wait_for(lambda: len(_metrics(executor, "sfex")) >= 3, timeout=180)
+    pids = _pids(c0)
+    started = c0.attrs["State"]["StartedAt"]
+
+    def at(world: int) -> list[dict]:  # type: ignore[type-arg]
+        return [m for m in _metrics(executor, "sfex") if m.get("world_size") == world]
+
+    out = executor.rescale(spec, {"node1": ["0", "1"]})
+    assert out.mode == "stopfree" and out.joined == ("flowcon-sfex--node1-w1",)
+    wait_for(lambda: len(at(2)) >= 3, timeout=240)
+    back = executor.rescale(spec, {"node1": ["0"]})
+    assert back.mode == "stopfree" and back.fallback is None, back
+    seen = len(at(2))
+    wait_for(lambda: [m for m in _metrics(executor, "sfex")[-3:] if m.get("world_size") == 1]
+             and len(at(2)) == seen, timeout=120)  # fmt: skip
+    c0.reload()
+    assert c0.id == host.id and c0.status == "running" and c0.attrs["RestartCount"] == 0
+    assert c0.attrs["State"]["StartedAt"] == started
+    assert pids <= _pids(c0), (pids, _pids(c0))  # the launcher and its worker: same pids
+    steps = [m["step"] for m in _metrics(executor, "sfex")]
+    assert steps == sorted(steps) and len(set(steps)) == len(steps), steps  # no restart
+    worlds = [m.get("world_size") for m in _metrics(executor, "sfex")]
+    assert worlds[0] == 1 and 2 in worlds and worlds[-1] == 1
+    found = docker_client.containers.list(all=True, filters={"label": "flowcon.job=sfex"})
+    assert [c.name for c in found] == [c0.name]
