@@ -166,10 +166,19 @@ class JobState:
         return "mixed"
 
 
+def lost_workers_only(state: JobState) -> bool:
+    """A stop-free job whose dead containers do not include the store host (index 0),
+    with a running container left: the job goes on without them."""
+    dead = [w for w in state.workers if w.dead]
+    if not dead or any(w.node_rank == stopfree.STORE_HOST_INDEX for w in dead):
+        return False
+    return any(w.state == "running" for w in state.workers)
+
+
 @dataclass(frozen=True)
 class ReconcileEvent:
     job: str
-    kind: str  # completed | restarted | failed | unknown-job | left
+    kind: str  # completed | restarted | failed | unknown-job | left | lost
     detail: str = ""
 
 
@@ -517,10 +526,20 @@ class Executor:
                     events.append(ReconcileEvent(name, "failed", f"{why}; {n} restarts used"))
                     continue
                 self._restarts[name] = n + 1
+                if state.scaling == SCALING_STOPFREE and lost_workers_only(state):
+                    # EDL's consistent recovery: the others re-form from their in-memory
+                    # state; the dead containers go, and the next round (its placement
+                    # differs now) starts joiners in their place (a stop-free scale-out)
+                    for w in dead:
+                        self.backend.remove(w)
+                    log.warning("job %s: removed %s; the job goes on without it", name, why)
+                    events.append(ReconcileEvent(name, "lost", why))
+                    continue
                 if state.scaling == SCALING_STOPFREE:
-                    # joiners carry FLOWCON_JOIN: restarting them as they are would not
-                    # re-form the job; removed, the job is launched afresh by the next
-                    # round (ExecutorTarget.apply) and resumes from its checkpoint
+                    # the store host died (or every worker): joiners carry FLOWCON_JOIN, so
+                    # restarting the containers as they are would not re-form the job;
+                    # removed, it is launched afresh by the next round
+                    # (ExecutorTarget.apply) and resumes from its checkpoint
                     self._stop_all(list(state.workers), self.options.grace_s)
                     log.warning("job %s: removed for a relaunch after %s", name, why)
                     events.append(ReconcileEvent(name, "restarted", why))

@@ -166,6 +166,9 @@ class ExecutorTarget:
                 out.append((ev.job, "failed", ev.detail or "workers died"))
             elif ev.kind == "restarted":
                 store.append_event("restarted", ev.job, detail=ev.detail)
+            elif ev.kind == "lost":
+                # a stop-free worker died; the others went on, the next round replaces it
+                store.append_event("worker_lost", ev.job, detail=ev.detail)
             elif ev.kind == "left":
                 # a stop-free worker left (straggler removal): the job runs on with fewer
                 # GPUs until the next round re-places that share

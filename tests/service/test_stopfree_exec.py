@@ -288,6 +288,22 @@ def test_plan_of_a_mixed_job_and_a_left_worker_in_the_job_state() -> None:
     assert w.dead and JobState("j", (w,)).status == "failed"
 
 
+def test_a_dead_worker_is_replaced_a_dead_store_host_relaunches() -> None:
+    be, ex, s = launched(3)
+    w2 = be.workers[2]
+    w2.state, w2.exit_code = "exited", 137  # kill -9 of its worker: the launcher exited
+    events = ex.reconcile()
+    assert [e.kind for e in events] == ["lost"] and "exit 137" in events[0].detail
+    assert w2 not in be.workers and be.stopped == []  # the others go on
+    res = ex.rescale(s, {"node1": ["0", "1", "2"]})  # the next round: a joiner in its place
+    assert res.mode == "stopfree" and res.joined == ("flowcon-sf--node1-w2",)
+    assert env(be.requests[-1])[contract.ENV_TARGET_WORLD] == "3"
+    host = be.workers[0]
+    host.state, host.exit_code = "dead", None
+    events = ex.reconcile()
+    assert [e.kind for e in events] == ["restarted"] and be.workers == []  # relaunched next
+
+
 # ---------------------------------------------------------------- the measured pause
 
 
