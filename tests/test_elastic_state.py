@@ -1,0 +1,89 @@
+"""flowcon.elastic.state: capture/restore of the whole training state (torch, CPU)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from flowcon.elastic import state as st  # noqa: E402
+from flowcon.elastic.data import ElasticSampler  # noqa: E402
+
+
+def _objects(seed: int = 0):  # type: ignore[no-untyped-def]
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    return model, opt, sched, ElasticSampler(32, seed=1)
+
+
+def _train(model, opt, sched, sampler, steps: int, x, y) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(steps):
+        idx = torch.tensor(sampler.batch(8, 0, 1))
+        weight = 1 + 0.1 * random.random()  # the python generator matters too
+        loss = ((model(x[idx]) - y[idx]) ** 2).mean() * weight
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        sampler.advance(8)
+
+
+def test_capture_is_a_snapshot_and_restore_continues_exactly() -> None:
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(32, 4, generator=g), torch.randn(32, 1, generator=g)
+    model, opt, sched, sampler = _objects()
+    _train(model, opt, sched, sampler, 3, x, y)
+    snap = st.capture(model, opt, step=3, scheduler=sched, sampler=sampler, extra={"k": 1})
+    before = [p.detach().clone() for p in model.parameters()]
+    _train(model, opt, sched, sampler, 4, x, y)  # the reference goes on to step 7
+    assert not torch.equal(before[0], next(model.parameters()))
+    assert torch.equal(snap["model"]["0.weight"], before[0])  # copy=True: untouched
+
+    torch.manual_seed(999)
+    random.seed(999)
+    m2, o2, s2, sa2 = _objects(seed=5)  # other initial weights
+    assert st.restore(snap, m2, o2, scheduler=s2, sampler=sa2) == 3
+    assert sa2.position == 24 and s2.last_epoch == 3 and snap["extra"] == {"k": 1}
+    _train(m2, o2, s2, sa2, 4, x, y)
+    for a, b in zip(model.parameters(), m2.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_old_checkpoint_keys_and_missing_objects() -> None:
+    model = torch.nn.Linear(2, 1)
+    old = {"step": 7, "model": model.state_dict(), "optimizer": None}
+    fresh = torch.nn.Linear(2, 1)
+    assert st.restore(old, fresh, None, sampler=ElasticSampler(4)) == 7
+    assert torch.equal(fresh.weight, model.weight)
+    with pytest.raises(ValueError, match="format"):
+        st.restore({"format": 99, "step": 1}, fresh, None)
+
+
+def test_rng_state_round_trip() -> None:
+    saved = st.rng_state()
+    a = (random.random(), torch.rand(3))
+    st.set_rng_state(saved)
+    b = (random.random(), torch.rand(3))
+    assert a[0] == b[0] and torch.equal(a[1], b[1])
+    # a python state that went through JSON-like lists still restores
+    version, internal, gauss = saved["python"]
+    st.set_rng_state({"python": [version, list(internal), gauss]})
+    assert random.random() == a[0]
+
+
+def test_disabled_grad_scaler_state_is_skipped() -> None:
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    model = torch.nn.Linear(2, 1)
+    snap = st.capture(model, None, step=1, scaler=scaler)
+    assert snap["scaler"] == {}
+    enabled = torch.amp.GradScaler("cpu", init_scale=4.0)
+    st.restore(snap, model, None, scaler=enabled)  # empty state: left alone, no error
+    assert enabled.get_scale() == 4.0
+    saved = st.capture(model, None, step=1, scaler=enabled)
+    other = torch.amp.GradScaler("cpu", init_scale=1.0)
+    st.restore(saved, model, None, scaler=other)
+    assert other.get_scale() == 4.0
