@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -87,3 +90,36 @@ def test_disabled_grad_scaler_state_is_skipped() -> None:
     other = torch.amp.GradScaler("cpu", init_scale=1.0)
     st.restore(saved, model, None, scaler=other)
     assert other.get_scale() == 4.0
+
+
+def test_numpy_generator_when_numpy_is_loaded() -> None:
+    np = pytest.importorskip("numpy")
+    saved = st.rng_state()
+    assert "numpy" in saved
+    a = np.random.rand(3)
+    st.set_rng_state(saved)
+    assert (np.random.rand(3) == a).all()
+
+
+def test_importable_and_usable_without_numpy() -> None:
+    """flowcon.elastic needs torch only: with numpy unimportable, capture/restore still work
+    (and a state holding a numpy generator restores the rest)."""
+    code = (
+        "import sys; sys.modules['numpy'] = None\n"
+        "import warnings; warnings.simplefilter('ignore')\n"
+        "import torch\n"
+        "from flowcon import elastic\n"
+        "from flowcon.elastic import state\n"
+        "m = torch.nn.Linear(2, 1)\n"
+        "s = state.capture(m, None, step=3, sampler=elastic.ElasticSampler(4))\n"
+        "assert 'numpy' not in s['rng'], s['rng']\n"
+        "s['rng']['numpy'] = ('MT19937', [0], 0, 0, 0.0)\n"
+        "assert state.restore(s, m, None) == 3\n"
+        "print('ok')\n"
+    )
+    repo = Path(__file__).resolve().parent.parent
+    env = {"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
