@@ -129,8 +129,11 @@ class ElasticSampler:
         return self.order(self.epoch)[off + lo : off + hi]
 
     def local_size(self, global_batch: int, rank: int, world_size: int) -> int:
-        """``len(batch(global_batch, rank, world_size))`` without building the list: weight a
-        rank's mean loss by ``local_size / batch_size`` when shares are unequal."""
+        """``len(batch(global_batch, rank, world_size))`` without building the list.
+
+        With unequal shares, DDP's average of per-rank mean losses is not the batch mean; the
+        sum of a rank's sample losses times ``world_size / batch_size(global_batch)`` is.
+        """
         lo, hi = share_bounds(self.batch_size(global_batch), rank, world_size)
         return hi - lo
 
