@@ -123,3 +123,23 @@ def test_importable_and_usable_without_numpy() -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_one_snapshot_restores_twice() -> None:
+    """Regression: Optimizer.load_state_dict keeps tensors that already fit, so restoring an
+    in-memory snapshot without copying let training change the snapshot's momentum buffers
+    (the second restore from it then went on from a wrong state)."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(32, 4, generator=g), torch.randn(32, 1, generator=g)
+    model, opt, sched, sampler = _objects()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)
+    _train(model, opt, sched, sampler, 2, x, y)
+    snap = st.capture(model, opt, step=2, scheduler=sched, sampler=sampler)
+    results = []
+    for _ in range(2):
+        st.restore(snap, model, opt, scheduler=sched, sampler=sampler)
+        _train(model, opt, sched, sampler, 3, x, y)
+        results.append([p.detach().clone() for p in model.parameters()])
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)

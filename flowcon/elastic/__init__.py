@@ -300,6 +300,7 @@ class Elastic:
             sampler,
             batch_scaling=batch_scaling,
             rng=False,
+            copy=False,  # read from the file for this restore only
         )
         per_rank = state.get("rng_ranks")
         if per_rank is not None:

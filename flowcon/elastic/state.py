@@ -156,27 +156,34 @@ def restore(
     *,
     batch_scaling: Stateful | None = None,
     rng: bool = True,
+    copy: bool = True,
 ) -> int:
     """Load ``state`` (from ``capture`` or a checkpoint file) into the objects; returns the step.
 
     Objects passed as None, and keys the state lacks, are left alone. ``rng=False`` keeps
     this process's generators (e.g. when each rank restores its own elsewhere).
+
+    ``copy=True`` (the default) leaves ``state`` untouched by later training, so one snapshot
+    can be restored again: ``Optimizer.load_state_dict`` keeps the tensors it is given when
+    their device and dtype already fit (the momentum buffers would then be the snapshot's and
+    change with every step). ``copy=False`` for a state used once (read from a file).
     """
     if state.get("format", FORMAT) > FORMAT:
         raise ValueError(f"training state format {state['format']} is newer than {FORMAT}")
-    if state.get("model") is not None:
+    take = clone if copy else _same
+    if state.get("model") is not None:  # load_state_dict copies into the parameters
         unwrap(model).load_state_dict(state["model"])
     if optimizer is not None and state.get("optimizer") is not None:
-        optimizer.load_state_dict(state["optimizer"])
+        optimizer.load_state_dict(take(state["optimizer"]))
     if scheduler is not None and state.get("scheduler") is not None:
-        scheduler.load_state_dict(state["scheduler"])
+        scheduler.load_state_dict(take(state["scheduler"]))
     # a GradScaler saved disabled has an empty state, which an enabled one refuses
     if scaler is not None and state.get("scaler"):
-        scaler.load_state_dict(state["scaler"])
+        scaler.load_state_dict(take(state["scaler"]))
     if sampler is not None and state.get("sampler") is not None:
-        sampler.load_state_dict(state["sampler"])
+        sampler.load_state_dict(take(state["sampler"]))
     if batch_scaling is not None and state.get("batch_scaling") is not None:
-        batch_scaling.load_state_dict(state["batch_scaling"])
+        batch_scaling.load_state_dict(take(state["batch_scaling"]))
     if rng and state.get("rng") is not None:
         set_rng_state(state["rng"])
     return int(state["step"])
