@@ -1,0 +1,213 @@
+"""Stop-free scaling with real torch.distributed (gloo on CPU) and local worker processes.
+
+The test process plays the executor and the store-hosting launcher: it hosts the job's
+TCPStore, starts workers (joiners with FLOWCON_JOIN=1), sends SIGUSR1 to leavers, and holds
+the job at a step with the worker script's gate file while joiners prepare (so the events
+land at known steps and the test stays short).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+from flowcon import contract  # noqa: E402
+from flowcon.elastic.data import ElasticSampler  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+JOB = REPO / "tests" / "stopfree_job.py"
+GBS = 10
+SIZE = 66  # stopfree_job.SIZE: 7 steps an epoch (6 x 10 + 6)
+
+
+class Job:
+    """Workers of one stop-free job on this host."""
+
+    def __init__(self, tmp: Path, iterations: int, **extra: str) -> None:
+        self.out = tmp
+        self.store = dist.TCPStore(
+            "127.0.0.1",
+            0,
+            is_master=True,
+            wait_for_workers=False,
+            timeout=dt.timedelta(seconds=30),
+        )
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(self.store.port),
+            "FLOWCON_GLOBAL_BATCH_SIZE": str(GBS),
+            "FLOWCON_ITERATIONS": str(iterations),
+            "FLOWCON_CHECKPOINT_DIR": str(tmp / "ck"),
+            "FLOWCON_ADAPT_THREADS": "0",
+            "OMP_NUM_THREADS": "1",
+            "SF_OUT": str(tmp),
+            **extra,
+        }
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, **env: str) -> subprocess.Popen[bytes]:
+        e = {**self.env, contract.ENV_WORKER_ID: name, **env}
+        log = open(self.out / f"{name}.log", "wb")  # noqa: SIM115 (the child writes it)
+        p = subprocess.Popen(
+            [sys.executable, str(JOB)], env=e, stdout=log, stderr=subprocess.STDOUT
+        )
+        self.procs[name] = p
+        return p
+
+    def gate(self, step: int) -> None:
+        tmp = self.out / "gate.tmp"
+        tmp.write_text(str(step))
+        os.replace(tmp, self.out / "gate")
+
+    def records(self) -> list[dict[str, Any]]:
+        out = []
+        for f in sorted(self.out.glob("ids-*.jsonl")):
+            for line in f.read_text().splitlines():
+                if line.strip():
+                    out.append(json.loads(line))
+        return out
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        out = []
+        for f in sorted(self.out.glob("*.log")):
+            for line in f.read_text(errors="replace").splitlines():
+                if line.startswith("{") and f'"event":"{name}"' in line:
+                    out.append(json.loads(line))
+        return out
+
+    def wait(self, what: str, cond: Callable[[], bool], timeout: float = 40.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            for n, p in self.procs.items():
+                rc = p.poll()
+                if rc not in (None, 0, contract.EXIT_LEFT):
+                    raise AssertionError(f"{n} died ({rc}) waiting for {what}:\n{self.logs()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}:\n{self.logs()}")
+            time.sleep(0.05)
+
+    def at(self, step: int) -> bool:
+        return any(r["step"] >= step for r in self.records())
+
+    def world_at(self, world: int, after: int) -> bool:
+        return any(r["world"] == world and r["step"] > after for r in self.records())
+
+    def joiners_ready(self, n: int) -> bool:
+        return self.store.add("flowcon/joiners", 0) >= n and self.store.check(
+            [f"flowcon/joiner/{n}"]
+        )
+
+    def finish(self, timeout: float = 40.0) -> dict[str, int]:
+        codes = {}
+        try:
+            for n, p in self.procs.items():
+                codes[n] = p.wait(timeout=timeout)
+        finally:
+            for p in self.procs.values():
+                if p.poll() is None:
+                    p.kill()
+        return codes
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}"
+            for f in sorted(self.out.glob("*.log"))
+        )
+
+
+def reference(tmp: Path, iterations: int) -> Job:
+    """An uninterrupted 1-worker run of the same job."""
+    tmp.mkdir()
+    job = Job(tmp, iterations)
+    job.start("ref", WORLD_SIZE="1", RANK="0")
+    return job
+
+
+def check_exactly_once(records: list[dict[str, Any]], iterations: int) -> None:
+    """Every step's shares partition the sampler's global batch; every epoch is a cover."""
+    sampler = ElasticSampler(SIZE, seed=1)
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for r in records:
+        by_step.setdefault(r["step"], []).append(r)
+    assert sorted(by_step) == list(range(1, iterations + 1))
+    epochs: dict[int, list[int]] = {}
+    for step in range(1, iterations + 1):
+        rs = by_step[step]
+        world = rs[0]["world"]
+        assert len(rs) == world and sorted(r["rank"] for r in rs) == list(range(world)), rs
+        got = [i for r in sorted(rs, key=lambda r: r["rank"]) for i in r["ids"]]
+        assert got == sampler.global_batch(GBS), step
+        epochs.setdefault(sampler.epoch, []).extend(got)
+        sampler.advance(GBS)
+    for epoch, ids in epochs.items():
+        assert sorted(ids) == list(range(SIZE)), epoch
+
+
+def test_scale_1_2_4_2_1_mid_epoch(tmp_path: Path) -> None:
+    iterations = 28
+    ref = reference(tmp_path / "ref", iterations)
+    (tmp_path / "job").mkdir()
+    job = Job(tmp_path / "job", iterations)
+    job.gate(3)
+    job.start("a", WORLD_SIZE="1", RANK="0")
+    job.wait("step 3", lambda: job.at(3))
+    # 1 -> 2: the joiner prepares while "a" is held at step 3, then the job switches at 4
+    job.start("b", FLOWCON_JOIN="1", FLOWCON_TARGET_WORLD="2")
+    job.wait("b ready", lambda: job.joiners_ready(1))
+    job.gate(8)
+    job.wait("world 2", lambda: job.world_at(2, 3) and job.at(8))
+    # 2 -> 4
+    job.start("c", FLOWCON_JOIN="1", FLOWCON_TARGET_WORLD="4")
+    job.start("d", FLOWCON_JOIN="1", FLOWCON_TARGET_WORLD="4")
+    job.wait("c, d ready", lambda: job.joiners_ready(3))
+    job.gate(13)
+    job.wait("world 4", lambda: job.world_at(4, 8) and job.at(13))
+    # 4 -> 2: "a" (rank 0, the first worker) and "c" leave
+    job.procs["a"].send_signal(signal.SIGUSR1)
+    job.procs["c"].send_signal(signal.SIGUSR1)
+    job.gate(18)
+    job.wait("world 2 again", lambda: job.world_at(2, 13) and job.at(18))
+    # 2 -> 1: "d" leaves, "b" finishes alone
+    job.procs["d"].send_signal(signal.SIGUSR1)
+    job.gate(iterations)
+    codes = job.finish()
+    ref_codes = ref.finish()
+    assert ref_codes == {"ref": 0}, ref.logs()
+    left = contract.EXIT_LEFT
+    assert codes == {"a": left, "b": 0, "c": left, "d": left}, job.logs()
+
+    records = job.records()
+    check_exactly_once(records, iterations)
+    worlds = {r["step"]: r["world"] for r in records}
+    # each event lands at the boundary after the gate's step (mid-epoch: 7 steps an epoch)
+    steps = (4, 5, 9, 10, 14, 15, 19, 20, iterations)
+    assert [worlds[s] for s in steps] == [1, 2, 2, 4, 4, 2, 2, 1, 1]
+    # the workers that stayed were never restarted: one pid each, contiguous steps
+    for name, p in job.procs.items():
+        mine = [r for r in records if r["worker"] == name]
+        assert {r["pid"] for r in mine} == {p.pid}
+        steps = [r["step"] for r in mine]
+        assert steps == list(range(steps[0], steps[0] + len(steps))), name
+    # the final model equals the uninterrupted 1-worker run's
+    final = torch.load(job.out / "final.pt")
+    expect = torch.load(ref.out / "final.pt")
+    for k in expect:
+        torch.testing.assert_close(final[k], expect[k], rtol=1e-5, atol=1e-6)
+    scaled = job.events("scaled")
+    assert [e["world_size"] for e in scaled] == [2, 4, 2, 1], scaled
+    assert len(job.events("left")) == 3 and len(job.events("joined")) == 3
