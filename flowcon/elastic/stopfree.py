@@ -194,8 +194,9 @@ def weighted_allreduce_hook(comm: _Comm, bucket: Any) -> torch.futures.Future[to
 
 
 # DDP checks the hook's annotations as objects (this module's are strings)
+_GRAD_BUCKET: Any = getattr(dist, "GradBucket")  # noqa: B009 (not in torch's typed exports)
 weighted_allreduce_hook.__annotations__.update(
-    bucket=getattr(dist, "GradBucket"),  # noqa: B009 (not in torch's typed exports) comm=_Comm, **{"return": torch.futures.Future[torch.Tensor]}
+    {"bucket": _GRAD_BUCKET, "comm": _Comm, "return": torch.futures.Future[torch.Tensor]}
 )
 
 
