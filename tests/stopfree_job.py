@@ -3,8 +3,8 @@
 Each worker appends one JSON record per step (step, sample ids, rank, world, pid) to
 ``$SF_OUT/ids-<pid>.jsonl``; it waits at the top of a step while the step number is above
 the integer in ``$SF_OUT/gate`` (polling a file, no collective pending), so a test can hold
-the job still while joiners get ready. ``SF_SLOW_RANK``/``SF_SLOW_S``: that worker id sleeps
-that long in each step (a straggler). The last rank 0 saves the final model to
+the job still while joiners get ready. ``SF_STEP_S``: every worker sleeps that long in each
+step; ``SF_SLOW_WORKER``/``SF_SLOW_S``: that worker id sleeps that much longer (a straggler). The last rank 0 saves the final model to
 ``$SF_OUT/final.pt``.
 """
 
@@ -43,6 +43,7 @@ def train(run: StopFree) -> None:
     out = Path(os.environ["SF_OUT"])
     slow = os.environ.get("SF_SLOW_WORKER") == run.worker_id
     slow_s = float(os.environ.get("SF_SLOW_S") or 0) if slow else 0.0
+    step_s = float(os.environ.get("SF_STEP_S") or 0)
     x, y = data()
     torch.manual_seed(0)
     model = torch.nn.Sequential(
@@ -62,8 +63,8 @@ def train(run: StopFree) -> None:
         loss.backward()
         opt.step()
         sched.step()
-        if slow_s:
-            time.sleep(slow_s)
+        if slow_s or step_s:
+            time.sleep(slow_s + step_s)
         rec = {"step": step, "ids": ids, "rank": run.rank, "world": run.world_size}
         log.write(json.dumps({**rec, "pid": os.getpid(), "worker": run.worker_id}) + "\n")
         run.report(step=step, loss=round(loss.item(), 6))

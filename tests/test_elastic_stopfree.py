@@ -59,6 +59,7 @@ class Job:
             **extra,
         }
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.killed: set[str] = set()
 
     def start(self, name: str, **env: str) -> subprocess.Popen[bytes]:
         e = {**self.env, contract.ENV_WORKER_ID: name, **env}
@@ -95,7 +96,7 @@ class Job:
         while not cond():
             for n, p in self.procs.items():
                 rc = p.poll()
-                if rc not in (None, 0, contract.EXIT_LEFT):
+                if rc not in (None, 0, contract.EXIT_LEFT) and n not in self.killed:
                     raise AssertionError(f"{n} died ({rc}) waiting for {what}:\n{self.logs()}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what}:\n{self.logs()}")
@@ -211,3 +212,42 @@ def test_scale_1_2_4_2_1_mid_epoch(tmp_path: Path) -> None:
     scaled = job.events("scaled")
     assert [e["world_size"] for e in scaled] == [2, 4, 2, 1], scaled
     assert len(job.events("left")) == 3 and len(job.events("joined")) == 3
+
+
+def test_kill_9_survivors_recover_from_the_agreed_state(tmp_path: Path) -> None:
+    """A worker killed mid-run: the others re-form from the newest snapshot they all hold,
+    lose at most the step in flight, and end with the uninterrupted run's model; a
+    replacement joins afterwards like any joiner."""
+    iterations = 40
+    ref = reference(tmp_path / "ref", iterations)
+    (tmp_path / "job").mkdir()
+    job = Job(tmp_path / "job", iterations, SF_STEP_S="0.04", SF_TIMEOUT_S="3")
+    job.gate(5)
+    for rank, name in enumerate("abc"):
+        job.start(name, WORLD_SIZE="3", RANK=str(rank))
+    job.wait("step 5", lambda: job.at(5))
+    job.gate(iterations)
+    job.wait("step 9", lambda: job.at(9))
+    job.gate(16)  # the job runs on to 16 (0.04 s a step): b dies mid-step
+    job.killed.add("b")
+    job.procs["b"].kill()
+    job.wait("recovered", lambda: len(job.events("recovered")) == 1)
+    job.start("d", FLOWCON_JOIN="1", FLOWCON_TARGET_WORLD="3")
+    job.wait("d ready", lambda: job.joiners_ready(1))
+    job.gate(iterations)
+    codes = job.finish()
+    assert ref.finish() == {"ref": 0}, ref.logs()
+    assert codes == {"a": 0, "b": -signal.SIGKILL, "c": 0, "d": 0}, job.logs()
+    (rec,) = job.events("recovered")
+    assert rec["world_size"] == 2 and rec["failed"] == 1 and rec["lost_steps"] <= 1, rec
+    records = job.records()
+    # the survivors' step counters went on from the agreed step (at most one step redone)
+    for name in "ac":
+        steps = [r["step"] for r in records if r["worker"] == name]
+        assert steps[-1] == iterations and len(steps) - len(set(steps)) <= 1, steps
+        assert {r["pid"] for r in records if r["worker"] == name} == {job.procs[name].pid}
+    assert any(r["world"] == 3 and r["worker"] == "d" for r in records), "d never joined"
+    final = torch.load(job.out / "final.pt")
+    expect = torch.load(ref.out / "final.pt")
+    for k in expect:
+        torch.testing.assert_close(final[k], expect[k], rtol=1e-5, atol=1e-6)

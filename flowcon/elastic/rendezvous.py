@@ -20,6 +20,7 @@ Store keys (all under :data:`ROOT`):
 ``joiner/<slot>/assign``         JSON :class:`Assignment`: where a joiner goes at the switch.
 ``rec/<g>/n`` ``rec/<g>/<i>``    failure recovery of generation ``g``: survivors' records.
 ``rec/<g>/closed``               JSON :class:`Recovery`, the first closer's, by compare_set.
+``done``                         set when the job finished its iterations.
 """
 
 from __future__ import annotations
@@ -235,6 +236,15 @@ def wait_assignment(
 ) -> Assignment | None:
     raw = wait_key(store, f"{ROOT}joiner/{slot}/assign", timeout_s, interrupted=interrupted)
     return None if raw is None else Assignment(**_load(raw))
+
+
+def mark_done(store: Store) -> None:
+    """The job finished all its iterations (joiners still waiting exit, nothing to join)."""
+    store.set(f"{ROOT}done", "1")
+
+
+def job_done(store: Store) -> bool:
+    return store.check([f"{ROOT}done"])
 
 
 def allocate_gen(store: Store) -> int:

@@ -657,10 +657,18 @@ class StopFree(Elastic):
             self.store, rdv.Joiner(self.worker_id, self.target_world, wanted)
         )
         a = rdv.wait_assignment(
-            self.store, slot, self.join_timeout_s, interrupted=lambda: self.stop_requested
+            self.store,
+            slot,
+            self.join_timeout_s,
+            interrupted=lambda: self.stop_requested or rdv.job_done(self.store),
         )
-        if a is None:
-            self.preempted = True  # stopped (or never admitted) before joining: nothing to save
+        if a is None:  # stopped, the job ended, or never admitted: nothing to save
+            if rdv.job_done(self.store):
+                self.finished = True
+                self.event("not_joined", reason="job done")
+            else:
+                self.preempted = True
+                self.event("not_joined", reason="stopped" if self.stop_requested else "timeout")
             return False
         switched_at = time.time()
         gen = rdv.Generation(gen=a.gen, world_size=a.world_size, admitted=a.admitted)
@@ -712,6 +720,11 @@ class StopFree(Elastic):
                 error=str(failure)[:200],
             )
         return rec.step
+
+    def _mark_done(self, total: int) -> None:
+        super()._mark_done(total)
+        if self.is_main:
+            rdv.mark_done(self.store)  # joiners still waiting give up
 
     @property
     def exit_code(self) -> int:
