@@ -56,6 +56,7 @@ class Job:
             "FLOWCON_ADAPT_THREADS": "0",
             "OMP_NUM_THREADS": "1",
             "SF_OUT": str(tmp),
+            contract.ENV_STRAGGLER: "0",  # the straggler test turns it on
             **extra,
         }
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -251,3 +252,38 @@ def test_kill_9_survivors_recover_from_the_agreed_state(tmp_path: Path) -> None:
     expect = torch.load(ref.out / "final.pt")
     for k in expect:
         torch.testing.assert_close(final[k], expect[k], rtol=1e-5, atol=1e-6)
+
+
+def test_straggler_is_removed_like_a_scale_in(tmp_path: Path) -> None:
+    """A worker that sleeps 0.15 s more each step: after 3 slow steps in a row (the test's
+    rule; EDL's is 10) it leaves at the boundary, rank 0 reports ``straggler_removed``, and
+    the job steps faster without it."""
+    iterations = 21  # three whole epochs
+    job = Job(
+        tmp_path,
+        iterations,
+        SF_STEP_S="0.02",
+        SF_SLOW_WORKER="c",
+        SF_SLOW_S="0.15",
+        **{contract.ENV_STRAGGLER: "1.2,3"},
+    )
+    for rank, name in enumerate("abc"):
+        job.start(name, WORLD_SIZE="3", RANK=str(rank))
+    codes = job.finish()
+    assert codes == {"a": 0, "b": 0, "c": contract.EXIT_LEFT}, job.logs()
+    (ev,) = job.events("straggler_removed")
+    assert ev["removed"] == "c" and ev["rank"] == 2 and ev["world_size"] == 3, ev
+    assert len(ev["step_times"]) == 3 and min(ev["step_times"]) > 1.2 * ev["median_s"], ev
+    removed_at = ev["step"]
+    assert removed_at <= 6, ev  # 3 slow steps, the first vote sees none
+    records = job.records()
+    check_exactly_once(records, iterations)
+    assert {r["world"] for r in records if r["step"] > removed_at} == {2}
+    ts = {}
+    for line in (job.out / "a.log").read_text().splitlines():
+        if line.startswith('{"step"') and "event" not in line:
+            rec = json.loads(line)
+            ts[rec["step"]] = rec["ts"]
+    before = (ts[removed_at] - ts[1]) / (removed_at - 1)
+    after = (ts[iterations] - ts[removed_at + 2]) / (iterations - removed_at - 2)
+    assert after < before / 2, (before, after)

@@ -48,7 +48,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, Final
 
 import torch
 import torch.distributed as dist
@@ -57,6 +57,7 @@ from flowcon import contract
 from flowcon.elastic import Elastic, ElasticEnv
 from flowcon.elastic import rendezvous as rdv
 from flowcon.elastic import state as _state
+from flowcon.elastic.straggler import StragglerDetector
 from flowcon.report import report as _report
 
 _PREFIX_STORE: Any = getattr(dist, "PrefixStore")  # noqa: B009 (not in torch's typed exports)
@@ -253,6 +254,30 @@ def process_start_time() -> float:
         return time.time()
 
 
+STRAGGLER_DEFAULT: Final = (1.2, 10)
+# Step times under this count as this: on a shared host, a 1 ms step that takes 1.3 ms ten
+# times running is noise, not a straggler worth a scale-in.
+STRAGGLER_FLOOR_S: Final = 0.01
+
+
+def straggler_from_env(env: Mapping[str, str] | None = None) -> StragglerDetector[str] | None:
+    """``FLOWCON_STRAGGLER``: "RATIO,CONSECUTIVE" (default 1.2,10, EDL 5.2); "0"/"off": none."""
+    raw = (os.environ if env is None else env).get(contract.ENV_STRAGGLER, "").strip().lower()
+    if raw in ("0", "off", "false", "no"):
+        return None
+    ratio, consecutive = STRAGGLER_DEFAULT
+    if raw:
+        try:
+            parts = [p.strip() for p in raw.split(",")]
+            ratio = float(parts[0])
+            consecutive = int(parts[1]) if len(parts) > 1 else consecutive
+        except (ValueError, IndexError):
+            raise ValueError(
+                f"environment {contract.ENV_STRAGGLER}={raw!r}: expected RATIO,CONSECUTIVE or 0"
+            ) from None
+    return StragglerDetector(ratio=ratio, consecutive=consecutive)
+
+
 def connect_store(host: str, port: int, timeout_s: float) -> Any:
     """A client of the job's TCPStore (hosted by the first container's launcher)."""
     tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 (not in torch's typed exports)
@@ -265,8 +290,8 @@ class StopFree(Elastic):
     ``timeout_s`` is the gloo timeout of every generation's group: how long a collective
     waits for a silent peer before the survivors recover (a killed peer is seen at once).
     ``snapshot_every``: steps between in-memory snapshots (the most a failure loses).
-    ``sources``: holders that send replicated tensors concurrently. ``straggler``: an object
-    with ``observe(step_times) -> ranks`` (elastic-data's ``StragglerDetector``) or None.
+    ``sources``: holders that send replicated tensors concurrently. ``straggler``: a
+    ``StragglerDetector`` keyed by worker id, None (off), or "env" (``FLOWCON_STRAGGLER``).
     """
 
     def __init__(
@@ -282,7 +307,7 @@ class StopFree(Elastic):
         snapshot_every: int = 1,
         coordinate_every: int = 1,
         sources: int = 1,
-        straggler: Any = None,
+        straggler: Any = "env",
         checkpoint_every: int | None = None,
         install_signal_handlers: bool = True,
     ) -> None:
@@ -307,7 +332,7 @@ class StopFree(Elastic):
         self.snapshot_every = max(1, snapshot_every)
         self.coordinate_every = max(1, coordinate_every)
         self.sources = max(1, sources)
-        self.straggler = straggler
+        self.straggler = straggler_from_env() if straggler == "env" else straggler
         self.leave_requested = False
         self.left = False
         self.gen = rdv.Generation(gen=0, world_size=env.world_size)
@@ -573,7 +598,7 @@ class StopFree(Elastic):
         if self.straggler is None or len(votes) < 2:
             return []
         workers = self.gen.workers
-        times = {workers[r]: v.step_time for r, v in enumerate(votes)}
+        times = {workers[r]: max(v.step_time, STRAGGLER_FLOOR_S) for r, v in enumerate(votes)}
         slow = set(self.straggler.observe(times))
         ranks = [r for r, w in enumerate(workers) if w in slow]
         if not ranks or len(ranks) >= len(votes):
