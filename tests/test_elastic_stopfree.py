@@ -132,32 +132,40 @@ class Job:
         )
 
 
-def reference(tmp: Path, iterations: int) -> Job:
+def reference(tmp: Path, iterations: int, **extra: str) -> Job:
     """An uninterrupted 1-worker run of the same job."""
     tmp.mkdir()
-    job = Job(tmp, iterations)
+    job = Job(tmp, iterations, **extra)
     job.start("ref", WORLD_SIZE="1", RANK="0")
     return job
 
 
-def check_exactly_once(records: list[dict[str, Any]], iterations: int) -> None:
-    """Every step's shares partition the sampler's global batch; every epoch is a cover."""
+def check_exactly_once(
+    records: list[dict[str, Any]], iterations: int, batches: dict[int, int] | None = None
+) -> None:
+    """Every step's shares partition the sampler's global batch; every epoch is a cover.
+    ``batches``: the global batch from a step on (default: GBS throughout)."""
     sampler = ElasticSampler(SIZE, seed=1)
+    gbs = GBS
     by_step: dict[int, list[dict[str, Any]]] = {}
     for r in records:
         by_step.setdefault(r["step"], []).append(r)
     assert sorted(by_step) == list(range(1, iterations + 1))
     epochs: dict[int, list[int]] = {}
     for step in range(1, iterations + 1):
+        gbs = (batches or {}).get(step, gbs)
         rs = by_step[step]
         world = rs[0]["world"]
         assert len(rs) == world and sorted(r["rank"] for r in rs) == list(range(world)), rs
         got = [i for r in sorted(rs, key=lambda r: r["rank"]) for i in r["ids"]]
-        assert got == sampler.global_batch(GBS), step
+        assert got == sampler.global_batch(gbs), step
         epochs.setdefault(sampler.epoch, []).extend(got)
-        sampler.advance(GBS)
+        sampler.advance(gbs)
     for epoch, ids in epochs.items():
-        assert sorted(ids) == list(range(SIZE)), epoch
+        if epoch < sampler.epoch:  # whole epochs: each sample once
+            assert sorted(ids) == list(range(SIZE)), epoch
+        else:  # the epoch in progress: no sample twice
+            assert len(set(ids)) == len(ids), epoch
 
 
 def test_scale_1_2_4_2_1_mid_epoch(tmp_path: Path) -> None:
@@ -287,3 +295,31 @@ def test_straggler_is_removed_like_a_scale_in(tmp_path: Path) -> None:
     before = (ts[removed_at] - ts[1]) / (removed_at - 1)
     after = (ts[iterations] - ts[removed_at + 2]) / (iterations - removed_at - 2)
     assert after < before / 2, (before, after)
+
+
+def test_global_batch_changes_with_a_scale_out(tmp_path: Path) -> None:
+    """Elan III: the joiner asks for global batch 20; from the switch on each step takes 20
+    samples and the LR ramps from 0.05 to 0.1 over 4 steps; the result equals a 1-worker run
+    that changes its batch at the same step."""
+    iterations, ramp = 20, "4"
+    ref = reference(tmp_path / "ref", iterations, SF_RAMP=ramp, SF_BATCH_AT="4:20")
+    (tmp_path / "job").mkdir()
+    job = Job(tmp_path / "job", iterations, SF_RAMP=ramp)
+    job.gate(3)
+    job.start("a", WORLD_SIZE="1", RANK="0")
+    job.wait("step 3", lambda: job.at(3))
+    job.start("b", FLOWCON_JOIN="1", FLOWCON_TARGET_WORLD="2", FLOWCON_GLOBAL_BATCH_SIZE="20")
+    job.wait("b ready", lambda: job.joiners_ready(1))
+    job.gate(iterations)
+    assert job.finish() == {"a": 0, "b": 0}, job.logs()
+    assert ref.finish() == {"ref": 0}, ref.logs()
+    records = job.records()
+    check_exactly_once(records, iterations, batches={5: 20})
+    assert check_exactly_once(ref.records(), iterations, batches={5: 20}) is None
+    lrs = {r["step"]: round(r["lr"], 6) for r in records}
+    assert [lrs[s] for s in range(4, 11)] == [0.05, 0.05, 0.0625, 0.075, 0.0875, 0.1, 0.1]
+    assert {r["step"]: r["world"] for r in records}[5] == 2
+    final = torch.load(job.out / "final.pt")
+    expect = torch.load(ref.out / "final.pt")
+    for k in expect:
+        torch.testing.assert_close(final[k], expect[k], rtol=1e-5, atol=1e-6)

@@ -42,6 +42,7 @@ VOTE_FIELDS: Final = (
     "ready",  # rank 0: joiners ready in the store beyond those admitted
     "target",  # rank 0: the largest FLOWCON_TARGET_WORLD among those joiners
     "global_batch",  # rank 0: the global batch those joiners ask for (0: unchanged)
+    "batch",  # rank 0: a global batch the script asked for (set_global_batch; 0: none)
 )
 VOTE_LEN: Final = len(VOTE_FIELDS)
 
@@ -68,6 +69,7 @@ class Vote:
     ready: int = 0
     target: int = 0
     global_batch: int = 0
+    batch: int = 0
 
     def row(self) -> list[float]:
         return [
@@ -77,6 +79,7 @@ class Vote:
             float(self.ready),
             float(self.target),
             float(self.global_batch),
+            float(self.batch),
         ]
 
     @staticmethod
@@ -90,6 +93,7 @@ class Vote:
             ready=round(row[3]),
             target=round(row[4]),
             global_batch=round(row[5]),
+            batch=round(row[6]),
         )
 
 
@@ -104,6 +108,7 @@ class Decision:
 
     @property
     def switch(self) -> bool:
+        """The group re-forms (a batch change alone does not re-form it)."""
         return bool(self.leavers or self.admit)
 
 
@@ -131,11 +136,9 @@ def decide(
         leavers = leavers[1:]  # the lowest leaver stays one more generation to hand over
     if len(leavers) >= world:  # everyone leaves: the job ends with them
         return Decision(leavers=tuple(leavers))
-    return Decision(
-        leavers=tuple(leavers),
-        admit=admit,
-        global_batch=lead.global_batch if admit else 0,
-    )
+    # the admitted joiners' batch (Elan III: set with the scale event), else the script's
+    batch = lead.global_batch if admit and lead.global_batch else lead.batch
+    return Decision(leavers=tuple(leavers), admit=admit, global_batch=batch)
 
 
 def new_rank(old_rank: int, leavers: Sequence[int]) -> int | None:

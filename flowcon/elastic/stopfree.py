@@ -334,6 +334,7 @@ class StopFree(Elastic):
         self.sources = max(1, sources)
         self.straggler = straggler_from_env() if straggler == "env" else straggler
         self.leave_requested = False
+        self._batch_request = 0
         self.left = False
         self.gen = rdv.Generation(gen=0, world_size=env.world_size)
         self.comm = _Comm()
@@ -360,6 +361,15 @@ class StopFree(Elastic):
         if sampler is not None:
             return int(sampler.local_size(self.env.global_batch_size, self.rank, self.world_size))
         return self.env.local_batch_size
+
+    def set_global_batch(self, global_batch: int) -> None:
+        """Ask for a new global batch from the next step boundary on (all ranks switch at the
+        same step; rank 0's request counts). A joiner's FLOWCON_GLOBAL_BATCH_SIZE does the
+        same at its scale event. ``steps(..., batch_scaling=HybridScaling)`` gets
+        ``set_global_batch(new, first step)`` so its LR ramp starts there (Elan III)."""
+        if global_batch < 1:
+            raise ValueError(f"global batch must be positive, got {global_batch}")
+        self._batch_request = global_batch
 
     def batch(self) -> list[int]:
         """This rank's sample ids of the coming step (needs ``steps(..., sampler=)``)."""
@@ -567,6 +577,7 @@ class StopFree(Elastic):
             ready=len(ready),
             target=max((j.target for j in ready), default=0),
             global_batch=next((j.global_batch for j in reversed(ready) if j.global_batch), 0),
+            batch=self._batch_request if self.rank == 0 else 0,
         )
         try:
             votes = self._gather(vote)
@@ -576,6 +587,9 @@ class StopFree(Elastic):
             return "recovered"
         removed = self._stragglers(votes, step)
         d = rdv.decide(votes, removed)
+        self._batch_request = 0
+        if not d.switch:
+            self._set_global_batch(d.global_batch, step)
         if d.stop:
             self.preempted = True
             self._checkpoint(step, extra)
@@ -643,18 +657,14 @@ class StopFree(Elastic):
         if me is None:
             self.close()
             self.left = True
-            self.event("left", step=step, rank=old_rank, world_size=new_world)
+            reason = "signal" if self.leave_requested else "straggler"
+            self.event("left", step=step, rank=old_rank, world_size=new_world, reason=reason)
             return "stop"
         nxt = rdv.next_gen(self.store, old.gen, self._timeout_s)
         gen = rdv.Generation(gen=nxt, world_size=new_world, admitted=old.admitted + d.admit)
         self._form(gen, me)
         replicate_s = 0.0
-        if d.global_batch and d.global_batch != self.env.global_batch_size:
-            # Elan III: the new global batch from the next step on, the LR ramps towards it
-            self.env = dataclasses.replace(self.env, global_batch_size=d.global_batch)
-            scaling = self._objs.get("batch_scaling")
-            if scaling is not None:
-                scaling.set_global_batch(d.global_batch, step + 1)
+        self._set_global_batch(d.global_batch, step)
         if d.admit:
             t1 = time.perf_counter()
             replicate(self._capture(step, copy=False), holders=stay, sources=self.sources)
@@ -673,6 +683,17 @@ class StopFree(Elastic):
                 replicate_s=round(replicate_s, 4),
             )
         return "go"
+
+    def _set_global_batch(self, global_batch: int, step: int) -> None:
+        """Elan III: the new global batch from step ``step + 1`` on; the LR ramps towards it."""
+        if not global_batch or global_batch == self.env.global_batch_size:
+            return
+        self.env = dataclasses.replace(self.env, global_batch_size=global_batch)
+        scaling = self._objs.get("batch_scaling")
+        if scaling is not None:
+            scaling.set_global_batch(global_batch, step + 1)
+        if self.rank == 0:
+            self.event("global_batch", step=step, global_batch=global_batch)
 
     def _join(self) -> bool:
         """A joiner: register as ready, wait for the switch, take the state (Elan V.B)."""
