@@ -78,6 +78,7 @@ def train(run: StopFree) -> None:
         opt.step()
         if sched is not None:
             sched.step()
+        sampler.advance(run.global_batch_size)
         if slow_s or step_s:
             time.sleep(slow_s + step_s)
         lr = opt.param_groups[0]["lr"]

@@ -323,3 +323,104 @@ def test_global_batch_changes_with_a_scale_out(tmp_path: Path) -> None:
     expect = torch.load(ref.out / "final.pt")
     for k in expect:
         torch.testing.assert_close(final[k], expect[k], rtol=1e-5, atol=1e-6)
+
+
+def test_container_exit_code() -> None:
+    from flowcon.elastic.stopfree import container_exit
+
+    left, stopped = contract.EXIT_LEFT, contract.EXIT_PREEMPTED
+    assert container_exit([0, 0]) == 0
+    assert container_exit([left, left]) == left
+    assert container_exit([left, 0]) == 0
+    assert container_exit([0, stopped]) == stopped
+    assert container_exit([left, -9]) == 137 and container_exit([0, 1]) == 1
+
+
+TRAIN = REPO / "images" / "elastic-example" / "train.py"
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [
+        json.loads(ln) for ln in path.read_text(errors="replace").splitlines() if ln.startswith("{")
+    ]
+
+
+def test_example_job_under_the_stopfree_launcher(tmp_path: Path) -> None:
+    """images/elastic-example/train.py with FLOWCON_SCALING=stopfree, as two containers would
+    run it: the first launcher hosts the store; the second joins (FLOWCON_JOIN=1) and later
+    leaves on SIGUSR1 to its launcher (forwarded; exit 144); the first trains on to the end
+    without a restart and every step is reported once."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    iterations = 400
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "FLOWCON_SCALING": "stopfree",
+        "FLOWCON_GLOBAL_BATCH_SIZE": "16",
+        "FLOWCON_ITERATIONS": str(iterations),
+        "FLOWCON_CHECKPOINT_DIR": str(tmp_path / "ck"),
+        "FLOWCON_ADAPT_THREADS": "0",
+        "OMP_NUM_THREADS": "1",
+        "STEP_SLEEP": "0.01",
+        contract.ENV_STRAGGLER: "0",
+    }
+    logs = {n: tmp_path / f"{n}.log" for n in "ab"}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        with open(logs["a"], "wb") as out:
+            procs["a"] = subprocess.Popen(
+                [sys.executable, str(TRAIN)],
+                env={
+                    **env,
+                    "WORLD_SIZE": "1",
+                    "RANK": "0",
+                    "FLOWCON_STORE_HOST": "1",
+                    contract.ENV_WORKER_ID: "a",
+                },
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 40
+        while not any(x.get("step", 0) >= 20 for x in _lines(logs["a"])):
+            assert time.monotonic() < deadline and procs["a"].poll() is None, logs["a"].read_text()
+            time.sleep(0.05)
+        with open(logs["b"], "wb") as out:  # joins the running job
+            procs["b"] = subprocess.Popen(
+                [sys.executable, str(TRAIN)],
+                env={
+                    **env,
+                    "FLOWCON_JOIN": "1",
+                    "FLOWCON_TARGET_WORLD": "2",
+                    contract.ENV_WORKER_ID: "b",
+                },
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 40
+        while not any(x.get("event") == "joined" for x in _lines(logs["b"])):
+            assert time.monotonic() < deadline and procs["a"].poll() is None, logs["a"].read_text()
+            time.sleep(0.05)
+        time.sleep(0.3)
+        procs["b"].send_signal(signal.SIGUSR1)
+        codes = {n: p.wait(timeout=60) for n, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+    assert codes == {"a": 0, "b": contract.EXIT_LEFT}, logs["a"].read_text()[-2000:]
+    a = _lines(logs["a"])
+    steps = [x["step"] for x in a if "loss" in x]
+    assert steps == list(range(1, iterations + 1))
+    scaled = [x for x in a if x.get("event") == "scaled"]
+    assert [x["world_size"] for x in scaled] == [2, 1], scaled
+    assert scaled[0]["step"] >= 20  # mid-run: the first worker trained while b prepared
+    (joined,) = [x for x in _lines(logs["b"]) if x.get("event") == "joined"]
+    assert joined["worker"] == "b/0" and joined["prepare_s"] > 0
+    (left,) = [x for x in _lines(logs["b"]) if x.get("event") == "left"]
+    assert left["reason"] == "signal"

@@ -433,7 +433,17 @@ class Elastic:
 
 
 def main(train: Callable[[Elastic], None], checkpoint_every: int | None = None) -> None:
-    """Entry point: spawn the container's workers if it has several GPUs, else train here."""
+    """Entry point: spawn the container's workers if it has several GPUs, else train here.
+
+    With ``FLOWCON_SCALING=stopfree`` the stop-free runtime runs the job instead
+    (``flowcon.elastic.stopfree.main``: a launcher process that may host the job's store,
+    workers as its children, ``train`` gets a ``StopFree``).
+    """
+    if os.environ.get(contract.ENV_SCALING, "").strip() == contract.SCALING_STOPFREE:
+        from flowcon.elastic import stopfree
+
+        stopfree.main(train, checkpoint_every=checkpoint_every)
+        return
     env = ElasticEnv.from_env()
     if env.local_world_size > 1 and not env.worker:
         code = launch_workers(env)

@@ -13,6 +13,7 @@ same ``wrap`` / ``steps`` / ``report``)::
             idx = run.batch()                          # this rank's share of the global batch
             loss = loss_fn(ddp(x[idx]), y[idx])         # a mean over the local batch
             opt.zero_grad(); loss.backward(); opt.step()
+            sampler.advance(run.global_batch_size)
             run.report(step=step, loss=loss.item())
 
 What happens at each step boundary (``steps`` does it between two iterations):
@@ -41,19 +42,23 @@ global batch (local / global), so uneven shares give the global-batch mean exact
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import datetime as _dt
 import os
 import signal
+import socket
+import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import torch
 import torch.distributed as dist
 
 from flowcon import contract
+from flowcon.contract import EXIT_LEFT, EXIT_PREEMPTED
 from flowcon.elastic import Elastic, ElasticEnv
 from flowcon.elastic import rendezvous as rdv
 from flowcon.elastic import state as _state
@@ -475,8 +480,9 @@ class StopFree(Elastic):
     ) -> Iterator[int]:
         """Yield 1-based step numbers; the job may change size between any two of them.
 
-        After each step the sampler advances by the global batch (every rank), a snapshot is
-        taken, and the ranks vote. The loop ends when ``iterations`` are done (``finished``),
+        The script advances the sampler after each step (``sampler.advance(
+        run.global_batch_size)``, as in restart mode); then a snapshot is taken and the ranks
+        vote. The loop ends when ``iterations`` are done (``finished``),
         on SIGTERM after a checkpoint (``preempted``), or when this worker left (``left``).
         """
         total = iterations if iterations is not None else self.env.iterations
@@ -521,9 +527,6 @@ class StopFree(Elastic):
             yield step + 1
             if self.comm.failed is not None:
                 continue  # the step's gradients were not averaged: recover, redo it
-            sampler_ = self._objs.get("sampler")
-            if sampler_ is not None:
-                sampler_.advance(self.env.global_batch_size)
             step += 1
             self.step = step
             if step % self.snapshot_every == 0:
@@ -779,7 +782,7 @@ class StopFree(Elastic):
         return super().exit_code
 
 
-def run_worker(train: Any, **kwargs: Any) -> None:
+def run_worker(train: Callable[[StopFree], None], **kwargs: Any) -> None:
     """A stop-free worker process: build the runtime, train, exit with its code."""
     run = StopFree(**kwargs)
     try:
@@ -789,3 +792,104 @@ def run_worker(train: Any, **kwargs: Any) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(run.exit_code)
+
+
+# ---------------------------------------------------------------- the launcher
+
+
+def container_exit(codes: Sequence[int]) -> int:
+    """A container's exit code from its workers' (executor contract, docs/elastic.md).
+
+    A crash (any other code, or a signal: 128 + n) wins; then 143 (the job was stopped after
+    a checkpoint); 144 when every worker left; 0 when they finished (or some finished and
+    some left at the very end).
+    """
+    bad = [c if c > 0 else 128 - c for c in codes if c not in (0, EXIT_PREEMPTED, EXIT_LEFT)]
+    if bad:
+        return bad[0]
+    if EXIT_PREEMPTED in codes:
+        return EXIT_PREEMPTED
+    if codes and all(c == EXIT_LEFT for c in codes):
+        return EXIT_LEFT
+    return 0
+
+
+def host_store(host: str, port: int) -> Any:
+    """The job's TCPStore, served by this (launcher) process for the job's lifetime."""
+    tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 (not in torch's typed exports)
+    return tcp_store(
+        host,
+        port,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=_dt.timedelta(seconds=60),
+    )
+
+
+def launch(env: ElasticEnv, argv: Sequence[str] | None = None) -> int:
+    """The launcher of one container of a stop-free job (``elastic.main`` when not a worker).
+
+    It hosts the job's TCPStore when ``FLOWCON_STORE_HOST=1`` (on MASTER_PORT, all
+    interfaces), starts LOCAL_WORLD_SIZE worker processes (this program again, with
+    LOCAL_RANK, RANK = RANK + local rank, FLOWCON_WORKER_ID = "<id>/<local rank>"), forwards
+    SIGTERM, SIGINT and SIGUSR1 to them, and never stops the others when one fails (the job
+    recovers without it). The store host stays up after its workers left, until the job is
+    done or it gets SIGTERM, since the job's other workers still need the store.
+    """
+    cmd = (
+        list(argv)
+        if argv is not None
+        else [
+            sys.executable,
+            *getattr(sys, "orig_argv", [sys.executable, *sys.argv])[1:],
+        ]
+    )
+    hosting = os.environ.get(contract.ENV_STORE_HOST, "") not in ("", "0")
+    store = host_store(env.master_addr, env.master_port) if hosting else None
+    base_id = os.environ.get(contract.ENV_WORKER_ID) or socket.gethostname()
+    children: list[subprocess.Popen[bytes]] = []
+    for local in range(env.local_world_size):
+        child_env = dict(os.environ)
+        child_env.update(
+            {
+                contract.ENV_RANK: str(env.rank + local),
+                contract.ENV_LOCAL_RANK: str(local),
+                contract.ENV_GROUP_RANK: str(env.node_rank),
+                contract.ENV_WORKER_ID: f"{base_id}/{local}",
+            }
+        )
+        children.append(subprocess.Popen(cmd, env=child_env))
+    stopping = False
+
+    def forward(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        if signum != signal.SIGUSR1:
+            stopping = True
+        for c in children:
+            if c.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    c.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(sig, forward)
+    while any(c.poll() is None for c in children):
+        time.sleep(0.05)
+    codes = [int(c.returncode) for c in children]
+    code = container_exit(codes)
+    if store is not None and code not in (0, EXIT_PREEMPTED):
+        # our workers left or died, the job goes on elsewhere: keep serving its store
+        _report(event="store_host_only", worker=base_id, exit_codes=codes)
+        while not stopping and not rdv.job_done(store):
+            time.sleep(0.2)
+        return EXIT_PREEMPTED if stopping else 0
+    return code
+
+
+def main(train: Callable[[StopFree], None], checkpoint_every: int | None = None) -> None:
+    """``elastic.main`` in stop-free mode: the launcher, or (LOCAL_RANK set) one worker."""
+    env = ElasticEnv.from_env()
+    if not env.worker:
+        code = launch(env)
+        sys.stdout.flush()
+        os._exit(code)
+    run_worker(train, env=env, checkpoint_every=checkpoint_every)
