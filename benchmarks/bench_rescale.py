@@ -10,9 +10,10 @@ over gloo) on a declared inventory, once per scaling mode, and rescales it 1 -> 
   start   creating and starting the new containers (restart: all; stop-free: the joiners)
   gap     the no-progress gap: the job's last step line before the event to its first
           step line at the new world size (the metric lines' own ``ts``)
-  prep    rescale call returned -> that first step line: for stop-free scale-out the time
-          the joiners spent preparing (python + torch import, model, rendezvous) while the
-          job kept training; for restarts the new containers' start-up
+  prep    the time the new workers spent preparing: for stop-free scale-out the joiners'
+          own ``prepare_s`` (their ``joined`` event: python + torch import, model, until
+          ready) while the job kept training, else rescale call returned -> the first step
+          line at the new size (for restarts: the new containers' start-up)
   steps   last step before the event -> first step after (must continue, not restart)
 
 then per mode the gap's p50/p95 and the preparation time, and as its last line one JSON
@@ -121,6 +122,21 @@ def event_gap(
         if ln.world is not None and prev.world == world:
             continue  # a line at this size before the switch? not this event's
         return prev, ln
+    return None
+
+
+def joined_prepare(lines: Iterable[str]) -> float | None:
+    """A joiner's own preparation time (its ``joined`` event's ``prepare_s``)."""
+    for ln in lines:
+        if '"joined"' not in ln or not ln.startswith("{"):
+            continue
+        try:
+            obj = json.loads(ln)
+        except ValueError:
+            continue
+        prep = obj.get("prepare_s") if isinstance(obj, dict) else None
+        if obj.get("event") == "joined" and isinstance(prep, int | float):
+            return float(prep)
     return None
 
 
@@ -239,6 +255,14 @@ def run_mode(
             if found is None:
                 time.sleep(0.1)
         prev, first = found if found is not None else (None, None)
+        preps = [
+            p
+            for w in (state.workers if state is not None else ())
+            if w.id in new_ids and res.mode == "stopfree"
+            for p in [joined_prepare(be.logs(w))]
+            if p is not None
+        ]
+        prep = max(preps) if preps else (max(0.0, first.ts - returned) if first else None)
         rows.append(
             Row(
                 res.mode,
@@ -247,7 +271,7 @@ def run_mode(
                 res.stop_seconds,
                 res.start_seconds,
                 first.ts - prev.ts if first and prev else None,
-                max(0.0, first.ts - returned) if first else None,
+                prep,
                 prev.step if prev else None,
                 first.step if first else None,
                 res.fallback,
@@ -269,6 +293,9 @@ def main() -> int:
     ap.add_argument("--rescales", type=int, default=None, help="rescale events per mode")
     ap.add_argument("--quick", action="store_true", help="a smoke run: one event each way")
     ap.add_argument("--modes", default=None, help="restart,stopfree (testbox: restart)")
+    ap.add_argument(
+        "--no-build", action="store_true", help="run the example image as it is (no build.sh)"
+    )
     ap.add_argument("--grace", type=float, default=30.0)
     ap.add_argument("--run-id", default=None, help="names the job bench-RUN_ID (default: random)")
     ap.add_argument(
@@ -281,8 +308,9 @@ def main() -> int:
 
     client = docker.from_env(timeout=120)
     if args.image.startswith(EXAMPLE.split(":")[0] + ":"):  # this checkout's, that tag
-        build = REPO / "images/elastic-example/build.sh"
-        subprocess.run(["bash", str(build), args.image], check=True)
+        if not args.no_build:
+            build = REPO / "images/elastic-example/build.sh"
+            subprocess.run(["bash", str(build), args.image], check=True)
         command = ["python3", "/opt/train.py"]
         env = {"STEP_SLEEP": "0.05"}
         modes = list(MODES)

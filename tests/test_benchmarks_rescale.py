@@ -84,3 +84,9 @@ def test_report_last_line_is_json_with_both_modes(capsys: pytest.CaptureFixture[
     assert last["events"] == {"restart": 2, "stopfree": 2}
     assert last["exactly_once"] is False  # the job recorded no sample ids
     assert any("not recorded by the job" in ln for ln in out)
+
+
+def test_joined_prepare_reads_the_joiners_event() -> None:
+    lines = [jl(5, 1.0, 1), '{"event":"joined","prepare_s":1.25,"ts":2.0}', "noise {"]
+    assert bench.joined_prepare(lines) == 1.25
+    assert bench.joined_prepare([jl(5, 1.0, 1)]) is None
