@@ -263,6 +263,8 @@ def run_mode(
             if p is not None
         ]
         prep = max(preps) if preps else (max(0.0, first.ts - returned) if first else None)
+        if res.mode == "stopfree" and res.new_gpus < res.old_gpus:
+            prep = None  # nobody new prepared
         rows.append(
             Row(
                 res.mode,
