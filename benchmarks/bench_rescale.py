@@ -280,6 +280,10 @@ def run_mode(
             )
         )
         r = rows[-1]
+        if r.gap is None:  # say what the job's containers last printed
+            for w in ex.job(spec.name).workers if ex.job(spec.name) is not None else ():
+                tail = [ln for ln in be.logs(w) if '"step"' not in ln or '"event"' in ln]
+                print(f"  {w.name} ({w.state}): {tail[-6:]}", file=sys.stderr, flush=True)
         gap = f"{r.gap:.2f} s" if r.gap is not None else "not seen"
         prep = f"{r.prep:.2f} s" if r.prep is not None else "-"
         print(f"  {spec.scaling} {r.old}->{r.new} ({r.mode}): gap {gap}, prep {prep}", flush=True)
