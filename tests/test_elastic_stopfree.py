@@ -424,3 +424,23 @@ def test_example_job_under_the_stopfree_launcher(tmp_path: Path) -> None:
     assert joined["worker"] == "b/0" and joined["prepare_s"] > 0
     (left,) = [x for x in _lines(logs["b"]) if x.get("event") == "left"]
     assert left["reason"] == "signal"
+
+
+def test_sigterm_checkpoints_and_stops_the_whole_job(tmp_path: Path) -> None:
+    """SIGTERM keeps its restart-mode meaning: all ranks stop at one boundary, rank 0 writes
+    the checkpoint of that step, every worker exits 143."""
+    from flowcon.elastic import load_checkpoint
+
+    job = Job(tmp_path, 28)
+    job.gate(5)
+    for rank, name in enumerate("ab"):
+        job.start(name, WORLD_SIZE="2", RANK=str(rank))
+    job.wait("step 5", lambda: job.at(5))
+    job.procs["b"].send_signal(signal.SIGTERM)  # one rank's signal stops all
+    job.gate(28)
+    stopped = contract.EXIT_PREEMPTED
+    assert job.finish() == {"a": stopped, "b": stopped}, job.logs()
+    last = max(r["step"] for r in job.records())
+    ck = load_checkpoint(tmp_path / "ck")
+    assert ck is not None and ck["step"] == last == 6 and ck["sampler"]["position"] == 60
+    assert [e["step"] for e in job.events("preempted")] == [6]
