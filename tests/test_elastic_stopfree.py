@@ -444,3 +444,26 @@ def test_sigterm_checkpoints_and_stops_the_whole_job(tmp_path: Path) -> None:
     ck = load_checkpoint(tmp_path / "ck")
     assert ck is not None and ck["step"] == last == 6 and ck["sampler"]["position"] == 60
     assert [e["step"] for e in job.events("preempted")] == [6]
+
+
+def test_a_joiner_dying_before_its_switch_is_not_waited_for_again(tmp_path: Path) -> None:
+    """The joiner is killed after it registered: the switch to it fails after the group
+    timeout, the running worker recovers alone and goes on, that slot is not admitted again,
+    and the next joiner gets in."""
+    job = Job(tmp_path, 21, SF_TIMEOUT_S="2")
+    job.gate(3)
+    job.start("a", WORLD_SIZE="1", RANK="0")
+    job.wait("step 3", lambda: job.at(3))
+    job.start("b", FLOWCON_JOIN="1", FLOWCON_TARGET_WORLD="2")
+    job.wait("b ready", lambda: job.joiners_ready(1))
+    job.killed.add("b")
+    job.procs["b"].kill()
+    job.procs["b"].wait()
+    job.gate(6)
+    job.wait("recovered", lambda: len(job.events("recovered")) == 1 and job.at(6))
+    job.start("c", FLOWCON_JOIN="1", FLOWCON_TARGET_WORLD="2")
+    job.wait("c ready", lambda: job.joiners_ready(2))
+    job.gate(21)
+    assert job.finish() == {"a": 0, "b": -signal.SIGKILL, "c": 0}, job.logs()
+    check_exactly_once(job.records(), 21)
+    assert [e["world_size"] for e in job.events("scaled")] == [2], job.events("scaled")

@@ -273,6 +273,16 @@ class Survivor:
     old_rank: int
     worker: str
     snapshots: tuple[int, ...]  # steps of the in-memory snapshots this rank holds
+    admitted: int = 0  # joiner slots used up (a failed switch's joiners are not retried)
+
+    @staticmethod
+    def load(d: dict[str, Any]) -> Survivor:
+        return Survivor(
+            old_rank=int(d["old_rank"]),
+            worker=str(d["worker"]),
+            snapshots=tuple(int(x) for x in d["snapshots"]),
+            admitted=int(d.get("admitted", 0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -282,6 +292,10 @@ class Recovery:
     gen: int
     survivors: tuple[Survivor, ...]
     step: int
+
+    @property
+    def admitted(self) -> int:
+        return max((s.admitted for s in self.survivors), default=0)
 
     def rank_of(self, old_rank: int) -> int | None:
         for i, s in enumerate(self.survivors):
@@ -308,14 +322,7 @@ def agreed_step(survivors: Sequence[Survivor]) -> int:
 
 def _recovery_from(raw: bytes) -> Recovery:
     d = _load(raw)
-    survivors = tuple(
-        Survivor(
-            old_rank=int(s["old_rank"]),
-            worker=str(s["worker"]),
-            snapshots=tuple(int(x) for x in s["snapshots"]),
-        )
-        for s in d["survivors"]
-    )
+    survivors = tuple(Survivor.load(s) for s in d["survivors"])
     return Recovery(gen=int(d["gen"]), survivors=survivors, step=int(d["step"]))
 
 
@@ -349,8 +356,7 @@ def recover(
     for j in range(1, n + 1):
         key = base + str(j)
         if store.check([key]):
-            d = _load(store.get(key))
-            records.append(Survivor(int(d["old_rank"]), str(d["worker"]), tuple(d["snapshots"])))
+            records.append(Survivor.load(_load(store.get(key))))
     records.sort(key=lambda s: s.old_rank)
     proposal = Recovery(gen=allocate_gen(store), survivors=tuple(records), step=0)
     proposal = Recovery(proposal.gen, proposal.survivors, agreed_step(records))

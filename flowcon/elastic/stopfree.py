@@ -216,12 +216,14 @@ class ElasticDDP(torch.nn.Module):
 
     _ddp: Any
     _comm: _Comm
+    _kwargs: dict[str, Any]
 
-    def __init__(self, module: torch.nn.Module, comm: _Comm) -> None:
+    def __init__(self, module: torch.nn.Module, comm: _Comm, **ddp_kwargs: Any) -> None:
         super().__init__()
         self.module = module
         object.__setattr__(self, "_ddp", None)
         object.__setattr__(self, "_comm", comm)
+        object.__setattr__(self, "_kwargs", ddp_kwargs)
 
     def rebuild(self, world_size: int, device_ids: list[int] | None) -> None:
         from torch.nn.parallel import DistributedDataParallel
@@ -229,7 +231,9 @@ class ElasticDDP(torch.nn.Module):
         object.__setattr__(self, "_ddp", None)
         if world_size > 1:
             # init_sync=False: the state was replicated already (or never diverged)
-            ddp = DistributedDataParallel(self.module, device_ids=device_ids, init_sync=False)
+            ddp = DistributedDataParallel(
+                self.module, device_ids=device_ids, init_sync=False, **self._kwargs
+            )
             ddp.register_comm_hook(self._comm, weighted_allreduce_hook)
             object.__setattr__(self, "_ddp", ddp)
 
@@ -342,6 +346,7 @@ class StopFree(Elastic):
         self.straggler = straggler_from_env() if straggler == "env" else straggler
         self.leave_requested = False
         self._batch_request = 0
+        self._admitting = 0  # joiner slots used up by the switch under way
         self.left = False
         self.gen = rdv.Generation(gen=0, world_size=env.world_size)
         self.comm = _Comm()
@@ -385,10 +390,11 @@ class StopFree(Elastic):
             raise RuntimeError("batch() needs steps(..., sampler=ElasticSampler(...))")
         return list(sampler.batch(self.env.global_batch_size, self.rank, self.world_size))
 
-    def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The module to call in the step loop: DDP over each generation's group."""
+    def wrap(self, model: torch.nn.Module, **ddp_kwargs: Any) -> torch.nn.Module:
+        """The module to call in the step loop: DDP over each generation's group
+        (``ddp_kwargs`` go to every ``DistributedDataParallel`` built)."""
         model = model.to(self.device)
-        self._wrapped = ElasticDDP(model, self.comm)
+        self._wrapped = ElasticDDP(model, self.comm, **ddp_kwargs)
         return self._wrapped
 
     def event(self, name: str, **fields: Any) -> None:
@@ -411,6 +417,10 @@ class StopFree(Elastic):
                 rank=rank,
                 world_size=gen.world_size,
                 timeout=_dt.timedelta(seconds=self._timeout_s),
+                # name the group by its ranks, not by this process's count of groups so far
+                # (the count differs between a joiner and a worker that saw a failed switch,
+                # and the name is part of the group's store keys)
+                _ranks=list(range(gen.world_size)),
             )
             self._pg = True
             ids: list[Any] = [None] * gen.world_size
@@ -515,7 +525,7 @@ class StopFree(Elastic):
             if self.comm.failed is not None:
                 step = self._recover()
                 skip_vote = True
-            coordinate = step % self.coordinate_every == 0 or self.leave_requested
+            coordinate = step % self.coordinate_every == 0  # the same steps on every rank
             if not skip_vote and coordinate:
                 took = time.perf_counter() - last - self.comm.seconds
                 outcome = self._boundary(step, took, model, optimizer, extra)
@@ -640,6 +650,7 @@ class StopFree(Elastic):
         t0 = time.time()
         old = self.gen
         old_rank = self.rank
+        self._admitting = old.admitted + d.admit
         stay = old.world_size - len(d.leavers)
         new_world = stay + d.admit
         if old_rank == 0:
@@ -746,7 +757,9 @@ class StopFree(Elastic):
         old, old_rank = self.gen, self.rank
         failure = self.comm.failed
         self.close()
-        me = rdv.Survivor(old_rank, self.worker_id, tuple(s for s, _ in self._snaps))
+        me = rdv.Survivor(
+            old_rank, self.worker_id, tuple(s for s, _ in self._snaps), self._admitting
+        )
         rec = rdv.recover(self.store, old.gen, me, old.world_size - 1, self._timeout_s + 5.0)
         rank = rec.rank_of(old_rank)
         if rank is None:
@@ -756,7 +769,9 @@ class StopFree(Elastic):
         while self._snaps and self._snaps[-1][0] > rec.step:
             self._snaps.pop()
         self._restore(snap, copy=True)  # the snapshot stays intact for another recovery
-        gen = rdv.Generation(gen=rec.gen, world_size=len(rec.survivors), admitted=old.admitted)
+        # joiners of a switch that failed are not admitted again (they gave up)
+        admitted = max(old.admitted, rec.admitted)
+        gen = rdv.Generation(gen=rec.gen, world_size=len(rec.survivors), admitted=admitted)
         self._form(gen, rank)
         self._rebuild_ddp()
         if self.rank == 0:
