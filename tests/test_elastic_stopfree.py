@@ -417,6 +417,12 @@ def test_example_job_under_the_stopfree_launcher(tmp_path: Path) -> None:
     a = _lines(logs["a"])
     steps = [x["step"] for x in a if "loss" in x]
     assert steps == list(range(1, iterations + 1))
+    epochs: dict[int, list[int]] = {}
+    for x in a:
+        if "loss" in x:
+            epochs.setdefault(x["epoch"], []).extend(x["sample_ids"])
+    assert sorted(epochs[0]) == list(range(4096))  # 256 steps of 16, across both events
+    assert len(set(epochs[1])) == len(epochs[1]) == 16 * (iterations - 256)
     scaled = [x for x in a if x.get("event") == "scaled"]
     assert [x["world_size"] for x in scaled] == [2, 1], scaled
     assert scaled[0]["step"] >= 20  # mid-run: the first worker trained while b prepared

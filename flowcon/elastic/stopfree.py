@@ -46,6 +46,7 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -287,6 +288,12 @@ def straggler_from_env(env: Mapping[str, str] | None = None) -> StragglerDetecto
     return StragglerDetector(ratio=ratio, consecutive=consecutive)
 
 
+def default_worker_id() -> str:
+    """A worker id when the executor gave none: containers on host networking share the
+    hostname, and each may be PID 1, so a random part keeps the ids apart."""
+    return f"{socket.gethostname()}-{secrets.token_hex(3)}"
+
+
 def connect_store(host: str, port: int, timeout_s: float) -> Any:
     """A client of the job's TCPStore (hosted by the first container's launcher)."""
     tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 (not in torch's typed exports)
@@ -335,7 +342,7 @@ class StopFree(Elastic):
         self.joiner = join if join is not None else e.get(contract.ENV_JOIN, "") not in ("", "0")
         tw = int(e.get(contract.ENV_TARGET_WORLD) or 0) if target_world is None else target_world
         self.target_world = tw or env.world_size
-        self.worker_id = worker_id or e.get(contract.ENV_WORKER_ID) or f"pid{os.getpid()}"
+        self.worker_id = worker_id or e.get(contract.ENV_WORKER_ID) or default_worker_id()
         self.store = (
             store
             if store is not None
@@ -876,7 +883,7 @@ def launch(env: ElasticEnv, argv: Sequence[str] | None = None) -> int:
     )
     hosting = os.environ.get(contract.ENV_STORE_HOST, "") not in ("", "0")
     store = host_store(env.master_addr, env.master_port) if hosting else None
-    base_id = os.environ.get(contract.ENV_WORKER_ID) or socket.gethostname()
+    base_id = os.environ.get(contract.ENV_WORKER_ID) or default_worker_id()
     children: list[subprocess.Popen[bytes]] = []
     for local in range(env.local_world_size):
         child_env = dict(os.environ)
