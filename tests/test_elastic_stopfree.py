@@ -473,3 +473,26 @@ def test_a_joiner_dying_before_its_switch_is_not_waited_for_again(tmp_path: Path
     assert job.finish() == {"a": 0, "b": -signal.SIGKILL, "c": 0}, job.logs()
     check_exactly_once(job.records(), 21)
     assert [e["world_size"] for e in job.events("scaled")] == [2], job.events("scaled")
+
+
+def test_a_joiner_told_to_leave_before_its_switch_withdraws(tmp_path: Path) -> None:
+    """SIGUSR1 to a joiner still waiting (its target world not reached): it withdraws its
+    slot and exits 144; the job never waits for it, and a later joiner gets in."""
+    job = Job(tmp_path, 21)
+    job.gate(3)
+    job.start("a", WORLD_SIZE="1", RANK="0")
+    job.wait("step 3", lambda: job.at(3))
+    job.start("b", FLOWCON_JOIN="1", FLOWCON_TARGET_WORLD="3")  # 1 + 1 < 3: waits
+    job.wait("b ready", lambda: job.joiners_ready(1))
+    job.gate(6)
+    job.wait("step 6", lambda: job.at(6))
+    job.procs["b"].send_signal(signal.SIGUSR1)
+    assert job.procs["b"].wait(timeout=20) == contract.EXIT_LEFT, job.logs()
+    job.start("c", FLOWCON_JOIN="1", FLOWCON_TARGET_WORLD="2")
+    job.wait("c ready", lambda: job.joiners_ready(2))
+    job.gate(21)
+    assert job.finish() == {"a": 0, "b": contract.EXIT_LEFT, "c": 0}, job.logs()
+    check_exactly_once(job.records(), 21)
+    assert [e["world_size"] for e in job.events("scaled")] == [2]
+    assert [e["reason"] for e in job.events("left")] == ["withdrawn"]
+    assert not job.events("recovered")

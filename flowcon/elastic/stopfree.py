@@ -357,7 +357,13 @@ class StopFree(Elastic):
         self._batch_request = 0
         self._admitting = 0  # joiner slots used up by the switch under way
         self.poll_s = poll_s
-        self._joiners: tuple[tuple[int, int], float, list[rdv.Joiner]] = ((-1, -1), 0.0, [])
+        self._joiners: tuple[tuple[int, int], float, list[rdv.Joiner], int] = (
+            (-1, -1),
+            0.0,
+            [],
+            0,
+        )
+        self._voted_joiners: list[rdv.Joiner] = []
         self.left = False
         self.gen = rdv.Generation(gen=0, world_size=env.world_size)
         self.comm = _Comm()
@@ -594,8 +600,10 @@ class StopFree(Elastic):
     ) -> str:
         """Vote, then act on the decision: 'go', 'stop' (the loop ends) or 'recovered'."""
         ready: list[rdv.Joiner] = []
+        upto = 0
         if self.rank == 0:
-            ready = self._poll_joiners()
+            ready, upto = self._poll_joiners()
+        self._voted_joiners = ready
         vote = rdv.Vote(
             leave=self.leave_requested,
             stop=self.stop_requested,
@@ -604,6 +612,7 @@ class StopFree(Elastic):
             target=max((j.target for j in ready), default=0),
             global_batch=next((j.global_batch for j in reversed(ready) if j.global_batch), 0),
             batch=self._batch_request if self.rank == 0 else 0,
+            upto=upto,
         )
         try:
             votes = self._gather(vote)
@@ -632,14 +641,15 @@ class StopFree(Elastic):
             self._recover()
             return "recovered"
 
-    def _poll_joiners(self) -> list[rdv.Joiner]:
+    def _poll_joiners(self) -> tuple[list[rdv.Joiner], int]:
         """Rank 0: the ready joiners, read from the store at most every ``poll_s`` (a store
         round trip per step would cost short steps more than a joiner gains from it)."""
         now = time.monotonic()
         key = (self.gen.gen, self.gen.admitted)
         if self._joiners[0] != key or now - self._joiners[1] >= self.poll_s:
-            self._joiners = (key, now, rdv.ready_joiners(self.store, self.gen.admitted))
-        return self._joiners[2]
+            ready, upto = rdv.ready_joiners(self.store, self.gen.admitted)
+            self._joiners = (key, now, ready, upto)
+        return self._joiners[2], self._joiners[3]
 
     def _stragglers(self, votes: list[rdv.Vote], step: int) -> list[int]:
         """Ranks the detector removes (EDL 5.2), keyed by worker id so that streaks survive
@@ -670,23 +680,23 @@ class StopFree(Elastic):
         t0 = time.time()
         old = self.gen
         old_rank = self.rank
-        self._admitting = old.admitted + d.admit
+        self._admitting = d.upto if d.admit else old.admitted
         stay = old.world_size - len(d.leavers)
         new_world = stay + d.admit
         if old_rank == 0:
             nxt = rdv.allocate_gen(self.store)
             rdv.publish_next(self.store, old.gen, nxt)
-            for i in range(d.admit):
+            for i, joiner in enumerate(self._voted_joiners[: d.admit]):
                 rdv.assign(
                     self.store,
-                    old.admitted + 1 + i,
+                    joiner.slot,
                     rdv.Assignment(
                         gen=nxt,
                         rank=stay + i,
                         world_size=new_world,
                         holders=stay,
                         sources=self.sources,
-                        admitted=old.admitted + d.admit,
+                        admitted=self._admitting,
                     ),
                 )
         me = rdv.new_rank(old_rank, d.leavers)
@@ -697,7 +707,7 @@ class StopFree(Elastic):
             self.event("left", step=step, rank=old_rank, world_size=new_world, reason=reason)
             return "stop"
         nxt = rdv.next_gen(self.store, old.gen, self._timeout_s)
-        gen = rdv.Generation(gen=nxt, world_size=new_world, admitted=old.admitted + d.admit)
+        gen = rdv.Generation(gen=nxt, world_size=new_world, admitted=self._admitting)
         self._form(gen, me)
         replicate_s = 0.0
         self._set_global_batch(d.global_batch, step)
@@ -742,8 +752,16 @@ class StopFree(Elastic):
             self.store,
             slot,
             self.join_timeout_s,
-            interrupted=lambda: self.stop_requested or rdv.job_done(self.store),
+            interrupted=lambda: (
+                self.stop_requested or self.leave_requested or rdv.job_done(self.store)
+            ),
         )
+        if a is None and self.leave_requested and not self.stop_requested:
+            a = rdv.withdraw(self.store, slot)  # None: withdrawn before any switch took it
+            if a is None:
+                self.left = True
+                self.event("left", step=None, rank=None, world_size=None, reason="withdrawn")
+                return False
         if a is None:  # stopped, the job ended, or never admitted: nothing to save
             if rdv.job_done(self.store):
                 self.finished = True
@@ -834,6 +852,9 @@ def run_worker(train: Callable[[StopFree], None], **kwargs: Any) -> None:
 # ---------------------------------------------------------------- the launcher
 
 
+LEAVE_REPEAT_S: Final = 0.5
+
+
 def container_exit(codes: Sequence[int]) -> int:
     """A container's exit code from its workers' (executor contract, docs/elastic.md).
 
@@ -884,6 +905,9 @@ def launch(env: ElasticEnv, argv: Sequence[str] | None = None) -> int:
     hosting = os.environ.get(contract.ENV_STORE_HOST, "") not in ("", "0")
     store = host_store(env.master_addr, env.master_port) if hosting else None
     base_id = os.environ.get(contract.ENV_WORKER_ID) or default_worker_id()
+    # A worker ignores SIGUSR1 (inherited) until its runtime handles it: one that arrives
+    # while it imports torch must not kill it; the launcher repeats a leave request below.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     children: list[subprocess.Popen[bytes]] = []
     for local in range(env.local_world_size):
         child_env = dict(os.environ)
@@ -897,10 +921,13 @@ def launch(env: ElasticEnv, argv: Sequence[str] | None = None) -> int:
         )
         children.append(subprocess.Popen(cmd, env=child_env))
     stopping = False
+    leaving = False
 
     def forward(signum: int, frame: Any) -> None:
-        nonlocal stopping
-        if signum != signal.SIGUSR1:
+        nonlocal stopping, leaving
+        if signum == signal.SIGUSR1:
+            leaving = True
+        else:
             stopping = True
         for c in children:
             if c.poll() is None:
@@ -909,8 +936,12 @@ def launch(env: ElasticEnv, argv: Sequence[str] | None = None) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, forward)
+    last_leave = time.monotonic()
     while any(c.poll() is None for c in children):
         time.sleep(0.05)
+        if leaving and time.monotonic() - last_leave >= LEAVE_REPEAT_S:
+            last_leave = time.monotonic()
+            forward(signal.SIGUSR1, None)  # idempotent: reaches workers still starting
     codes = [int(c.returncode) for c in children]
     code = container_exit(codes)
     if store is not None and code not in (0, EXIT_PREEMPTED):
