@@ -345,18 +345,13 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     ]
 
 
-def test_example_job_under_the_stopfree_launcher(tmp_path: Path) -> None:
-    """images/elastic-example/train.py with FLOWCON_SCALING=stopfree, as two containers would
-    run it: the first launcher hosts the store; the second joins (FLOWCON_JOIN=1) and later
-    leaves on SIGUSR1 to its launcher (forwarded; exit 144); the first trains on to the end
-    without a restart and every step is reported once."""
+def _launcher_env(tmp_path: Path, iterations: int) -> dict[str, str]:
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    iterations = 400
-    env = {
+    return {
         **os.environ,
         "PYTHONPATH": str(REPO),
         "MASTER_ADDR": "127.0.0.1",
@@ -370,6 +365,66 @@ def test_example_job_under_the_stopfree_launcher(tmp_path: Path) -> None:
         "STEP_SLEEP": "0.01",
         contract.ENV_STRAGGLER: "0",
     }
+
+
+def _wait_line(path: Path, pred: Callable[[dict[str, Any]], bool], alive: Any) -> None:
+    deadline = time.monotonic() + 40
+    while not any(pred(x) for x in _lines(path)):
+        assert time.monotonic() < deadline and alive.poll() is None, path.read_text()[-2000:]
+        time.sleep(0.05)
+
+
+def test_the_store_host_outlives_its_leaving_worker(tmp_path: Path) -> None:
+    """SIGUSR1 to the store-hosting container: its worker leaves (144), its launcher keeps
+    serving the store while the joined worker trains on as rank 0, then exits 0 when the job
+    is done."""
+    iterations = 300
+    env = _launcher_env(tmp_path, iterations)
+    logs = {n: tmp_path / f"{n}.log" for n in "ab"}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        with open(logs["a"], "wb") as out:
+            procs["a"] = subprocess.Popen(
+                [sys.executable, str(TRAIN)],
+                env={**env, "WORLD_SIZE": "1", "RANK": "0", "FLOWCON_STORE_HOST": "1"},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        _wait_line(logs["a"], lambda x: x.get("step", 0) >= 10, procs["a"])
+        with open(logs["b"], "wb") as out:
+            procs["b"] = subprocess.Popen(
+                [sys.executable, str(TRAIN)],
+                env={**env, "FLOWCON_JOIN": "1", "FLOWCON_TARGET_WORLD": "2"},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        _wait_line(logs["b"], lambda x: x.get("event") == "joined", procs["b"])
+        procs["a"].send_signal(signal.SIGUSR1)
+        _wait_line(logs["a"], lambda x: x.get("event") == "store_host_only", procs["a"])
+        codes = {n: p.wait(timeout=60) for n, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+    assert codes == {"a": 0, "b": 0}, logs["b"].read_text()[-2000:]
+    (host,) = [x for x in _lines(logs["a"]) if x.get("event") == "store_host_only"]
+    assert host["exit_codes"] == [contract.EXIT_LEFT]
+    b = _lines(logs["b"])
+    assert [x["step"] for x in b if x.get("event") == "done"] == [iterations]
+    steps = sorted(
+        [x["step"] for x in _lines(logs["a"]) if "loss" in x]
+        + [x["step"] for x in b if "loss" in x]
+    )
+    assert steps == list(range(1, iterations + 1))  # rank 0's lines move from a to b
+
+
+def test_example_job_under_the_stopfree_launcher(tmp_path: Path) -> None:
+    """images/elastic-example/train.py with FLOWCON_SCALING=stopfree, as two containers would
+    run it: the first launcher hosts the store; the second joins (FLOWCON_JOIN=1) and later
+    leaves on SIGUSR1 to its launcher (forwarded; exit 144); the first trains on to the end
+    without a restart and every step is reported once."""
+    iterations = 400
+    env = _launcher_env(tmp_path, iterations)
     logs = {n: tmp_path / f"{n}.log" for n in "ab"}
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
