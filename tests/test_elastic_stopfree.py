@@ -362,15 +362,17 @@ def _launcher_env(tmp_path: Path, iterations: int) -> dict[str, str]:
         "FLOWCON_CHECKPOINT_DIR": str(tmp_path / "ck"),
         "FLOWCON_ADAPT_THREADS": "0",
         "OMP_NUM_THREADS": "1",
-        "STEP_SLEEP": "0.01",
+        "STEP_SLEEP": "0.02",  # 400 steps >= 8 s: a joiner (2-3 s to start) joins mid-run
         contract.ENV_STRAGGLER: "0",
     }
 
 
-def _wait_line(path: Path, pred: Callable[[dict[str, Any]], bool], alive: Any) -> None:
+def _wait_line(path: Path, pred: Callable[[dict[str, Any]], bool], alive: Any = None) -> None:
+    """Until a line of ``path`` matches (``alive``: a process that must not exit meanwhile)."""
     deadline = time.monotonic() + 40
     while not any(pred(x) for x in _lines(path)):
-        assert time.monotonic() < deadline and alive.poll() is None, path.read_text()[-2000:]
+        assert time.monotonic() < deadline, path.read_text()[-2000:]
+        assert alive is None or alive.poll() is None, path.read_text()[-2000:]
         time.sleep(0.05)
 
 
@@ -378,7 +380,7 @@ def test_the_store_host_outlives_its_leaving_worker(tmp_path: Path) -> None:
     """SIGUSR1 to the store-hosting container: its worker leaves (144), its launcher keeps
     serving the store while the joined worker trains on as rank 0, then exits 0 when the job
     is done."""
-    iterations = 300
+    iterations = 400
     env = _launcher_env(tmp_path, iterations)
     logs = {n: tmp_path / f"{n}.log" for n in "ab"}
     procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -400,7 +402,7 @@ def test_the_store_host_outlives_its_leaving_worker(tmp_path: Path) -> None:
             )
         _wait_line(logs["b"], lambda x: x.get("event") == "joined", procs["b"])
         procs["a"].send_signal(signal.SIGUSR1)
-        _wait_line(logs["a"], lambda x: x.get("event") == "store_host_only", procs["a"])
+        _wait_line(logs["a"], lambda x: x.get("event") == "store_host_only")
         codes = {n: p.wait(timeout=60) for n, p in procs.items()}
     finally:
         for p in procs.values():

@@ -60,9 +60,9 @@ import torch.distributed as dist
 
 from flowcon import contract
 from flowcon.contract import EXIT_LEFT, EXIT_PREEMPTED
-from flowcon.elastic import Elastic, ElasticEnv
 from flowcon.elastic import rendezvous as rdv
 from flowcon.elastic import state as _state
+from flowcon.elastic.restart import Elastic, ElasticEnv
 from flowcon.elastic.straggler import StragglerDetector
 from flowcon.report import report as _report
 
