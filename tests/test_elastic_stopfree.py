@@ -483,6 +483,8 @@ def test_example_job_under_the_stopfree_launcher(tmp_path: Path) -> None:
     scaled = [x for x in a if x.get("event") == "scaled"]
     assert [x["world_size"] for x in scaled] == [2, 1], scaled
     assert scaled[0]["step"] >= 20  # mid-run: the first worker trained while b prepared
+    (started,) = [x for x in _lines(logs["b"]) if x.get("event") == "launcher_started"]
+    assert started["join"] and not started["store_host"] and started["worker"] == "b"
     (joined,) = [x for x in _lines(logs["b"]) if x.get("event") == "joined"]
     assert joined["worker"] == "b/0" and joined["prepare_s"] > 0
     (left,) = [x for x in _lines(logs["b"]) if x.get("event") == "left"]

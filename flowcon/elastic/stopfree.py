@@ -936,6 +936,14 @@ def launch(env: ElasticEnv, argv: Sequence[str] | None = None) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(sig, forward)
+    # from here on SIGUSR1 / SIGTERM to this container are handled (not before: imports)
+    _report(
+        event="launcher_started",
+        worker=base_id,
+        store_host=hosting,
+        join=os.environ.get(contract.ENV_JOIN, "") not in ("", "0"),
+        local_world_size=env.local_world_size,
+    )
     last_leave = time.monotonic()
     while any(c.poll() is None for c in children):
         time.sleep(0.05)
