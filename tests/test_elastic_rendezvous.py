@@ -70,14 +70,16 @@ def test_new_rank_keeps_the_order_of_stayers() -> None:
 
 def test_joiners_register_and_get_assigned() -> None:
     store = DictStore()
-    assert rdv.ready_joiners(store, 0) == []
+    assert rdv.ready_joiners(store, 0) == ([], 0)
     s1 = rdv.register_joiner(store, rdv.Joiner("c", 4))
     store.add("flowcon/joiners", 1)  # a second joiner took a slot, description not yet there
-    assert [j.worker for j in rdv.ready_joiners(store, 0)] == ["c"]
-    assert rdv.ready_joiners(store, 1) == []
+    ready, upto = rdv.ready_joiners(store, 0)
+    assert [(j.worker, j.slot) for j in ready] == [("c", 1)] and upto == 1
+    assert rdv.ready_joiners(store, 1) == ([], 1)
     a = rdv.Assignment(gen=3, rank=2, world_size=4, holders=2, admitted=1)
     rdv.assign(store, s1, a)
     assert rdv.wait_assignment(store, s1, 1.0) == a
+    assert rdv.withdraw(store, s1) == a  # too late to withdraw: it joins
     assert rdv.wait_assignment(store, 2, 0.05) is None
     assert rdv.allocate_gen(store) == 1 and rdv.allocate_gen(store) == 2
     rdv.publish_next(store, 0, 2)
@@ -85,6 +87,19 @@ def test_joiners_register_and_get_assigned() -> None:
     assert not rdv.job_done(store)
     rdv.mark_done(store)
     assert rdv.job_done(store)
+
+
+def test_a_withdrawn_joiner_is_skipped_but_its_slot_used_up() -> None:
+    store = DictStore()
+    s1 = rdv.register_joiner(store, rdv.Joiner("b", 3))
+    s2 = rdv.register_joiner(store, rdv.Joiner("c", 2))
+    assert rdv.withdraw(store, s1) is None
+    ready, upto = rdv.ready_joiners(store, 0)
+    assert [j.slot for j in ready] == [s2] and upto == 2
+    with pytest.raises(RuntimeError, match="withdrew"):
+        rdv.assign(store, s1, rdv.Assignment(gen=1, rank=1, world_size=2, holders=1))
+    d = rdv.decide([rdv.Vote(ready=1, target=2, upto=2)])
+    assert (d.admit, d.upto) == (1, 2)
 
 
 def test_agreed_step_is_the_newest_common_snapshot() -> None:

@@ -345,18 +345,13 @@ def _lines(path: Path) -> list[dict[str, Any]]:
     ]
 
 
-def test_example_job_under_the_stopfree_launcher(tmp_path: Path) -> None:
-    """images/elastic-example/train.py with FLOWCON_SCALING=stopfree, as two containers would
-    run it: the first launcher hosts the store; the second joins (FLOWCON_JOIN=1) and later
-    leaves on SIGUSR1 to its launcher (forwarded; exit 144); the first trains on to the end
-    without a restart and every step is reported once."""
+def _launcher_env(tmp_path: Path, iterations: int) -> dict[str, str]:
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    iterations = 400
-    env = {
+    return {
         **os.environ,
         "PYTHONPATH": str(REPO),
         "MASTER_ADDR": "127.0.0.1",
@@ -367,9 +362,71 @@ def test_example_job_under_the_stopfree_launcher(tmp_path: Path) -> None:
         "FLOWCON_CHECKPOINT_DIR": str(tmp_path / "ck"),
         "FLOWCON_ADAPT_THREADS": "0",
         "OMP_NUM_THREADS": "1",
-        "STEP_SLEEP": "0.01",
+        "STEP_SLEEP": "0.02",  # 400 steps >= 8 s: a joiner (2-3 s to start) joins mid-run
         contract.ENV_STRAGGLER: "0",
     }
+
+
+def _wait_line(path: Path, pred: Callable[[dict[str, Any]], bool], alive: Any = None) -> None:
+    """Until a line of ``path`` matches (``alive``: a process that must not exit meanwhile)."""
+    deadline = time.monotonic() + 40
+    while not any(pred(x) for x in _lines(path)):
+        assert time.monotonic() < deadline, path.read_text()[-2000:]
+        assert alive is None or alive.poll() is None, path.read_text()[-2000:]
+        time.sleep(0.05)
+
+
+def test_the_store_host_outlives_its_leaving_worker(tmp_path: Path) -> None:
+    """SIGUSR1 to the store-hosting container: its worker leaves (144), its launcher keeps
+    serving the store while the joined worker trains on as rank 0, then exits 0 when the job
+    is done."""
+    iterations = 400
+    env = _launcher_env(tmp_path, iterations)
+    logs = {n: tmp_path / f"{n}.log" for n in "ab"}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        with open(logs["a"], "wb") as out:
+            procs["a"] = subprocess.Popen(
+                [sys.executable, str(TRAIN)],
+                env={**env, "WORLD_SIZE": "1", "RANK": "0", "FLOWCON_STORE_HOST": "1"},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        _wait_line(logs["a"], lambda x: x.get("step", 0) >= 10, procs["a"])
+        with open(logs["b"], "wb") as out:
+            procs["b"] = subprocess.Popen(
+                [sys.executable, str(TRAIN)],
+                env={**env, "FLOWCON_JOIN": "1", "FLOWCON_TARGET_WORLD": "2"},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        _wait_line(logs["b"], lambda x: x.get("event") == "joined", procs["b"])
+        procs["a"].send_signal(signal.SIGUSR1)
+        _wait_line(logs["a"], lambda x: x.get("event") == "store_host_only")
+        codes = {n: p.wait(timeout=60) for n, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+    assert codes == {"a": 0, "b": 0}, logs["b"].read_text()[-2000:]
+    (host,) = [x for x in _lines(logs["a"]) if x.get("event") == "store_host_only"]
+    assert host["exit_codes"] == [contract.EXIT_LEFT]
+    b = _lines(logs["b"])
+    assert [x["step"] for x in b if x.get("event") == "done"] == [iterations]
+    steps = sorted(
+        [x["step"] for x in _lines(logs["a"]) if "loss" in x]
+        + [x["step"] for x in b if "loss" in x]
+    )
+    assert steps == list(range(1, iterations + 1))  # rank 0's lines move from a to b
+
+
+def test_example_job_under_the_stopfree_launcher(tmp_path: Path) -> None:
+    """images/elastic-example/train.py with FLOWCON_SCALING=stopfree, as two containers would
+    run it: the first launcher hosts the store; the second joins (FLOWCON_JOIN=1) and later
+    leaves on SIGUSR1 to its launcher (forwarded; exit 144); the first trains on to the end
+    without a restart and every step is reported once."""
+    iterations = 400
+    env = _launcher_env(tmp_path, iterations)
     logs = {n: tmp_path / f"{n}.log" for n in "ab"}
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
@@ -417,10 +474,84 @@ def test_example_job_under_the_stopfree_launcher(tmp_path: Path) -> None:
     a = _lines(logs["a"])
     steps = [x["step"] for x in a if "loss" in x]
     assert steps == list(range(1, iterations + 1))
+    epochs: dict[int, list[int]] = {}
+    for x in a:
+        if "loss" in x:
+            epochs.setdefault(x["epoch"], []).extend(x["sample_ids"])
+    assert sorted(epochs[0]) == list(range(4096))  # 256 steps of 16, across both events
+    assert len(set(epochs[1])) == len(epochs[1]) == 16 * (iterations - 256)
     scaled = [x for x in a if x.get("event") == "scaled"]
     assert [x["world_size"] for x in scaled] == [2, 1], scaled
     assert scaled[0]["step"] >= 20  # mid-run: the first worker trained while b prepared
+    (started,) = [x for x in _lines(logs["b"]) if x.get("event") == "launcher_started"]
+    assert started["join"] and not started["store_host"] and started["worker"] == "b"
     (joined,) = [x for x in _lines(logs["b"]) if x.get("event") == "joined"]
     assert joined["worker"] == "b/0" and joined["prepare_s"] > 0
     (left,) = [x for x in _lines(logs["b"]) if x.get("event") == "left"]
     assert left["reason"] == "signal"
+
+
+def test_sigterm_checkpoints_and_stops_the_whole_job(tmp_path: Path) -> None:
+    """SIGTERM keeps its restart-mode meaning: all ranks stop at one boundary, rank 0 writes
+    the checkpoint of that step, every worker exits 143."""
+    from flowcon.elastic import load_checkpoint
+
+    job = Job(tmp_path, 28)
+    job.gate(5)
+    for rank, name in enumerate("ab"):
+        job.start(name, WORLD_SIZE="2", RANK=str(rank))
+    job.wait("step 5", lambda: job.at(5))
+    job.procs["b"].send_signal(signal.SIGTERM)  # one rank's signal stops all
+    job.gate(28)
+    stopped = contract.EXIT_PREEMPTED
+    assert job.finish() == {"a": stopped, "b": stopped}, job.logs()
+    last = max(r["step"] for r in job.records())
+    ck = load_checkpoint(tmp_path / "ck")
+    assert ck is not None and ck["step"] == last == 6 and ck["sampler"]["position"] == 60
+    assert [e["step"] for e in job.events("preempted")] == [6]
+
+
+def test_a_joiner_dying_before_its_switch_is_not_waited_for_again(tmp_path: Path) -> None:
+    """The joiner is killed after it registered: the switch to it fails after the group
+    timeout, the running worker recovers alone and goes on, that slot is not admitted again,
+    and the next joiner gets in."""
+    job = Job(tmp_path, 21, SF_TIMEOUT_S="2")
+    job.gate(3)
+    job.start("a", WORLD_SIZE="1", RANK="0")
+    job.wait("step 3", lambda: job.at(3))
+    job.start("b", FLOWCON_JOIN="1", FLOWCON_TARGET_WORLD="2")
+    job.wait("b ready", lambda: job.joiners_ready(1))
+    job.killed.add("b")
+    job.procs["b"].kill()
+    job.procs["b"].wait()
+    job.gate(6)
+    job.wait("recovered", lambda: len(job.events("recovered")) == 1 and job.at(6))
+    job.start("c", FLOWCON_JOIN="1", FLOWCON_TARGET_WORLD="2")
+    job.wait("c ready", lambda: job.joiners_ready(2))
+    job.gate(21)
+    assert job.finish() == {"a": 0, "b": -signal.SIGKILL, "c": 0}, job.logs()
+    check_exactly_once(job.records(), 21)
+    assert [e["world_size"] for e in job.events("scaled")] == [2], job.events("scaled")
+
+
+def test_a_joiner_told_to_leave_before_its_switch_withdraws(tmp_path: Path) -> None:
+    """SIGUSR1 to a joiner still waiting (its target world not reached): it withdraws its
+    slot and exits 144; the job never waits for it, and a later joiner gets in."""
+    job = Job(tmp_path, 21)
+    job.gate(3)
+    job.start("a", WORLD_SIZE="1", RANK="0")
+    job.wait("step 3", lambda: job.at(3))
+    job.start("b", FLOWCON_JOIN="1", FLOWCON_TARGET_WORLD="3")  # 1 + 1 < 3: waits
+    job.wait("b ready", lambda: job.joiners_ready(1))
+    job.gate(6)
+    job.wait("step 6", lambda: job.at(6))
+    job.procs["b"].send_signal(signal.SIGUSR1)
+    assert job.procs["b"].wait(timeout=20) == contract.EXIT_LEFT, job.logs()
+    job.start("c", FLOWCON_JOIN="1", FLOWCON_TARGET_WORLD="2")
+    job.wait("c ready", lambda: job.joiners_ready(2))
+    job.gate(21)
+    assert job.finish() == {"a": 0, "b": contract.EXIT_LEFT, "c": 0}, job.logs()
+    check_exactly_once(job.records(), 21)
+    assert [e["world_size"] for e in job.events("scaled")] == [2]
+    assert [e["reason"] for e in job.events("left")] == ["withdrawn"]
+    assert not job.events("recovered")

@@ -43,6 +43,7 @@ VOTE_FIELDS: Final = (
     "target",  # rank 0: the largest FLOWCON_TARGET_WORLD among those joiners
     "global_batch",  # rank 0: the global batch those joiners ask for (0: unchanged)
     "batch",  # rank 0: a global batch the script asked for (set_global_batch; 0: none)
+    "upto",  # rank 0: the last joiner slot those joiners cover (withdrawn ones included)
 )
 VOTE_LEN: Final = len(VOTE_FIELDS)
 
@@ -70,6 +71,7 @@ class Vote:
     target: int = 0
     global_batch: int = 0
     batch: int = 0
+    upto: int = 0
 
     def row(self) -> list[float]:
         return [
@@ -80,6 +82,7 @@ class Vote:
             float(self.target),
             float(self.global_batch),
             float(self.batch),
+            float(self.upto),
         ]
 
     @staticmethod
@@ -94,6 +97,7 @@ class Vote:
             target=round(row[4]),
             global_batch=round(row[5]),
             batch=round(row[6]),
+            upto=round(row[7]),
         )
 
 
@@ -103,8 +107,9 @@ class Decision:
 
     stop: bool = False
     leavers: tuple[int, ...] = ()  # old ranks that leave now
-    admit: int = 0  # joiners admitted now (the next ``admit`` slots)
+    admit: int = 0  # joiners admitted now (rank 0's ready ones, in slot order)
     global_batch: int = 0  # the global batch from this boundary on (0: unchanged)
+    upto: int = 0  # with ``admit``: joiner slots used up to here
 
     @property
     def switch(self) -> bool:
@@ -138,7 +143,9 @@ def decide(
         return Decision(leavers=tuple(leavers))
     # the admitted joiners' batch (Elan III: set with the scale event), else the script's
     batch = lead.global_batch if admit and lead.global_batch else lead.batch
-    return Decision(leavers=tuple(leavers), admit=admit, global_batch=batch)
+    return Decision(
+        leavers=tuple(leavers), admit=admit, global_batch=batch, upto=lead.upto if admit else 0
+    )
 
 
 def new_rank(old_rank: int, leavers: Sequence[int]) -> int | None:
@@ -156,6 +163,7 @@ class Joiner:
     worker: str
     target: int
     global_batch: int = 0
+    slot: int = 0  # set by ready_joiners (not stored)
 
 
 @dataclass(frozen=True)
@@ -189,28 +197,49 @@ def _load(raw: bytes) -> dict[str, Any]:
     return value
 
 
+WITHDRAWN: Final = "withdrawn"
+
+
 def register_joiner(store: Store, joiner: Joiner) -> int:
     """A ready joiner takes a slot and describes itself; returns the slot (1-based)."""
     slot = store.add(f"{ROOT}joiners", 1)
-    store.set(f"{ROOT}joiner/{slot}", json.dumps(asdict(joiner)))
+    body = {k: v for k, v in asdict(joiner).items() if k != "slot"}
+    store.set(f"{ROOT}joiner/{slot}", json.dumps(body))
     return slot
 
 
-def ready_joiners(store: Store, admitted: int) -> list[Joiner]:
-    """The joiners past slot ``admitted`` that are fully registered, in slot order (rank 0,
-    at each coordination: one ``add`` when nobody waits)."""
+def ready_joiners(store: Store, admitted: int) -> tuple[list[Joiner], int]:
+    """The joiners past slot ``admitted`` that are fully registered, in slot order, and the
+    last slot they cover (withdrawn slots are skipped but covered). Rank 0 asks at
+    coordinations: one ``add`` when nobody waits."""
     total = store.add(f"{ROOT}joiners", 0)
     out: list[Joiner] = []
+    upto = admitted
     for slot in range(admitted + 1, total + 1):
         key = f"{ROOT}joiner/{slot}"
         if not store.check([key]):
             break  # took its slot, description not written yet: next boundary
-        out.append(Joiner(**_load(store.get(key))))
-    return out
+        upto = slot
+        if store.check([key + "/assign"]) and store.get(key + "/assign") == WITHDRAWN.encode():
+            continue
+        out.append(Joiner(**_load(store.get(key)), slot=slot))
+    return out, upto
 
 
 def assign(store: Store, slot: int, assignment: Assignment) -> None:
-    store.set(f"{ROOT}joiner/{slot}/assign", json.dumps(asdict(assignment)))
+    """Rank 0 tells joiner ``slot`` where to go; raises if it withdrew meanwhile (the switch
+    then fails and the workers recover without it)."""
+    body = json.dumps(asdict(assignment))
+    got = store.compare_set(f"{ROOT}joiner/{slot}/assign", "", body)
+    if got.decode() != body:
+        raise RuntimeError(f"joiner slot {slot} withdrew before its switch")
+
+
+def withdraw(store: Store, slot: int) -> Assignment | None:
+    """A joiner asked to leave before it was admitted: None when it withdrew in time, else
+    the assignment that came first (it joins, then leaves at the next boundary)."""
+    got = store.compare_set(f"{ROOT}joiner/{slot}/assign", "", WITHDRAWN).decode()
+    return None if got == WITHDRAWN else Assignment(**json.loads(got))
 
 
 def wait_key(
@@ -273,6 +302,16 @@ class Survivor:
     old_rank: int
     worker: str
     snapshots: tuple[int, ...]  # steps of the in-memory snapshots this rank holds
+    admitted: int = 0  # joiner slots used up (a failed switch's joiners are not retried)
+
+    @staticmethod
+    def load(d: dict[str, Any]) -> Survivor:
+        return Survivor(
+            old_rank=int(d["old_rank"]),
+            worker=str(d["worker"]),
+            snapshots=tuple(int(x) for x in d["snapshots"]),
+            admitted=int(d.get("admitted", 0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -282,6 +321,10 @@ class Recovery:
     gen: int
     survivors: tuple[Survivor, ...]
     step: int
+
+    @property
+    def admitted(self) -> int:
+        return max((s.admitted for s in self.survivors), default=0)
 
     def rank_of(self, old_rank: int) -> int | None:
         for i, s in enumerate(self.survivors):
@@ -308,14 +351,7 @@ def agreed_step(survivors: Sequence[Survivor]) -> int:
 
 def _recovery_from(raw: bytes) -> Recovery:
     d = _load(raw)
-    survivors = tuple(
-        Survivor(
-            old_rank=int(s["old_rank"]),
-            worker=str(s["worker"]),
-            snapshots=tuple(int(x) for x in s["snapshots"]),
-        )
-        for s in d["survivors"]
-    )
+    survivors = tuple(Survivor.load(s) for s in d["survivors"])
     return Recovery(gen=int(d["gen"]), survivors=survivors, step=int(d["step"]))
 
 
@@ -349,8 +385,7 @@ def recover(
     for j in range(1, n + 1):
         key = base + str(j)
         if store.check([key]):
-            d = _load(store.get(key))
-            records.append(Survivor(int(d["old_rank"]), str(d["worker"]), tuple(d["snapshots"])))
+            records.append(Survivor.load(_load(store.get(key))))
     records.sort(key=lambda s: s.old_rank)
     proposal = Recovery(gen=allocate_gen(store), survivors=tuple(records), step=0)
     proposal = Recovery(proposal.gen, proposal.survivors, agreed_step(records))

@@ -14,6 +14,10 @@ the seed and the epoch only, its position is one integer), so rescaling changes 
 the math. Each rank's loss is the mean over its share; the gradient is averaged as the global
 batch mean.
 
+Rank 0's step line carries ``epoch`` and ``sample_ids`` (the whole global batch of the step:
+the ranks' shares partition it), so a benchmark can check that each sample is used once per
+epoch across scale events.
+
 Env: FLOWCON_ITERATIONS (default 1000), STEP_SLEEP (seconds, to slow the demo down),
 plus what the executor sets (WORLD_SIZE, RANK, FLOWCON_GLOBAL_BATCH_SIZE, ...).
 """
@@ -51,6 +55,7 @@ def train(run: elastic.Elastic) -> None:
     pause = float(os.environ.get("STEP_SLEEP", "0") or 0)
     for step in run.steps(model, opt, run.env.iterations or 1000, sampler=sampler):
         gbs = run.env.global_batch_size  # read each step: a stop-free job may change it
+        epoch, every = sampler.epoch, sampler.global_batch(gbs)  # all ranks' ids this step
         idx = torch.tensor(sampler.batch(gbs, run.rank, run.world_size))
         xb, yb = x[idx].to(run.device), y[idx].to(run.device)
         loss = torch.nn.functional.mse_loss(model(xb), yb)
@@ -60,7 +65,13 @@ def train(run: elastic.Elastic) -> None:
         sampler.advance(gbs)
         if pause:
             time.sleep(pause)
-        run.report(step=step, loss=round(loss.item(), 5), local_batch=len(idx))
+        run.report(
+            step=step,
+            loss=round(loss.item(), 5),
+            local_batch=len(idx),
+            epoch=epoch,
+            sample_ids=every,
+        )
 
 
 if __name__ == "__main__":
