@@ -48,6 +48,7 @@ Modules, none importing back up this list:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -195,6 +196,7 @@ class ExecutorOptions:
     # stop-free scale-in: leave signal -> the leaving containers exited EXIT_LEFT; past it
     # the job is checkpoint-restarted on the new placement
     leave_timeout_s: float = 60.0
+    leave_resend_s: float = 2.0  # the leave signal again while a leaver still runs
     poll_s: float = 0.1
 
 
@@ -460,6 +462,7 @@ class Executor:
                 return f"cannot send {LEAVE_SIGNAL} to {w.name}: {exc}"
         ids = {w.id for w in leaving}
         deadline = time.monotonic() + self.options.leave_timeout_s
+        resend = time.monotonic() + self.options.leave_resend_s
         job = leaving[0].job
         while True:
             now = {w.id: w for w in self.backend.list_workers(self._selector(job))}
@@ -467,6 +470,14 @@ class Executor:
             vanished = [i for i in ids if i not in now]
             if len(gone) + len(vanished) == len(ids):
                 break
+            if time.monotonic() >= resend:
+                # a container's launcher handles the signal only once it has started (a
+                # signal before that is lost on PID 1); a repeat is harmless after
+                resend = time.monotonic() + self.options.leave_resend_s
+                for w in leaving:
+                    if w.id in now and now[w.id].state == "running":
+                        with contextlib.suppress(ExecutorError):
+                            self.backend.kill(now[w.id], LEAVE_SIGNAL)
             if time.monotonic() >= deadline:
                 waiting = sorted(now[i].name for i in ids if i in now and now[i] not in gone)
                 return (
@@ -570,12 +581,16 @@ class Executor:
 
     def switch_gap(self, job: str, began: float, world: int) -> float | None:
         """The no-progress gap of a stop-free event begun at ``began`` (wall time) to
-        world size ``world``, from the metric lines of the job's store-host container
+        world size ``world``, from the metric lines of the job's containers (rank 0 reports;
+        it is the store host's worker until that one leaves) in time order
         (``stopfree.switch_gap``); None until the job reports a step at that size."""
-        ws = sorted(self.backend.list_workers(self._selector(job)), key=lambda w: w.node_rank)
-        if not ws:
-            return None
-        return stopfree.switch_gap(stopfree.step_lines(self.backend.logs(ws[0])), began, world)
+        lines = {
+            (ln.step, ln.ts): ln
+            for w in self.backend.list_workers(self._selector(job))
+            for ln in stopfree.step_lines(self.backend.logs(w))
+        }
+        ordered = sorted(lines.values(), key=lambda ln: ln.ts)
+        return stopfree.switch_gap(ordered, began, world)
 
     def job_logs(
         self, job: str, rank: int | None = None, after_ns: int = 0, tail: int | None = None

@@ -238,6 +238,21 @@ def test_leave_timeout_falls_back_to_checkpoint_restart(caplog) -> None:  # type
     assert fresh.name == "flowcon-sf--node1-w0" and fresh.id != "id0"  # a new container
 
 
+def test_the_leave_signal_is_repeated_until_the_container_leaves() -> None:
+    be, ex, s = launched(2, leave_resend_s=0.0)
+    be.leave_code = None
+    calls = []
+
+    def late(worker: Worker, signal: str) -> None:  # the launcher handles the third one
+        calls.append(signal)
+        if len(calls) == 3:
+            worker.state, worker.exit_code = "exited", contract.EXIT_LEFT
+
+    be.kill = late  # type: ignore[method-assign]
+    res = ex.rescale(s, {"node1": ["0"]})
+    assert res.mode == "stopfree" and res.fallback is None and calls == ["SIGUSR1"] * 3
+
+
 def test_wrong_exit_code_falls_back() -> None:
     be, ex, s = launched(2)
     be.leave_code = 138  # killed by the signal: the runtime does not know it
