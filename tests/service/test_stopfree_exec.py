@@ -401,3 +401,25 @@ def test_target_charges_the_stopfree_gap_and_a_restarted_daemon_reads_it_back(tm
     assert overhead_costs(store) == [("stopfree", 0.7), ("restart", 4.5)]
     assert restart_costs(store) == [4.5]  # the stop-free pause is not a restart's cost
     store.close()
+
+
+def test_target_sees_a_stopfree_job_whose_gpus_came_in_another_order_as_placed() -> None:
+    from flowcon.service.target import ExecutorTarget
+
+    class Inventory:
+        class Node:
+            def uuids(self, idx: list[int]) -> list[str]:
+                return [str(i) for i in idx]
+
+        def node(self, name: str) -> Node:
+            return self.Node()
+
+    be, ex, s = launched(2)
+    target = ExecutorTarget(ex, Inventory())
+    assert target._same(ex.job("sf"), {"node1": ["0", "1"]})
+    # the store host ended up on GPU 1, a joiner on GPU 0 (after a move): no reason to
+    # rescale a stop-free job
+    w0, w1 = be.workers
+    w0.gpus, w1.gpus = ("1",), ("0",)
+    assert target._same(ex.job("sf"), {"node1": ["0", "1"]})
+    assert not target._same(ex.job("sf"), {"node1": ["0", "2"]})
