@@ -10,7 +10,8 @@ from flowcon.elastic import rendezvous as rdv
 
 
 class DictStore:
-    """The torch Store calls the protocol uses, over a dict (thread-safe)."""
+    """The torch Store calls the protocol uses (no ``check``: torch 1.13 lacks it), over a
+    dict (thread-safe)."""
 
     def __init__(self) -> None:
         self.d: dict[str, bytes] = {}
@@ -29,10 +30,6 @@ class DictStore:
             n = int(self.d.get(key, b"0")) + amount
             self.d[key] = str(n).encode()
             return n
-
-    def check(self, keys: list[str]) -> bool:
-        with self.lock:
-            return all(k in self.d for k in keys)
 
     def compare_set(self, key: str, expected: str, desired: str) -> bytes:
         with self.lock:

@@ -25,6 +25,7 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 
 from flowcon import contract  # noqa: E402
+from flowcon.elastic import rendezvous as rdv  # noqa: E402
 from flowcon.elastic.data import ElasticSampler  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -110,8 +111,8 @@ class Job:
         return any(r["world"] == world and r["step"] > after for r in self.records())
 
     def joiners_ready(self, n: int) -> bool:
-        return self.store.add("flowcon/joiners", 0) >= n and self.store.check(
-            [f"flowcon/joiner/{n}"]
+        return self.store.add("flowcon/joiners", 0) >= n and rdv.there(
+            self.store, f"flowcon/joiner/{n}"
         )
 
     def finish(self, timeout: float = 40.0) -> dict[str, int]:

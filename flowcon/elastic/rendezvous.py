@@ -9,7 +9,9 @@ nothing else has to be broadcast. A *generation* is one membership: a process gr
 fresh key prefix of the job's TCPStore (hosted by the launcher of the job's first container).
 
 This module is pure logic plus the few store operations (any object with torch's ``Store``
-methods ``set``, ``get``, ``add``, ``check``, ``compare_set``); no torch import, no sockets.
+methods ``set``, ``get``, ``add``, ``compare_set``); no torch import, no sockets. Whether a
+key exists is read from a counter next to it (``<key>#``, see :func:`put`), not with
+``Store.check``, which the torch 1.13 of the training images does not have.
 
 Store keys (all under :data:`ROOT`):
 
@@ -56,8 +58,6 @@ class Store(Protocol):
     def get(self, key: str, /) -> bytes: ...
 
     def add(self, key: str, amount: int, /) -> int: ...
-
-    def check(self, keys: list[str], /) -> bool: ...
 
     def compare_set(self, key: str, expected: str, desired: str, /) -> bytes: ...
 
@@ -200,11 +200,30 @@ def _load(raw: bytes) -> dict[str, Any]:
 WITHDRAWN: Final = "withdrawn"
 
 
+def put(store: Store, key: str, value: str) -> None:
+    """Set ``key``, then mark it as there (``<key>#`` counts up): :func:`there` is then true."""
+    store.set(key, value)
+    store.add(key + "#", 1)
+
+
+def there(store: Store, key: str) -> bool:
+    """Whether ``key`` was written with :func:`put` (or :func:`put_once`); one round trip."""
+    return store.add(key + "#", 0) > 0
+
+
+def put_once(store: Store, key: str, value: str) -> str:
+    """``compare_set`` from nothing to ``value``, marked like :func:`put`; returns the value
+    that won (ours, or the one that was there first)."""
+    won = store.compare_set(key, "", value).decode()
+    store.add(key + "#", 1)
+    return won
+
+
 def register_joiner(store: Store, joiner: Joiner) -> int:
     """A ready joiner takes a slot and describes itself; returns the slot (1-based)."""
     slot = store.add(f"{ROOT}joiners", 1)
     body = {k: v for k, v in asdict(joiner).items() if k != "slot"}
-    store.set(f"{ROOT}joiner/{slot}", json.dumps(body))
+    put(store, f"{ROOT}joiner/{slot}", json.dumps(body))
     return slot
 
 
@@ -217,10 +236,10 @@ def ready_joiners(store: Store, admitted: int) -> tuple[list[Joiner], int]:
     upto = admitted
     for slot in range(admitted + 1, total + 1):
         key = f"{ROOT}joiner/{slot}"
-        if not store.check([key]):
+        if not there(store, key):
             break  # took its slot, description not written yet: next boundary
         upto = slot
-        if store.check([key + "/assign"]) and store.get(key + "/assign") == WITHDRAWN.encode():
+        if there(store, key + "/assign") and store.get(key + "/assign") == WITHDRAWN.encode():
             continue
         out.append(Joiner(**_load(store.get(key)), slot=slot))
     return out, upto
@@ -230,15 +249,15 @@ def assign(store: Store, slot: int, assignment: Assignment) -> None:
     """Rank 0 tells joiner ``slot`` where to go; raises if it withdrew meanwhile (the switch
     then fails and the workers recover without it)."""
     body = json.dumps(asdict(assignment))
-    got = store.compare_set(f"{ROOT}joiner/{slot}/assign", "", body)
-    if got.decode() != body:
+    got = put_once(store, f"{ROOT}joiner/{slot}/assign", body)
+    if got != body:
         raise RuntimeError(f"joiner slot {slot} withdrew before its switch")
 
 
 def withdraw(store: Store, slot: int) -> Assignment | None:
     """A joiner asked to leave before it was admitted: None when it withdrew in time, else
     the assignment that came first (it joins, then leaves at the next boundary)."""
-    got = store.compare_set(f"{ROOT}joiner/{slot}/assign", "", WITHDRAWN).decode()
+    got = put_once(store, f"{ROOT}joiner/{slot}/assign", WITHDRAWN)
     return None if got == WITHDRAWN else Assignment(**json.loads(got))
 
 
@@ -253,7 +272,7 @@ def wait_key(
     the caller's signal handlers running, which a blocking ``get`` would not."""
     deadline = time.monotonic() + timeout_s
     while True:
-        if store.check([key]):
+        if there(store, key):
             return store.get(key)
         if interrupted() or time.monotonic() >= deadline:
             return None
@@ -272,11 +291,11 @@ def wait_assignment(
 
 def mark_done(store: Store) -> None:
     """The job finished all its iterations (joiners still waiting exit, nothing to join)."""
-    store.set(f"{ROOT}done", "1")
+    put(store, f"{ROOT}done", "1")
 
 
 def job_done(store: Store) -> bool:
-    return store.check([f"{ROOT}done"])
+    return there(store, f"{ROOT}done")
 
 
 def allocate_gen(store: Store) -> int:
@@ -284,7 +303,7 @@ def allocate_gen(store: Store) -> int:
 
 
 def publish_next(store: Store, gen: int, nxt: int) -> None:
-    store.set(f"{ROOT}gen/{gen}/next", str(nxt))
+    put(store, f"{ROOT}gen/{gen}/next", str(nxt))
 
 
 def next_gen(store: Store, gen: int, timeout_s: float) -> int:
@@ -372,10 +391,10 @@ def recover(
     base = f"{ROOT}rec/{gen}/"
     closed_key = base + "closed"
     i = store.add(base + "n", 1)
-    store.set(base + str(i), json.dumps(asdict(me)))
+    put(store, base + str(i), json.dumps(asdict(me)))
     deadline = time.monotonic() + wait_s
     while True:
-        if store.check([closed_key]):
+        if there(store, closed_key):
             return _recovery_from(store.get(closed_key))
         n = store.add(base + "n", 0)
         if n >= expected or time.monotonic() >= deadline:
@@ -384,7 +403,7 @@ def recover(
     records: list[Survivor] = []
     for j in range(1, n + 1):
         key = base + str(j)
-        if store.check([key]):
+        if there(store, key):
             records.append(Survivor.load(_load(store.get(key))))
     records.sort(key=lambda s: s.old_rank)
     proposal = Recovery(gen=allocate_gen(store), survivors=tuple(records), step=0)
@@ -396,5 +415,4 @@ def recover(
             "survivors": [asdict(s) for s in proposal.survivors],
         }
     )
-    won = store.compare_set(closed_key, "", body)
-    return _recovery_from(won)
+    return _recovery_from(put_once(store, closed_key, body).encode())

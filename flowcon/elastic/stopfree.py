@@ -45,6 +45,7 @@ import collections
 import contextlib
 import dataclasses
 import datetime as _dt
+import inspect
 import os
 import secrets
 import signal
@@ -57,6 +58,7 @@ from typing import Any, Final
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from flowcon import contract
 from flowcon.contract import EXIT_LEFT, EXIT_PREEMPTED
@@ -67,6 +69,19 @@ from flowcon.elastic.straggler import StragglerDetector
 from flowcon.report import report as _report
 
 _PREFIX_STORE: Any = getattr(dist, "PrefixStore")  # noqa: B009 (not in torch's typed exports)
+# Newer torch names the default group by ``_ranks`` (else by the process's count of groups
+# so far); torch 1.13 (the training images') by ``group_name``. Either way the name must be
+# the same on every rank: the count differs between a joiner and a worker that saw a failed
+# switch, and the name is part of the group's store keys.
+_INIT_PARAMS: Final = frozenset(inspect.signature(dist.init_process_group).parameters)
+_DDP_INIT_SYNC: Final = "init_sync" in inspect.signature(DistributedDataParallel).parameters
+
+
+def _group_naming(gen: rdv.Generation) -> dict[str, Any]:
+    if "_ranks" in _INIT_PARAMS:
+        return {"_ranks": list(range(gen.world_size))}
+    return {"group_name": f"flowcon-{gen.gen}"}
+
 
 # ---------------------------------------------------------------- state replication
 
@@ -227,14 +242,12 @@ class ElasticDDP(torch.nn.Module):
         object.__setattr__(self, "_kwargs", ddp_kwargs)
 
     def rebuild(self, world_size: int, device_ids: list[int] | None) -> None:
-        from torch.nn.parallel import DistributedDataParallel
-
         object.__setattr__(self, "_ddp", None)
         if world_size > 1:
-            # init_sync=False: the state was replicated already (or never diverged)
-            ddp = DistributedDataParallel(
-                self.module, device_ids=device_ids, init_sync=False, **self._kwargs
-            )
+            # init_sync=False: the state was replicated already (torch 1.13 has no such
+            # option and broadcasts rank 0's parameters once more)
+            kwargs = {"init_sync": False, **self._kwargs} if _DDP_INIT_SYNC else self._kwargs
+            ddp = DistributedDataParallel(self.module, device_ids=device_ids, **kwargs)
             ddp.register_comm_hook(self._comm, weighted_allreduce_hook)
             object.__setattr__(self, "_ddp", ddp)
 
@@ -434,10 +447,7 @@ class StopFree(Elastic):
                 rank=rank,
                 world_size=gen.world_size,
                 timeout=_dt.timedelta(seconds=self._timeout_s),
-                # name the group by its ranks, not by this process's count of groups so far
-                # (the count differs between a joiner and a worker that saw a failed switch,
-                # and the name is part of the group's store keys)
-                _ranks=list(range(gen.world_size)),
+                **_group_naming(gen),
             )
             self._pg = True
             ids: list[Any] = [None] * gen.world_size
