@@ -282,11 +282,21 @@ def run_mode(
         r = rows[-1]
         if r.gap is None:  # say what the job's containers last printed
             for w in ex.job(spec.name).workers if ex.job(spec.name) is not None else ():
-                tail = [ln for ln in be.logs(w) if '"step"' not in ln or '"event"' in ln]
-                print(f"  {w.name} ({w.state}): {tail[-6:]}", file=sys.stderr, flush=True)
+                logs = be.logs(w)
+                events_ = [ln for ln in logs if '"event"' in ln or not ln.startswith("{")]
+                print(f"  {w.name} ({w.state}): {events_[-4:]} ... {logs[-3:]}",
+                      file=sys.stderr, flush=True)  # fmt: skip
         gap = f"{r.gap:.2f} s" if r.gap is not None else "not seen"
         prep = f"{r.prep:.2f} s" if r.prep is not None else "-"
         print(f"  {spec.scaling} {r.old}->{r.new} ({r.mode}): gap {gap}, prep {prep}", flush=True)
+        if r.gap is None:
+            print(
+                f"  {spec.name}: no step at {r.new} worker(s) within {wait_s:.0f} s: the job is "
+                f"stuck; its remaining {events - i - 1} event(s) are skipped",
+                file=sys.stderr,
+                flush=True,
+            )
+            break
     return rows, job_lines(ex, be, spec.name)
 
 
