@@ -39,6 +39,15 @@ Scenarios implemented:
         under a real agent, 6 managed + 2 unmanaged containers: the agent stays up, logs
         the engine back, resumes control within 5 s with its lists intact, engine =
         recorded limits. Recovery: engine answering -> first complete round.
+  agent-foreign-change
+        with a real agent running (6 managed + 2 unmanaged containers), one managed
+        container is, in turn, given a new CPU limit by someone else (``docker update``),
+        paused for 2-3 rounds, or removed, at a random moment of a round
+        (benchmarks/faults_agent.py). Invariants: the agent stays up; a foreign limit
+        wins (the container is let go, its limit never written again, docs/agent.md);
+        a paused one stays tracked; a removed one leaves the state; the agent-kill
+        checks hold for the rest; the final SIGTERM restores. Recovery: the fault to
+        the round that shows its effect.
   agent-hostile-output
         about 10^5 hostile lines from 4 managed containers (garbage JSON, NaN/inf/null,
         partial lines, invalid UTF-8, 10 MB lines, a regex label built to backtrack): a
@@ -961,6 +970,16 @@ def agent_engine_restart_session(rng: random.Random) -> Iterator[Callable[[int],
 
 
 @contextmanager
+def agent_foreign_change_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
+    """Someone else updates, pauses or removes a managed container (faults_agent.py)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from faults_agent import agent_foreign_change_session as session
+
+    with session(rng) as (run, final):
+        yield FinalCheck(run, final)
+
+
+@contextmanager
 def agent_hostile_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
     """~10^5 hostile metric lines from 4 containers (benchmarks/faults_agent.py)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
@@ -1006,7 +1025,12 @@ SCENARIOS = [
         5,
         agent_engine_restart_session,
     ),
-    Scenario("agent-foreign-change", "managed container removed/paused/changed mid-round", 10),
+    Scenario(
+        "agent-foreign-change",
+        "a managed container's limit changed by someone else, paused, or removed mid-round",
+        9,
+        agent_foreign_change_session,
+    ),
     Scenario(
         "agent-hostile-output",
         "~10^5 generated metric lines: garbage, NaN, 10 MB lines, a backtracking regex",
