@@ -110,6 +110,9 @@ ENV_TARGET_WORLD: Final = "FLOWCON_TARGET_WORLD"
 # The signal that asks a worker's container to leave at the next agreed step boundary
 # (the launcher forwards it to its workers); SIGTERM still means checkpoint and stop the job.
 LEAVE_SIGNAL: Final = "SIGUSR1"
+# Elan's progressive linear scaling (flowcon.elastic.lr): after a change of the global batch
+# size the learning rate moves linearly to its new value over this many steps (0: at once).
+ENV_LR_RAMP_STEPS: Final = "FLOWCON_LR_RAMP_STEPS"
 
 # Where the executor mounts a job's checkpoint volume in each of its containers.
 CHECKPOINT_MOUNT: Final = "/flowcon/checkpoint"

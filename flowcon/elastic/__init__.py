@@ -22,6 +22,11 @@ step loop checkpoints model, optimizer and step every K steps and on SIGTERM, at
 a restart with a different world size continues the step counter. The global batch size stays
 fixed; each rank's share is ``local_batch_size``.
 
+Pass ``scheduler=``, ``scaler=`` (GradScaler), ``sampler=`` (``ElasticSampler``) and
+``batch_scaling=`` (``HybridScaling``) to ``steps`` and the checkpoint holds everything a
+restart needs to go on exactly as if it had not stopped (``flowcon.elastic.state``): also the
+random generators of every rank (each rank gets its own back when it exists after the restart).
+
 Exit codes: 0 when all iterations are done, 143 when stopped by a signal after a checkpoint.
 """
 
@@ -44,6 +49,10 @@ import torch.distributed as dist
 
 from flowcon import contract
 from flowcon.contract import EXIT_PREEMPTED
+from flowcon.elastic.data import ElasticSampler as ElasticSampler
+from flowcon.elastic.lr import HybridScaling as HybridScaling
+from flowcon.elastic.state import Stateful, capture, restore, rng_state, set_rng_state
+from flowcon.elastic.straggler import StragglerDetector as StragglerDetector
 from flowcon.report import report as _report
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -256,11 +265,22 @@ class Elastic:
 
     # -- checkpoints
 
-    def resume(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> int:
+    def resume(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        *,
+        scheduler: Stateful | None = None,
+        scaler: Stateful | None = None,
+        sampler: Stateful | None = None,
+        batch_scaling: Stateful | None = None,
+    ) -> int:
         """Load the last checkpoint (read by rank 0, broadcast to the others); returns its step.
 
         Only rank 0 needs to see the checkpoint directory, so the other ranks may run on
-        nodes without the shared volume.
+        nodes without the shared volume. Objects passed are restored from the checkpoint
+        (``flowcon.elastic.state.restore``); rank r gets rank r's random generator states
+        back when the checkpoint has them (rank 0's for a checkpoint of one rank).
         """
         state = load_checkpoint(self.env.checkpoint_dir) if self.is_main else None
         if self.env.world_size > 1:
@@ -271,27 +291,68 @@ class Elastic:
         if state is None:
             self.step = 0
             return 0
-        _unwrap(model).load_state_dict(state["model"])
-        if optimizer is not None and state.get("optimizer") is not None:
-            optimizer.load_state_dict(state["optimizer"])
-        self.step = int(state["step"])
+        self.step = restore(
+            state,
+            model,
+            optimizer,
+            scheduler,
+            scaler,
+            sampler,
+            batch_scaling=batch_scaling,
+            rng=False,
+            copy=False,  # read from the file for this restore only
+        )
+        per_rank = state.get("rng_ranks")
+        if per_rank is not None:
+            if self.rank < len(per_rank):
+                set_rng_state(per_rank[self.rank])
+        elif self.is_main and state.get("rng") is not None:
+            set_rng_state(state["rng"])
         return self.step
 
-    def checkpoint(self, model: torch.nn.Module, optimizer: Any, step: int) -> None:
-        """Rank 0 writes model, optimizer and step; the model is identical on every rank."""
+    def checkpoint(
+        self,
+        model: torch.nn.Module,
+        optimizer: Any,
+        step: int,
+        *,
+        scheduler: Stateful | None = None,
+        scaler: Stateful | None = None,
+        sampler: Stateful | None = None,
+        batch_scaling: Stateful | None = None,
+        all_ranks: bool = False,
+    ) -> None:
+        """Rank 0 writes the training state (``flowcon.elastic.state.capture``: model,
+        optimizer, step, the objects passed, its random generators); the model is identical
+        on every rank.
+
+        ``all_ranks=True`` means every rank calls this at the same step (``steps`` does):
+        the ranks' random generator states are gathered into the checkpoint (a collective).
+        """
+        rng_ranks: list[Any] | None = None
+        if all_ranks and self.env.world_size > 1 and self._pg:
+            rng_ranks = [None] * self.env.world_size
+            dist.all_gather_object(rng_ranks, rng_state())
         if not self.is_main:
             return
-        save_checkpoint(
-            self.env.checkpoint_dir,
-            {
-                "step": step,
-                "model": _unwrap(model).state_dict(),
-                "optimizer": optimizer.state_dict() if optimizer is not None else None,
-                "world_size": self.env.world_size,
-                "global_batch_size": self.env.global_batch_size,
-                "time": time.time(),
-            },
+        state = capture(
+            model,
+            optimizer,
+            step=step,
+            scheduler=scheduler,
+            scaler=scaler,
+            sampler=sampler,
+            batch_scaling=batch_scaling,
+            copy=False,  # serialised right away
         )
+        state.update(
+            world_size=self.env.world_size,
+            global_batch_size=self.env.global_batch_size,
+            time=time.time(),
+        )
+        if rng_ranks is not None:
+            state["rng_ranks"] = rng_ranks
+        save_checkpoint(self.env.checkpoint_dir, state)
 
     # -- the loop
 
@@ -308,16 +369,29 @@ class Elastic:
         model: torch.nn.Module,
         optimizer: torch.optim.Optimizer | None,
         iterations: int | None = None,
+        *,
+        scheduler: Stateful | None = None,
+        scaler: Stateful | None = None,
+        sampler: Stateful | None = None,
+        batch_scaling: Stateful | None = None,
     ) -> Iterator[int]:
         """Yield 1-based step numbers after the checkpointed one, up to ``iterations``.
 
         After each step: checkpoint every K steps; on SIGTERM checkpoint and stop (the loop
         ends and ``preempted`` is set); after the last step checkpoint and mark the job done.
+        ``scheduler``, ``scaler``, ``sampler`` and ``batch_scaling`` are resumed and
+        checkpointed with the model (the caller steps them in the loop body as usual).
         """
         total = iterations if iterations is not None else self.env.iterations
         if total is None:
             raise ValueError("no iteration count: pass iterations= or set FLOWCON_ITERATIONS")
-        start = self.resume(model, optimizer)
+        extra: dict[str, Any] = {
+            "scheduler": scheduler,
+            "scaler": scaler,
+            "sampler": sampler,
+            "batch_scaling": batch_scaling,
+        }
+        start = self.resume(model, optimizer, **extra)
         if start >= total:
             self.finished = True
             self._mark_done(total)
@@ -327,15 +401,15 @@ class Elastic:
             if self._agreed_stop():
                 self.preempted = True
                 if step > start:
-                    self.checkpoint(model, optimizer, step)
+                    self.checkpoint(model, optimizer, step, all_ranks=True, **extra)
                 self.report(step=step, event="preempted")
                 return
             yield step + 1
             step += 1
             self.step = step
             if step % self.checkpoint_every == 0 and step < total:
-                self.checkpoint(model, optimizer, step)
-        self.checkpoint(model, optimizer, total)
+                self.checkpoint(model, optimizer, step, all_ranks=True, **extra)
+        self.checkpoint(model, optimizer, total, all_ranks=True, **extra)
         self.finished = True
         self._mark_done(total)
 
@@ -353,11 +427,6 @@ class Elastic:
     @property
     def exit_code(self) -> int:
         return EXIT_PREEMPTED if self.preempted and not self.finished else 0
-
-
-def _unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    inner = getattr(model, "module", model)
-    return inner if isinstance(inner, torch.nn.Module) else model
 
 
 # ---------------------------------------------------------------- launching
