@@ -48,6 +48,14 @@ Scenarios implemented:
         a paused one stays tracked; a removed one leaves the state; the agent-kill
         checks hold for the rest; the final SIGTERM restores. Recovery: the fault to
         the round that shows its effect.
+  allocator-kill
+        SIGKILL of a real ``flowcon allocator`` (engine executor, rate jobs on testbox)
+        0-50 ms after a submit went out, or the moment a rescale stopped a job's old
+        containers (benchmarks/faults_allocator.py); restarted on its state directory.
+        Invariants: no answered job lost, none admitted twice, never two containers of
+        one job's rank, none of an inactive job, a job's new containers start no more
+        than one checkpoint interval behind. Recovery: restart to every active job
+        running again at its stored world size.
   agent-hostile-output
         about 10^5 hostile lines from 4 managed containers (garbage JSON, NaN/inf/null,
         partial lines, invalid UTF-8, 10 MB lines, a regex label built to backtrack): a
@@ -1009,6 +1017,16 @@ def agent_scale_session(rng: random.Random) -> Iterator[Callable[[int], RunResul
         yield one
 
 
+@contextmanager
+def allocator_kill_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
+    """kill -9 of a real allocator mid-submit and mid-rescale (faults_allocator.py)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from faults_allocator import allocator_kill_session as session
+
+    with session(rng) as (run, final):
+        yield FinalCheck(run, final)
+
+
 # -- the scenarios of issue 15 ------------------------------------------------------------
 
 SCENARIOS = [
@@ -1045,7 +1063,12 @@ SCENARIOS = [
         on_request="its first run hung this host's dockerd 20.10 at ~210 containers "
         "(docs/reliability.md)",
     ),
-    Scenario("allocator-kill", "kill -9 of the allocator mid-rescale and mid-submit", 10),
+    Scenario(
+        "allocator-kill",
+        "kill -9 of the allocator mid-submit and mid-rescale, restarted on its state",
+        10,
+        allocator_kill_session,
+    ),
     Scenario("allocator-engine-restart", "engine restart and swarm node stop", 5),
     Scenario("allocator-disk-full", "full store disk, corrupted checkpoint", 5),
     Scenario(

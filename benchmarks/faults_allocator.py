@@ -1,0 +1,420 @@
+"""The allocator's kill -9 scenario for benchmarks/faults.py (issue 15, "Allocator and
+executor").
+
+allocator-kill: a real ``flowcon allocator`` subprocess (declared inventory 2 nodes x 4
+GPUs, the engine executor, 1 s slots) runs rate jobs (``flowcon.service.ratejob``: testbox
+containers that advance at their profile's speed and checkpoint their step every 0.25 s).
+Each run submits one more job (and cancels the oldest when three are active), which makes
+the allocator re-divide the GPUs and rescale the others by checkpoint-restart. The
+allocator is then killed with SIGKILL, the kinds in turn:
+
+* ``submit``: 0-50 ms after the submit request went out (before or after its answer);
+* ``rescale``: the moment the engine reports a job container stopped by a rescale (exit
+  143): the old containers are stopped, the new ones not (all) started yet.
+
+It is restarted on the same state directory. Invariants, checked once it answers and every
+active job with GPUs runs again:
+
+* no job lost: every job whose submit was answered "admitted" is listed, active;
+* none admitted twice: at most one admission record per job name (the store, read-only);
+* none runs twice: never two running containers of one job with the same rank, and no
+  container of a job the allocator does not list as active;
+* at most one checkpoint interval repeated: the first step a job's new rank-0 container
+  starts from (its ``from=`` line) is not below the last step seen from its earlier
+  containers minus one checkpoint interval (0.25 s at the fastest rate, rounded up).
+
+Recovery: restart to the moment every active job with GPUs has running containers at its
+stored world size. Every container, volume and job of a session is removed at its end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+Outcome = tuple[list[str], float | None]
+
+REPO = Path(__file__).resolve().parent.parent
+TOKEN = "faults-0perator-t0ken"
+PROFILE = {1: 4.0, 2: 7.0, 4: 12.0, 8: 20.0}  # iterations/s by GPU count
+CHECKPOINT_S = 0.25  # the rate job saves its step every tick
+# one checkpoint interval at the fastest rate, rounded up, plus the ranks' clock skew
+REPEAT_SLACK = int(max(PROFILE.values()) * CHECKPOINT_S) + 2
+MAX_ACTIVE = 3
+KINDS = ("submit", "rescale")
+START_RE = re.compile(r"start rank=(\d+) world=(\d+) rate=\d+mit/s from=(\d+)")
+STEP_RE = re.compile(r'\{"step":(\d+),')
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class AllocatorProcess:
+    """``flowcon allocator`` as a subprocess on a private config and state directory."""
+
+    def __init__(self, folder: Path, labels: dict[str, str]) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = folder / "allocator.log"
+        self.cfg = folder / "allocator.yaml"
+        self.db = folder / "state" / "allocator.db"
+        self.cfg.write_text(
+            json.dumps(  # JSON is YAML
+                {
+                    "allocator": {
+                        "listen": f"127.0.0.1:{self.port}",
+                        "state_dir": str(folder / "state"),
+                        "slot_seconds": 1,
+                        "token": TOKEN,
+                    },
+                    "gpus": {
+                        "declared": {
+                            "nodes": [{"name": "n1", "gpus": 4}, {"name": "n2", "gpus": 4}]
+                        }
+                    },
+                    "executor": {"backend": "engine", "grace_s": 5, "labels": labels},
+                }
+            )
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO), "FLOWCON_LOG_LEVEL": "INFO"}
+        with self.log.open("a") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "flowcon.cli", "allocator", "--config", str(self.cfg)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=str(REPO),
+                start_new_session=True,
+            )
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def client(self, timeout: float = 10.0) -> Any:
+        from flowcon.service.client import AllocatorClient
+
+        return AllocatorClient(self.url, TOKEN, timeout=timeout)
+
+    def wait_up(self, timeout: float = 30.0) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if not self.alive():
+                return False
+            with contextlib.suppress(Exception):
+                self.client(timeout=2).health()
+                return True
+            time.sleep(0.1)
+        return False
+
+    def admissions(self) -> dict[str, int]:
+        """Admission records per job, read from the store with a read-only connection."""
+        import sqlite3
+
+        con = sqlite3.connect(f"file:{self.db}?mode=ro", uri=True, timeout=10)
+        try:
+            rows = con.execute("SELECT job, COUNT(*) FROM admissions GROUP BY job").fetchall()
+        finally:
+            con.close()
+        return {str(job): int(n) for job, n in rows}
+
+
+@dataclass
+class Seen:
+    """What the poller saw of one job container."""
+
+    job: str
+    rank: int
+    world: int
+    created: float
+    start_from: int | None = None
+    last_step: int | None = None
+
+
+class StepPoller:
+    """Reads every job container's log every 0.3 s: the step it started from and the last
+    step it printed (so a checkpoint that went back can be seen after the container is
+    gone)."""
+
+    def __init__(self, client: Any, selector: str) -> None:
+        self.client = client
+        self.selector = selector
+        self.seen: dict[str, Seen] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="faults-steps", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        from flowcon.contract import LABEL_JOB, LABEL_RANK
+
+        while not self._stop.wait(0.3):
+            try:
+                found = self.client.containers.list(all=True, filters={"label": self.selector})
+            except Exception:
+                continue
+            for c in found:
+                with contextlib.suppress(Exception):
+                    text = c.logs(stdout=True, stderr=False).decode(errors="replace")
+                    s = self.seen.get(c.id)
+                    if s is None:
+                        start = START_RE.search(text)
+                        if start is None:
+                            continue
+                        s = Seen(
+                            c.labels.get(LABEL_JOB, "?"),
+                            int(c.labels.get(LABEL_RANK, start.group(1))),
+                            int(start.group(2)),
+                            time.time(),
+                            int(start.group(3)),
+                        )
+                        self.seen[c.id] = s
+                    steps = STEP_RE.findall(text)
+                    if steps:
+                        s.last_step = max(s.last_step or 0, int(steps[-1]))
+
+    def regressions(self) -> list[str]:
+        """Rank-0 containers that started below what their job's earlier ones printed."""
+        out = []
+        by_job: dict[str, list[Seen]] = {}
+        for s in self.seen.values():
+            if s.rank == 0:
+                by_job.setdefault(s.job, []).append(s)
+        for job, gens in by_job.items():
+            gens.sort(key=lambda s: s.created)
+            best = 0
+            for s in gens:
+                if s.start_from is not None and s.start_from < best - REPEAT_SLACK:
+                    out.append(
+                        f"{job}: a container started from step {s.start_from}, its earlier "
+                        f"ones had printed {best} (more than one checkpoint interval lost)"
+                    )
+                best = max(best, s.last_step or 0, s.start_from or 0)
+        return out
+
+
+class KillSession:
+    def __init__(self, docker_client: Any, rng: Any, folder: Path, labels: dict[str, str]):
+        self.docker = docker_client
+        self.rng = rng
+        self.run_id = f"a{uuid.uuid4().hex[:8]}"
+        self.labels = {**labels, "flowcon.faults": self.run_id}
+        self.alloc = AllocatorProcess(folder, self.labels)
+        self.poller = StepPoller(docker_client, f"flowcon.faults={self.run_id}")
+        self.submitted: list[str] = []
+        self.answered: dict[str, bool] = {}  # job -> admitted, for answered submits
+        self.cancelled: set[str] = set()
+        self._stopped = threading.Event()  # a job container exited 143 (a rescale's stop)
+        self._events: Any = None
+
+    # -- set-up and tear-down
+
+    def start(self) -> None:
+        self.alloc.start()
+        if not self.alloc.wait_up():
+            raise RuntimeError(f"the allocator did not come up: {self._log_tail()}")
+        self.poller.start()
+        threading.Thread(target=self._watch_events, name="faults-events", daemon=True).start()
+        self._submit(self._spec(0))  # a first job takes all 8 GPUs
+
+    def _watch_events(self) -> None:
+        filters = {"type": "container", "event": "die", "label": f"flowcon.faults={self.run_id}"}
+        with contextlib.suppress(Exception):
+            self._events = self.docker.api.events(decode=True, filters=filters)
+            for ev in self._events:
+                attrs = (ev.get("Actor") or {}).get("Attributes") or {}
+                if attrs.get("exitCode") == "143":
+                    self._stopped.set()
+
+    def close(self) -> None:
+        """Cancel every job (the allocator removes its containers), stop the allocator,
+        then remove whatever is left: containers with the run's label, checkpoint volumes."""
+        with contextlib.suppress(Exception):
+            if not self.alloc.alive():  # killed by a failed run: bring it back to cancel
+                self.alloc.start()
+                self.alloc.wait_up()
+            c = self.alloc.client()
+            for job in self.submitted:
+                with contextlib.suppress(Exception):
+                    c.cancel(job)
+        self.alloc.stop()
+        self.poller.stop()
+        if self._events is not None:
+            with contextlib.suppress(Exception):
+                self._events.close()
+        for c in self.docker.containers.list(
+            all=True, filters={"label": f"flowcon.faults={self.run_id}"}
+        ):
+            with contextlib.suppress(Exception):
+                c.remove(force=True)
+        from flowcon.service.executor import Executor
+
+        for job in self.submitted:
+            with contextlib.suppress(Exception):
+                self.docker.volumes.get(Executor.volume_name(job)).remove(force=True)
+
+    def _log_tail(self) -> str:
+        return self.alloc.log.read_text(errors="replace")[-800:]
+
+    # -- one run
+
+    def _spec(self, i: int) -> dict[str, Any]:
+        from flowcon.service.ratejob import rate_job_spec
+
+        name = f"{self.run_id}-j{i}"
+        return rate_job_spec(name, 10**7, None, PROFILE)
+
+    def _submit(self, spec: dict[str, Any]) -> None:
+        name = str(spec["name"])
+        self.submitted.append(name)
+        try:
+            out = self.alloc.client().submit(spec)
+        except Exception:
+            return  # killed before it answered: the job may or may not exist
+        self.answered[name] = bool(out.get("admitted"))
+
+    def _active(self) -> list[dict[str, Any]]:
+        jobs: list[dict[str, Any]] = self.alloc.client().jobs()
+        return [j for j in jobs if j.get("state") in ("admitted", "running")]
+
+    def one_kill(self, i: int) -> Outcome:
+        kind = KINDS[i % len(KINDS)]
+        problems: list[str] = []
+        active = sorted(self._active(), key=lambda j: j.get("submit_time") or 0)
+        if len(active) >= MAX_ACTIVE:
+            oldest = str(active[0]["name"])
+            self.alloc.client().cancel(oldest)
+            self.cancelled.add(oldest)
+        time.sleep(self.rng.uniform(0.5, 1.5))  # anywhere in a slot
+        self._stopped.clear()
+        spec = self._spec(i + 1)
+        submit = threading.Thread(target=self._submit, args=(spec,), daemon=True)
+        submit.start()
+        if kind == "submit":
+            time.sleep(self.rng.uniform(0.0, 0.05))
+        else:
+            self._stopped.wait(15)  # no rescale in 15 s: killed anyway, counted below
+        self.alloc.kill()
+        submit.join(15)
+        t0 = time.monotonic()
+        self.alloc.start()
+        if not self.alloc.wait_up():
+            return [f"{kind} {i}: the allocator did not come back: {self._log_tail()}"], None
+        waited = self._wait_running(timeout=45)
+        took = None if waited is None else time.monotonic() - t0
+        if took is None:
+            problems.append(f"{kind} {i}: not every active job runs again 45 s after restart")
+        if kind == "rescale" and not self._stopped.is_set():
+            problems.append(f"{kind} {i}: no rescale stopped a container within 15 s")
+        return problems + [f"{kind} {i}: {p}" for p in self.check()], took
+
+    def _containers(self) -> list[Any]:
+        return list(self.docker.containers.list(filters={"label": f"flowcon.faults={self.run_id}"}))
+
+    def _wait_running(self, timeout: float) -> float | None:
+        from flowcon.contract import LABEL_JOB, LABEL_WORLD_SIZE
+
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            with contextlib.suppress(Exception):
+                want = {str(j["name"]): int(j["gpus"]) for j in self._active() if j["gpus"]}
+                have: dict[str, set[int]] = {}
+                for c in self._containers():
+                    have.setdefault(c.labels.get(LABEL_JOB, ""), set()).add(
+                        int(c.labels.get(LABEL_WORLD_SIZE, "0"))
+                    )
+                if want and all(have.get(job) == {gpus} for job, gpus in want.items()):
+                    return time.monotonic() - t0
+            time.sleep(0.2)
+        return None
+
+    def check(self) -> list[str]:
+        from flowcon.contract import LABEL_JOB, LABEL_RANK
+
+        problems: list[str] = []
+        listed = {str(j["name"]): j for j in self.alloc.client().jobs()}
+        for job, admitted in self.answered.items():
+            if job in self.cancelled:
+                continue
+            state = (listed.get(job) or {}).get("state")
+            if admitted and state not in ("admitted", "running", "completed"):
+                problems.append(f"{job}: admitted, now {state or 'missing'}")
+        for job, n in self.alloc.admissions().items():
+            if n > 1:
+                problems.append(f"{job}: {n} admission records (admitted twice)")
+        active = {name for name, j in listed.items() if j.get("state") in ("admitted", "running")}
+        ranks: dict[tuple[str, str], int] = {}
+        for c in self._containers():
+            job = c.labels.get(LABEL_JOB, "?")
+            key = (job, c.labels.get(LABEL_RANK, "?"))
+            ranks[key] = ranks.get(key, 0) + 1
+            if job not in active:
+                problems.append(f"{job}: container {c.name} runs, the job is not active")
+        problems += [
+            f"{job} rank {r}: {n} running containers" for (job, r), n in ranks.items() if n > 1
+        ]
+        time.sleep(1.0)  # one more poll of the new containers' first lines
+        return problems + self.poller.regressions()
+
+
+@contextmanager
+def allocator_kill_session(
+    rng: Any, labels: dict[str, str] | None = None
+) -> Iterator[tuple[Callable[[int], Outcome], Callable[[], list[str]]]]:
+    """The ``allocator-kill`` scenario: (one kill and restart, the final check)."""
+    import docker
+
+    client = docker.from_env(timeout=60)
+    with tempfile.TemporaryDirectory(prefix="flowcon-faults-allocator-") as tmp:
+        sess = KillSession(client, rng, Path(tmp), dict(labels or {}))
+        try:
+            sess.start()
+
+            def final() -> list[str]:
+                return sess.check() if sess.alloc.alive() else ["the allocator is not running"]
+
+            yield sess.one_kill, final
+        finally:
+            try:
+                sess.close()
+            finally:
+                client.close()
