@@ -56,6 +56,12 @@ Scenarios implemented:
         one job's rank, none of an inactive job, a job's new containers start no more
         than one checkpoint interval behind. Recovery: restart to every active job
         running again at its stored world size.
+  allocator-disk-full
+        an in-process allocator (plan only) whose SQLite store lives on a 2 MB tmpfs
+        (root needed): the disk is filled, then a submit, a cancel and a submit must each
+        be refused with 507 naming the store's problem, no store row may change, /healthz
+        answers 503; space is freed and a new submit is admitted. Recovery: space freed
+        to /healthz ok.
   agent-hostile-output
         about 10^5 hostile lines from 4 managed containers (garbage JSON, NaN/inf/null,
         partial lines, invalid UTF-8, 10 MB lines, a regex label built to backtrack): a
@@ -1027,6 +1033,21 @@ def allocator_kill_session(rng: random.Random) -> Iterator[Callable[[int], RunRe
         yield FinalCheck(run, final)
 
 
+@contextmanager
+def allocator_disk_full_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
+    """The store's tmpfs filled under an in-process allocator (faults_allocator.py)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from faults_allocator import allocator_disk_full_session as session
+
+    with session(rng) as run:
+
+        def one(i: int) -> RunResult:
+            problems, took = run(i)
+            return RunResult(problems, took)
+
+        yield one
+
+
 # -- the scenarios of issue 15 ------------------------------------------------------------
 
 SCENARIOS = [
@@ -1070,7 +1091,13 @@ SCENARIOS = [
         allocator_kill_session,
     ),
     Scenario("allocator-engine-restart", "engine restart and swarm node stop", 5),
-    Scenario("allocator-disk-full", "full store disk, corrupted checkpoint", 5),
+    Scenario(
+        "allocator-disk-full",
+        "the store's disk full under a running allocator, then freed",
+        5,
+        allocator_disk_full_session,
+    ),
+    Scenario("allocator-corrupt-checkpoint", "a job's checkpoint file corrupted", 3),
     Scenario(
         "interrupted-commands",
         "bench_rescale.py stopped by SIGTERM/SIGINT at a random moment",

@@ -44,6 +44,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -418,3 +419,172 @@ def allocator_kill_session(
                 sess.close()
             finally:
                 client.close()
+
+
+# -- the store's disk full -----------------------------------------------------------------
+
+DISK_KB = 2048  # the tmpfs the store lives on: room for the schema and a few jobs
+
+
+def _spec_plain(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": "flowcon/testbox:latest",
+        "command": ["true"],
+        "global_batch_size": 16,
+        "iterations": 100000,
+        "profile": {"1": 10.0, "2": 18.0, "4": 32.0},
+        "best_effort": True,
+    }
+
+
+@contextmanager
+def tmpfs(size_kb: int) -> Iterator[Path]:
+    """A private tmpfs of ``size_kb`` (needs root, as the agent does); removed after."""
+    folder = Path(tempfile.mkdtemp(prefix="flowcon-faults-tmpfs-"))
+    try:
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_kb}k", "tmpfs", str(folder)],
+            check=True,
+            capture_output=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as exc:
+        folder.rmdir()
+        detail = getattr(exc, "stderr", b"") or b""
+        raise RuntimeError(f"cannot mount a tmpfs (root needed): {detail.decode()[:200]}") from exc
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False, capture_output=True)
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def fill(folder: Path) -> Path:
+    """Fill the file system of ``folder`` to the last byte; returns the filler file."""
+    path = folder / "filler"
+    with contextlib.suppress(OSError), path.open("wb") as fh:
+        while True:
+            fh.write(b"\0" * 65536)
+            fh.flush()
+    with contextlib.suppress(OSError), path.open("ab") as fh:  # the last partial blocks
+        while True:
+            fh.write(b"\0" * 512)
+            fh.flush()
+    return path
+
+
+class DiskFullSession:
+    """allocator-disk-full: an in-process allocator (plan only, 0.5 s slots) whose store
+    lives on a small tmpfs. Each run fills the disk, then a submit, a cancel of the running
+    job and a second submit must each be refused with 507 naming the store's problem (no
+    5xx other than that, no traceback), every store row must be unchanged, and /healthz
+    must keep answering (503 while rounds cannot be written). Space is freed: health is
+    "ok" again within three slots and a new submit is admitted. Recovery: space freed to
+    health ok."""
+
+    def __init__(self, folder: Path) -> None:
+        from flowcon.service.config import AllocatorConfig
+        from flowcon.service.daemon import Allocator
+
+        cfg = AllocatorConfig(
+            state_dir=folder / "state", slot_seconds=0.5, listen="127.0.0.1:0", token=TOKEN
+        )
+        self.folder = folder
+        self.alloc = Allocator(cfg, target=None, total_gpus=4)
+        self.alloc.start(port=0)
+        self.client = self._client()
+        self.client.submit(_spec_plain("keep"))
+
+    def _client(self) -> Any:
+        from flowcon.service.client import AllocatorClient
+
+        return AllocatorClient(self.alloc.url, TOKEN, timeout=10)
+
+    def rows(self) -> dict[str, Any]:
+        st = self.alloc.store
+        return {
+            "jobs": sorted((r.name, r.state, r.gpus) for r in st.list_jobs()),
+            "admissions": len(st.admissions()),
+            "allocations": len(st.allocations()),
+            "events": len(st.events()),
+        }
+
+    def one_run(self, i: int) -> Outcome:
+        filler = fill(self.folder)
+        time.sleep(1.2)  # rounds now fail to write: let them
+        before = self.rows()
+        problems = self._refusals(i)
+        after = self.rows()
+        if after != before:
+            problems.append(f"the store changed while refusing: {before} -> {after}")
+        filler.unlink()
+        took, late = self._recovery(i)
+        names = {r.name for r in self.alloc.store.list_jobs()}
+        if f"new{i}" in names or f"other{i}" in names or "keep" not in names:
+            problems.append(f"a refused request left a trace, or keep was lost: {sorted(names)}")
+        return problems + late, took
+
+    def _refusals(self, i: int) -> list[str]:
+        """A submit, a cancel and a submit while the disk is full, then /healthz."""
+        from flowcon.service.client import ClientError
+
+        problems: list[str] = []
+        calls: list[tuple[str, Callable[[], Any]]] = [
+            ("submit", partial(self.client.submit, _spec_plain(f"new{i}"))),
+            ("cancel", partial(self.client.cancel, "keep")),
+            ("submit", partial(self.client.submit, _spec_plain(f"other{i}"))),
+        ]
+        for what, call in calls:
+            try:
+                answer = call()
+                problems.append(f"{what} while the disk is full was accepted: {answer}")
+            except ClientError as exc:
+                if exc.status != 507 or "store cannot be written" not in str(exc):
+                    problems.append(f"{what} while full answered {exc.status}: {exc}")
+        try:
+            health = self.client.health()
+            problems.append(f"health says ok while no round can be written: {health}")
+        except ClientError as exc:
+            if exc.status != 503:
+                problems.append(f"health while full answered {exc.status}: {exc}")
+        return problems
+
+    def _recovery(self, i: int) -> tuple[float | None, list[str]]:
+        """Seconds until /healthz is ok again, and a submit that must be admitted."""
+        from flowcon.service.client import ClientError
+
+        problems: list[str] = []
+        t0 = time.monotonic()
+        took = None
+        while took is None and time.monotonic() - t0 < 5.0:
+            with contextlib.suppress(ClientError):
+                if self.client.health().get("status") == "ok":
+                    took = time.monotonic() - t0
+            time.sleep(0.02)
+        if took is None:
+            problems.append("health not ok 5 s after space was freed")
+        try:
+            if not self.client.submit(_spec_plain(f"late{i}")).get("admitted"):
+                problems.append("a submit after space was freed was not admitted")
+            self.client.cancel(f"late{i}")  # keep the store small for the next run
+        except ClientError as exc:
+            problems.append(f"a submit after space was freed answered {exc.status}: {exc}")
+        return took, problems
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            (self.folder / "filler").unlink()
+        self.alloc.stop()
+
+
+@contextmanager
+def allocator_disk_full_session(rng: Any) -> Iterator[Callable[[int], Outcome]]:
+    """The ``allocator-disk-full`` scenario (needs root for its tmpfs)."""
+    del rng  # every run is the same; the moments are the slots'
+    with tmpfs(DISK_KB) as folder:
+        sess = DiskFullSession(folder)
+        try:
+            yield sess.one_run
+        finally:
+            sess.close()

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
+import os
+import random
 import sys
 from types import ModuleType
 
+import pytest
 from conftest import REPO
 
 
@@ -33,3 +37,20 @@ def test_the_step_check_sees_a_checkpoint_that_went_back() -> None:
     poller.seen["e"] = seen("j", 0, 4, 3.0, 10, 12)  # restarted far behind step 60
     (problem,) = poller.regressions()
     assert problem.startswith("j: a container started from step 10") and "printed 60" in problem
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting the scenario's tmpfs needs root")
+def test_a_full_store_disk_refuses_with_507_changes_nothing_and_recovers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    faults = _module()
+    with (
+        caplog.at_level(logging.ERROR),
+        faults.allocator_disk_full_session(random.Random(0)) as run,
+    ):
+        for i in range(2):
+            problems, took = run(i)
+            assert problems == [], problems
+            assert took is not None and took < 5
+    assert "Traceback" not in caplog.text
+    assert "store cannot be written: database or disk is full" in caplog.text
