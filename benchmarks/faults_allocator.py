@@ -588,3 +588,169 @@ def allocator_disk_full_session(rng: Any) -> Iterator[Callable[[int], Outcome]]:
             yield sess.one_run
         finally:
             sess.close()
+
+
+# -- the engine restarted under the allocator ---------------------------------------------
+
+RESTART_KINDS = ("live-restore", "plain")
+
+
+class EngineRestartSession:
+    """allocator-engine-restart: an in-process allocator (1 s slots) drives rate jobs on a
+    private dockerd (tests/private_engine.py, never the shared engine). Each run stops the
+    engine at a random moment, starts it again 1-3 s later, in turn:
+
+    * with ``--live-restore``: the containers keep running while the engine is away, and
+      must be untouched (same ids, never restarted);
+    * without it: the engine stops the containers (the jobs checkpoint on SIGTERM), and the
+      allocator must resume every job from its checkpoint.
+
+    Checks once every active job runs again: the allocator answered throughout, no job
+    lost or failed, never two containers of one job's rank, steps never more than one
+    checkpoint interval behind, and an engine restart does not use up a job's restart
+    budget (``executor.max_restarts``): runs beyond that budget must still resume. Recovery:
+    engine answering to every active job running at its stored world size."""
+
+    def __init__(self, rng: Any, folder: Path, labels: dict[str, str]) -> None:
+        sys.path.insert(0, str(REPO / "tests"))
+        import docker
+        from private_engine import PRIVATE_HOST, setup_private
+
+        self.rng = rng
+        self.engine, self.created_bridge = setup_private(folder / "dockerd.log", live_restore=True)
+        self.docker = docker.DockerClient(base_url=PRIVATE_HOST, timeout=30)
+        self.run_id = f"e{uuid.uuid4().hex[:8]}"
+        self.labels = {**labels, "flowcon.faults": self.run_id}
+        from flowcon.service.config import load_config
+        from flowcon.service.daemon import Allocator
+        from flowcon.service.target import build_target
+
+        (folder / "allocator.yaml").write_text(
+            json.dumps(
+                {
+                    "allocator": {
+                        "listen": "127.0.0.1:0",
+                        "state_dir": str(folder / "state"),
+                        "slot_seconds": 1,
+                        "token": TOKEN,
+                    },
+                    "gpus": {
+                        "declared": {
+                            "nodes": [{"name": "n1", "gpus": 4}, {"name": "n2", "gpus": 4}]
+                        }
+                    },
+                    "executor": {"backend": "engine", "grace_s": 5, "network": "none"},
+                }
+            )
+        )
+        cfg = load_config(folder / "allocator.yaml", {}, folder / "no-secrets")
+        self.alloc = Allocator(cfg, build_target(cfg, client=self.docker, extra_labels=self.labels))
+        self.alloc.start(port=0)
+        self.poller = StepPoller(self.docker, f"flowcon.faults={self.run_id}")
+        self.poller.start()
+        from flowcon.service.client import AllocatorClient
+
+        self.client = AllocatorClient(self.alloc.url, TOKEN, timeout=10)
+        for i in range(2):
+            self.client.submit(rate_spec(f"{self.run_id}-j{i}"))
+        if not self._wait_running(60):
+            raise RuntimeError("the jobs never ran on the private engine")
+
+    def _containers(self) -> list[Any]:
+        return list(self.docker.containers.list(filters={"label": f"flowcon.faults={self.run_id}"}))
+
+    def _wait_running(self, timeout: float) -> bool:
+        from flowcon.contract import LABEL_JOB, LABEL_WORLD_SIZE
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with contextlib.suppress(Exception):
+                jobs = [j for j in self.client.jobs() if j["state"] in ("admitted", "running")]
+                want = {str(j["name"]): int(j["gpus"]) for j in jobs if j["gpus"]}
+                have: dict[str, set[int]] = {}
+                for c in self._containers():
+                    have.setdefault(c.labels.get(LABEL_JOB, ""), set()).add(
+                        int(c.labels.get(LABEL_WORLD_SIZE, "0"))
+                    )
+                if want and all(have.get(j) == {g} for j, g in want.items()):
+                    return True
+            time.sleep(0.2)
+        return False
+
+    def one_restart(self, i: int) -> Outcome:
+        from flowcon.contract import LABEL_JOB, LABEL_RANK
+
+        kind = RESTART_KINDS[i % len(RESTART_KINDS)]
+        before = {c.id for c in self._containers()}
+        time.sleep(self.rng.uniform(0.0, 1.0))  # anywhere in a slot
+        self.engine.stop()
+        time.sleep(self.rng.uniform(1.0, 3.0))
+        answered = True
+        with contextlib.suppress(Exception):
+            self.client.health()  # the allocator answers while the engine is away
+        try:
+            self.client.jobs()
+        except Exception:
+            answered = False
+        self.engine.start(live_restore=(kind == "live-restore"))
+        t0 = time.monotonic()
+        problems = [] if answered else [f"{kind} {i}: the allocator did not answer"]
+        if not self._wait_running(60):
+            problems.append(f"{kind} {i}: not every active job runs 60 s after the engine")
+            took = None
+        else:
+            took = time.monotonic() - t0
+        after = {c.id for c in self._containers()}
+        if kind == "live-restore" and after != before:
+            problems.append(f"{kind} {i}: containers changed though they kept running")
+        if kind == "plain" and after & before:
+            problems.append(f"{kind} {i}: a container stopped with the engine still counts")
+        for j in self.client.jobs():
+            if j["state"] not in ("admitted", "running"):
+                problems.append(f"{kind} {i}: job {j['name']} is {j['state']}: {j['reason']}")
+        ranks: dict[tuple[str, str], int] = {}
+        for c in self._containers():
+            key = (c.labels.get(LABEL_JOB, "?"), c.labels.get(LABEL_RANK, "?"))
+            ranks[key] = ranks.get(key, 0) + 1
+        problems += [
+            f"{kind} {i}: {j} rank {r}: {n} containers" for (j, r), n in ranks.items() if n > 1
+        ]
+        time.sleep(1.0)
+        problems += [f"{kind} {i}: {p}" for p in self.poller.regressions()]
+        return problems, took
+
+    def close(self) -> None:
+        from private_engine import teardown_private
+
+        try:
+            with contextlib.suppress(Exception):
+                for j in self.client.jobs():
+                    with contextlib.suppress(Exception):
+                        self.client.cancel(j["name"])
+            self.alloc.stop()
+            self.poller.stop()
+            with contextlib.suppress(Exception):
+                for c in self.docker.containers.list(all=True):
+                    c.remove(force=True)
+            self.docker.close()
+        finally:
+            teardown_private(self.engine, self.created_bridge)
+
+
+def rate_spec(name: str) -> dict[str, Any]:
+    from flowcon.service.ratejob import rate_job_spec
+
+    return rate_job_spec(name, 10**7, None, PROFILE)
+
+
+@contextmanager
+def allocator_engine_restart_session(
+    rng: Any, labels: dict[str, str] | None = None
+) -> Iterator[Callable[[int], Outcome]]:
+    """The ``allocator-engine-restart`` scenario on a private dockerd."""
+    with tempfile.TemporaryDirectory(prefix="flowcon-faults-alloc-engine-") as tmp:
+        sess = EngineRestartSession(rng, Path(tmp), dict(labels or {}))
+        try:
+            yield sess.one_restart
+        finally:
+            sess.close()
