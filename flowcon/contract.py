@@ -113,6 +113,9 @@ LEAVE_SIGNAL: Final = "SIGUSR1"
 # Elan's progressive linear scaling (flowcon.elastic.lr): after a change of the global batch
 # size the learning rate moves linearly to its new value over this many steps (0: at once).
 ENV_LR_RAMP_STEPS: Final = "FLOWCON_LR_RAMP_STEPS"
+# Straggler removal in stop-free jobs (EDL section 5.2): "RATIO,CONSECUTIVE" (default
+# "1.2,10": slower than 1.2 x the median step time for 10 consecutive steps); "0" turns it off.
+ENV_STRAGGLER: Final = "FLOWCON_STRAGGLER"
 
 # Where the executor mounts a job's checkpoint volume in each of its containers.
 CHECKPOINT_MOUNT: Final = "/flowcon/checkpoint"

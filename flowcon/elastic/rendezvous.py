@@ -1,0 +1,418 @@
+"""Membership of a stop-free job: generations, the per-step vote, and the store protocol.
+
+EDL (shared/papers/edl.txt, section 4.2) and Elan (shared/papers/elan.txt, section V.B)
+change a job's workers without stopping it: new workers prepare while the others train,
+register, and all ranks switch at a step boundary they agree on; leaving workers stop at
+such a boundary. Here the agreement is one small ``all_gather`` per step (a :class:`Vote` per
+rank), so every rank computes the same :class:`Decision` from the same gathered votes, and
+nothing else has to be broadcast. A *generation* is one membership: a process group over a
+fresh key prefix of the job's TCPStore (hosted by the launcher of the job's first container).
+
+This module is pure logic plus the few store operations (any object with torch's ``Store``
+methods ``set``, ``get``, ``add``, ``compare_set``); no torch import, no sockets. Whether a
+key exists is read from a counter next to it (``<key>#``, see :func:`put`), not with
+``Store.check``, which the torch 1.13 of the training images does not have.
+
+Store keys (all under :data:`ROOT`):
+
+``gen``                          counter: generation ids are allocated from it (unique).
+``gen/<g>/next``                 the id of the generation that follows ``g`` at a switch.
+``joiners``                      counter: a joiner's slot is the value its ``add`` returned.
+``joiner/<slot>``                JSON :class:`Joiner` (written right after the slot is taken).
+``joiner/<slot>/assign``         JSON :class:`Assignment`: where a joiner goes at the switch.
+``rec/<g>/n`` ``rec/<g>/<i>``    failure recovery of generation ``g``: survivors' records.
+``rec/<g>/closed``               JSON :class:`Recovery`, the first closer's, by compare_set.
+``done``                         set when the job finished its iterations.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final, Protocol
+
+ROOT: Final = "flowcon/"
+
+# The vote: one row of floats per rank, gathered every step (EDL's "check at the end of
+# each mini-batch"). Rank 0 also reports the joiners that are ready in the store.
+VOTE_FIELDS: Final = (
+    "leave",  # 1: this rank asked to leave (SIGUSR1, or removed as a straggler)
+    "stop",  # 1: SIGTERM: checkpoint and stop the whole job
+    "step_time",  # seconds this rank computed in the last step (collective waits excluded)
+    "ready",  # rank 0: joiners ready in the store beyond those admitted
+    "target",  # rank 0: the largest FLOWCON_TARGET_WORLD among those joiners
+    "global_batch",  # rank 0: the global batch those joiners ask for (0: unchanged)
+    "batch",  # rank 0: a global batch the script asked for (set_global_batch; 0: none)
+    "upto",  # rank 0: the last joiner slot those joiners cover (withdrawn ones included)
+)
+VOTE_LEN: Final = len(VOTE_FIELDS)
+
+
+class Store(Protocol):
+    """The subset of ``torch.distributed.Store`` used here (TCPStore, PrefixStore, fakes)."""
+
+    def set(self, key: str, value: str | bytes, /) -> None: ...
+
+    def get(self, key: str, /) -> bytes: ...
+
+    def add(self, key: str, amount: int, /) -> int: ...
+
+    def compare_set(self, key: str, expected: str, desired: str, /) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class Vote:
+    leave: bool = False
+    stop: bool = False
+    step_time: float = 0.0
+    ready: int = 0
+    target: int = 0
+    global_batch: int = 0
+    batch: int = 0
+    upto: int = 0
+
+    def row(self) -> list[float]:
+        return [
+            float(self.leave),
+            float(self.stop),
+            float(self.step_time),
+            float(self.ready),
+            float(self.target),
+            float(self.global_batch),
+            float(self.batch),
+            float(self.upto),
+        ]
+
+    @staticmethod
+    def from_row(row: Sequence[float]) -> Vote:
+        if len(row) != VOTE_LEN:
+            raise ValueError(f"a vote has {VOTE_LEN} fields, got {len(row)}")
+        return Vote(
+            leave=row[0] > 0.5,
+            stop=row[1] > 0.5,
+            step_time=float(row[2]),
+            ready=round(row[3]),
+            target=round(row[4]),
+            global_batch=round(row[5]),
+            batch=round(row[6]),
+            upto=round(row[7]),
+        )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What every rank does at this boundary (the same on every rank)."""
+
+    stop: bool = False
+    leavers: tuple[int, ...] = ()  # old ranks that leave now
+    admit: int = 0  # joiners admitted now (rank 0's ready ones, in slot order)
+    global_batch: int = 0  # the global batch from this boundary on (0: unchanged)
+    upto: int = 0  # with ``admit``: joiner slots used up to here
+
+    @property
+    def switch(self) -> bool:
+        """The group re-forms (a batch change alone does not re-form it)."""
+        return bool(self.leavers or self.admit)
+
+
+def decide(
+    votes: Sequence[Vote],
+    removed: Sequence[int] = (),
+) -> Decision:
+    """The decision at a step boundary from all ranks' votes (rank order).
+
+    ``removed``: ranks the straggler detector removes (computed by every rank from the same
+    gathered step times). Joiners are admitted only when the running ranks plus the ready
+    joiners reach the joiners' target world (Elan V.B: the adjustment happens iff all new
+    workers have reported). At least one running rank stays when joiners come in (it holds
+    the state to replicate): leaves that would empty the job while joiners are admitted wait.
+    """
+    world = len(votes)
+    if world == 0:
+        raise ValueError("no votes")
+    if any(v.stop for v in votes):
+        return Decision(stop=True)
+    leavers = sorted({r for r, v in enumerate(votes) if v.leave} | set(removed))
+    lead = votes[0]
+    admit = lead.ready if lead.ready > 0 and world + lead.ready >= lead.target else 0
+    if admit and len(leavers) >= world:
+        leavers = leavers[1:]  # the lowest leaver stays one more generation to hand over
+    if len(leavers) >= world:  # everyone leaves: the job ends with them
+        return Decision(leavers=tuple(leavers))
+    # the admitted joiners' batch (Elan III: set with the scale event), else the script's
+    batch = lead.global_batch if admit and lead.global_batch else lead.batch
+    return Decision(
+        leavers=tuple(leavers), admit=admit, global_batch=batch, upto=lead.upto if admit else 0
+    )
+
+
+def new_rank(old_rank: int, leavers: Sequence[int]) -> int | None:
+    """This rank's rank in the next generation (None: it leaves). Stayers keep their order."""
+    if old_rank in leavers:
+        return None
+    return old_rank - sum(1 for r in leavers if r < old_rank)
+
+
+# ---------------------------------------------------------------- joiners
+
+
+@dataclass(frozen=True)
+class Joiner:
+    worker: str
+    target: int
+    global_batch: int = 0
+    slot: int = 0  # set by ready_joiners (not stored)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    gen: int
+    rank: int
+    world_size: int
+    holders: int  # ranks 0..holders-1 hold the state and send it (Elan IV)
+    sources: int = 1  # how many of them send concurrently
+    admitted: int = 0  # joiner slots consumed with this switch
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One membership of the job: the process group's key prefix, size and worker ids."""
+
+    gen: int
+    world_size: int
+    admitted: int = 0  # joiner slots consumed up to and including this generation
+    workers: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def prefix(self) -> str:
+        return f"{ROOT}pg/{self.gen}/"
+
+
+def _load(raw: bytes) -> dict[str, Any]:
+    value = json.loads(raw.decode())
+    if not isinstance(value, dict):
+        raise ValueError(f"store value is not an object: {raw[:80]!r}")
+    return value
+
+
+WITHDRAWN: Final = "withdrawn"
+
+
+def put(store: Store, key: str, value: str) -> None:
+    """Set ``key``, then mark it as there (``<key>#`` counts up): :func:`there` is then true."""
+    store.set(key, value)
+    store.add(key + "#", 1)
+
+
+def there(store: Store, key: str) -> bool:
+    """Whether ``key`` was written with :func:`put` (or :func:`put_once`); one round trip."""
+    return store.add(key + "#", 0) > 0
+
+
+def put_once(store: Store, key: str, value: str) -> str:
+    """``compare_set`` from nothing to ``value``, marked like :func:`put`; returns the value
+    that won (ours, or the one that was there first)."""
+    won = store.compare_set(key, "", value).decode()
+    store.add(key + "#", 1)
+    return won
+
+
+def register_joiner(store: Store, joiner: Joiner) -> int:
+    """A ready joiner takes a slot and describes itself; returns the slot (1-based)."""
+    slot = store.add(f"{ROOT}joiners", 1)
+    body = {k: v for k, v in asdict(joiner).items() if k != "slot"}
+    put(store, f"{ROOT}joiner/{slot}", json.dumps(body))
+    return slot
+
+
+def ready_joiners(store: Store, admitted: int) -> tuple[list[Joiner], int]:
+    """The joiners past slot ``admitted`` that are fully registered, in slot order, and the
+    last slot they cover (withdrawn slots are skipped but covered). Rank 0 asks at
+    coordinations: one ``add`` when nobody waits."""
+    total = store.add(f"{ROOT}joiners", 0)
+    out: list[Joiner] = []
+    upto = admitted
+    for slot in range(admitted + 1, total + 1):
+        key = f"{ROOT}joiner/{slot}"
+        if not there(store, key):
+            break  # took its slot, description not written yet: next boundary
+        upto = slot
+        if there(store, key + "/assign") and store.get(key + "/assign") == WITHDRAWN.encode():
+            continue
+        out.append(Joiner(**_load(store.get(key)), slot=slot))
+    return out, upto
+
+
+def assign(store: Store, slot: int, assignment: Assignment) -> None:
+    """Rank 0 tells joiner ``slot`` where to go; raises if it withdrew meanwhile (the switch
+    then fails and the workers recover without it)."""
+    body = json.dumps(asdict(assignment))
+    got = put_once(store, f"{ROOT}joiner/{slot}/assign", body)
+    if got != body:
+        raise RuntimeError(f"joiner slot {slot} withdrew before its switch")
+
+
+def withdraw(store: Store, slot: int) -> Assignment | None:
+    """A joiner asked to leave before it was admitted: None when it withdrew in time, else
+    the assignment that came first (it joins, then leaves at the next boundary)."""
+    got = put_once(store, f"{ROOT}joiner/{slot}/assign", WITHDRAWN)
+    return None if got == WITHDRAWN else Assignment(**json.loads(got))
+
+
+def wait_key(
+    store: Store,
+    key: str,
+    timeout_s: float,
+    poll_s: float = 0.02,
+    interrupted: Callable[[], bool] = lambda: False,
+) -> bytes | None:
+    """Poll ``key`` until it exists (None on timeout or when ``interrupted()``): polling keeps
+    the caller's signal handlers running, which a blocking ``get`` would not."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if there(store, key):
+            return store.get(key)
+        if interrupted() or time.monotonic() >= deadline:
+            return None
+        time.sleep(poll_s)
+
+
+def wait_assignment(
+    store: Store,
+    slot: int,
+    timeout_s: float,
+    interrupted: Callable[[], bool] = lambda: False,
+) -> Assignment | None:
+    raw = wait_key(store, f"{ROOT}joiner/{slot}/assign", timeout_s, interrupted=interrupted)
+    return None if raw is None else Assignment(**_load(raw))
+
+
+def mark_done(store: Store) -> None:
+    """The job finished all its iterations (joiners still waiting exit, nothing to join)."""
+    put(store, f"{ROOT}done", "1")
+
+
+def job_done(store: Store) -> bool:
+    return there(store, f"{ROOT}done")
+
+
+def allocate_gen(store: Store) -> int:
+    return store.add(f"{ROOT}gen", 1)
+
+
+def publish_next(store: Store, gen: int, nxt: int) -> None:
+    put(store, f"{ROOT}gen/{gen}/next", str(nxt))
+
+
+def next_gen(store: Store, gen: int, timeout_s: float) -> int:
+    raw = wait_key(store, f"{ROOT}gen/{gen}/next", timeout_s)
+    if raw is None:
+        raise TimeoutError(f"no successor of generation {gen} within {timeout_s} s")
+    return int(raw.decode())
+
+
+# ---------------------------------------------------------------- failure recovery
+
+
+@dataclass(frozen=True)
+class Survivor:
+    old_rank: int
+    worker: str
+    snapshots: tuple[int, ...]  # steps of the in-memory snapshots this rank holds
+    admitted: int = 0  # joiner slots used up (a failed switch's joiners are not retried)
+
+    @staticmethod
+    def load(d: dict[str, Any]) -> Survivor:
+        return Survivor(
+            old_rank=int(d["old_rank"]),
+            worker=str(d["worker"]),
+            snapshots=tuple(int(x) for x in d["snapshots"]),
+            admitted=int(d.get("admitted", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """The membership after a failure: survivors in old-rank order and the agreed step."""
+
+    gen: int
+    survivors: tuple[Survivor, ...]
+    step: int
+
+    @property
+    def admitted(self) -> int:
+        return max((s.admitted for s in self.survivors), default=0)
+
+    def rank_of(self, old_rank: int) -> int | None:
+        for i, s in enumerate(self.survivors):
+            if s.old_rank == old_rank:
+                return i
+        return None
+
+
+def agreed_step(survivors: Sequence[Survivor]) -> int:
+    """The newest step every survivor holds a snapshot of (EDL's consistent recovery).
+
+    A rank that entered the vote of step s had finished step s, so the survivors' newest
+    snapshots differ by at most one step and each also holds the previous one.
+    """
+    common = set(survivors[0].snapshots)
+    for s in survivors[1:]:
+        common &= set(s.snapshots)
+    if not common:
+        raise RuntimeError(
+            f"no snapshot common to all survivors: {[s.snapshots for s in survivors]}"
+        )
+    return max(common)
+
+
+def _recovery_from(raw: bytes) -> Recovery:
+    d = _load(raw)
+    survivors = tuple(Survivor.load(s) for s in d["survivors"])
+    return Recovery(gen=int(d["gen"]), survivors=survivors, step=int(d["step"]))
+
+
+def recover(
+    store: Store,
+    gen: int,
+    me: Survivor,
+    expected: int,
+    wait_s: float,
+    poll_s: float = 0.02,
+) -> Recovery:
+    """Survivors of generation ``gen`` agree on the next membership through the store.
+
+    Each registers; the first that sees ``expected`` records (or waits ``wait_s``) closes the
+    set with compare_set, so all survivors adopt the same closed membership. A survivor that
+    registered too late is not in it (the caller exits; the executor replaces it).
+    """
+    base = f"{ROOT}rec/{gen}/"
+    closed_key = base + "closed"
+    i = store.add(base + "n", 1)
+    put(store, base + str(i), json.dumps(asdict(me)))
+    deadline = time.monotonic() + wait_s
+    while True:
+        if there(store, closed_key):
+            return _recovery_from(store.get(closed_key))
+        n = store.add(base + "n", 0)
+        if n >= expected or time.monotonic() >= deadline:
+            break
+        time.sleep(poll_s)
+    records: list[Survivor] = []
+    for j in range(1, n + 1):
+        key = base + str(j)
+        if there(store, key):
+            records.append(Survivor.load(_load(store.get(key))))
+    records.sort(key=lambda s: s.old_rank)
+    proposal = Recovery(gen=allocate_gen(store), survivors=tuple(records), step=0)
+    proposal = Recovery(proposal.gen, proposal.survivors, agreed_step(records))
+    body = json.dumps(
+        {
+            "gen": proposal.gen,
+            "step": proposal.step,
+            "survivors": [asdict(s) for s in proposal.survivors],
+        }
+    )
+    return _recovery_from(put_once(store, closed_key, body).encode())

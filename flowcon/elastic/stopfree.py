@@ -1,0 +1,981 @@
+"""Stop-free elastic training on torch.distributed: the job side (EDL section 4.2, Elan IV-V).
+
+A plain DDP script becomes stop-free with ``elastic.main(train)`` and
+``FLOWCON_SCALING=stopfree``; ``train`` receives a :class:`StopFree` (an ``Elastic`` with the
+same ``wrap`` / ``steps`` / ``report``)::
+
+    def train(run):
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sampler = ElasticSampler(len(data), seed=0)
+        ddp = run.wrap(model)                          # DDP, rebuilt at each generation
+        for step in run.steps(model, opt, iterations, sampler=sampler):
+            idx = run.batch()                          # this rank's share of the global batch
+            loss = loss_fn(ddp(x[idx]), y[idx])         # a mean over the local batch
+            opt.zero_grad(); loss.backward(); opt.step()
+            sampler.advance(run.global_batch_size)
+            run.report(step=step, loss=loss.item())
+
+What happens at each step boundary (``steps`` does it between two iterations):
+
+- every rank contributes one :class:`~flowcon.elastic.rendezvous.Vote` to one ``all_gather``
+  (leave/stop flags, its step time; rank 0 adds the joiners ready in the job's TCPStore), and
+  all ranks take the same :func:`~flowcon.elastic.rendezvous.decide` decision;
+- scale-out (EDL 4.2 "stop-free scaling"; Elan V.B): joiners imported torch and built the
+  model while the job trained; once running + ready reach their target world, all switch:
+  a fresh gloo group over a new store prefix (the old one is destroyed), then the state
+  (``flowcon.elastic.state.capture``: model, optimizer, step, scheduler, scaler, RNG, data
+  position) goes from the running ranks to the joiners by broadcast over the new group, no
+  file (Elan IV's IO-free replication; ``sources`` > 1 spreads the tensors over several
+  holders, Elan's concurrent replication);
+- scale-in (EDL 4.2 "graceful exit"): a SIGUSR1'd rank, or a straggler (EDL 5.2), leaves at
+  the boundary and its process exits ``EXIT_LEFT``; the others re-form, no state moves;
+- failure (EDL 4.2 "consistent recovery", in memory): a collective that fails (a peer killed)
+  sends the survivors to the store, where they agree on the membership and on the newest step
+  all of them hold an in-memory snapshot of; they restore it and re-form;
+- SIGTERM: the whole job checkpoints and stops, as in restart mode.
+
+Gradients are averaged by a DDP communication hook weighted by each rank's share of the
+global batch (local / global), so uneven shares give the global-batch mean exactly.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import datetime as _dt
+import inspect
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Final
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from flowcon import contract
+from flowcon.contract import EXIT_LEFT, EXIT_PREEMPTED
+from flowcon.elastic import rendezvous as rdv
+from flowcon.elastic import state as _state
+from flowcon.elastic.restart import Elastic, ElasticEnv
+from flowcon.elastic.straggler import StragglerDetector
+from flowcon.report import report as _report
+
+_PREFIX_STORE: Any = getattr(dist, "PrefixStore")  # noqa: B009 (not in torch's typed exports)
+# Newer torch names the default group by ``_ranks`` (else by the process's count of groups
+# so far); torch 1.13 (the training images') by ``group_name``. Either way the name must be
+# the same on every rank: the count differs between a joiner and a worker that saw a failed
+# switch, and the name is part of the group's store keys.
+_INIT_PARAMS: Final = frozenset(inspect.signature(dist.init_process_group).parameters)
+_DDP_INIT_SYNC: Final = "init_sync" in inspect.signature(DistributedDataParallel).parameters
+
+
+def _group_naming(gen: rdv.Generation) -> dict[str, Any]:
+    if "_ranks" in _INIT_PARAMS:
+        return {"_ranks": list(range(gen.world_size))}
+    return {"group_name": f"flowcon-{gen.gen}"}
+
+
+# ---------------------------------------------------------------- state replication
+
+
+@dataclasses.dataclass(frozen=True)
+class _TensorRef:
+    """Where a tensor of the replicated state lives in the flat per-dtype buffers."""
+
+    dtype: str
+    offset: int
+    shape: tuple[int, ...]
+
+
+def flatten(obj: Any, buffers: dict[str, list[torch.Tensor]], sizes: dict[str, int]) -> Any:
+    """``obj`` with every tensor replaced by a :class:`_TensorRef` into ``buffers``."""
+    if isinstance(obj, torch.Tensor):
+        key = str(obj.dtype).removeprefix("torch.")
+        t = obj.detach().reshape(-1).cpu()  # gloo moves host memory; restore puts it back
+        off = sizes.get(key, 0)
+        buffers.setdefault(key, []).append(t)
+        sizes[key] = off + t.numel()
+        return _TensorRef(key, off, tuple(obj.shape))
+    if isinstance(obj, dict):
+        return {k: flatten(v, buffers, sizes) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [flatten(v, buffers, sizes) for v in obj]
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(flatten(v, buffers, sizes) for v in obj)
+    return obj
+
+
+def unflatten(obj: Any, flat: Mapping[str, torch.Tensor]) -> Any:
+    """The inverse of :func:`flatten` (tensors are views into ``flat``)."""
+    if isinstance(obj, _TensorRef):
+        n = 1
+        for d in obj.shape:
+            n *= d
+        return flat[obj.dtype][obj.offset : obj.offset + n].view(obj.shape)
+    if isinstance(obj, dict):
+        return {k: unflatten(v, flat) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [unflatten(v, flat) for v in obj]
+    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+        return tuple(unflatten(v, flat) for v in obj)
+    return obj
+
+
+def chunks(n: int, parts: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` pieces of ``range(n)`` for ``parts`` senders (sizes differ by at most one)."""
+    parts = max(1, min(parts, n)) if n else 1
+    base, extra = divmod(n, parts)
+    out, lo = [], 0
+    for i in range(parts):
+        hi = lo + base + (1 if i < extra else 0)
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+def replicate(state: dict[str, Any] | None, holders: int, sources: int = 1) -> dict[str, Any]:
+    """Every rank of the current group ends with rank 0's ``state`` (Elan section IV).
+
+    The small part (step, sampler, scheduler, RNG, ...) and the tensors' layout go from rank 0
+    by ``broadcast_object_list``; the model and optimizer tensors are packed into one flat
+    buffer per dtype, cut into ``min(sources, holders)`` pieces, and piece ``i`` is broadcast
+    from holder rank ``i`` (all holders have identical model and optimizer), concurrently.
+    Ranks ``< holders`` pass their state; the others pass None.
+    """
+    rank = dist.get_rank()
+    buffers: dict[str, list[torch.Tensor]] = {}
+    sizes: dict[str, int] = {}
+    skeleton: dict[str, Any] | None = None
+    if state is not None:
+        tensors = {k: state.get(k) for k in ("model", "optimizer")}
+        skeleton = {k: v for k, v in state.items() if k not in tensors}
+        skeleton["_flat"] = flatten(tensors, buffers, sizes)
+        skeleton["_sizes"] = dict(sizes)
+    box: list[Any] = [skeleton if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    skel: dict[str, Any] = box[0]
+    dtypes: dict[str, torch.dtype] = {k: getattr(torch, k) for k in skel["_sizes"]}
+    if state is not None:
+        flat = {k: torch.cat(buffers[k]) for k in skel["_sizes"]}
+    else:
+        flat = {k: torch.empty(n, dtype=dtypes[k]) for k, n in skel["_sizes"].items()}
+    works = []
+    senders = max(1, min(sources, holders))
+    for key in sorted(flat):
+        for src, (lo, hi) in enumerate(chunks(flat[key].numel(), senders)):
+            if hi > lo:
+                works.append(dist.broadcast(flat[key][lo:hi], src=src, async_op=True))
+    for w in works:
+        if w is not None:
+            w.wait()
+    out = {k: v for k, v in skel.items() if k not in ("_flat", "_sizes")}
+    out.update(unflatten(skel["_flat"], flat))
+    return out
+
+
+# ---------------------------------------------------------------- DDP across generations
+
+
+class _Comm:
+    """What the DDP communication hook needs: this step's weight, the failure flag, timing."""
+
+    def __init__(self) -> None:
+        self.weight = 1.0
+        self.failed: BaseException | None = None
+        self.seconds = 0.0
+
+
+def weighted_allreduce_hook(comm: _Comm, bucket: Any) -> torch.futures.Future[torch.Tensor]:
+    """DDP comm hook: ``sum_r (n_r / N) * grad_r``, the global-batch mean when each rank's loss
+    is the mean over its ``n_r`` samples (DDP's own hook divides by the world size instead,
+    wrong when shares are uneven). A failed all-reduce (a peer died) does not raise into the
+    training script's ``backward``: it marks ``comm.failed`` and the step boundary recovers."""
+    buf: torch.Tensor = bucket.buffer()
+    if comm.weight == 0.0:
+        buf.zero_()  # an empty share: its mean loss is NaN, its gradient must count 0
+    else:
+        buf.mul_(comm.weight)
+    if comm.failed is None:
+        t0 = time.perf_counter()
+        try:
+            dist.all_reduce(buf)
+        except Exception as exc:  # a peer died: recover at the boundary
+            comm.failed = exc
+        comm.seconds += time.perf_counter() - t0
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(buf)
+    return fut
+
+
+# DDP checks the hook's annotations as objects (this module's are strings)
+_GRAD_BUCKET: Any = getattr(dist, "GradBucket")  # noqa: B009 (not in torch's typed exports)
+weighted_allreduce_hook.__annotations__.update(
+    {"bucket": _GRAD_BUCKET, "comm": _Comm, "return": torch.futures.Future[torch.Tensor]}
+)
+
+
+class ElasticDDP(torch.nn.Module):
+    """The module the training script calls: DDP over the current generation's group.
+
+    The runtime rebuilds the ``DistributedDataParallel`` inside at every generation (a new
+    process group, a new world size); the script keeps this one object. With one worker the
+    plain module runs. The parameters are the wrapped module's (``.module``).
+    """
+
+    _ddp: Any
+    _comm: _Comm
+    _kwargs: dict[str, Any]
+
+    def __init__(self, module: torch.nn.Module, comm: _Comm, **ddp_kwargs: Any) -> None:
+        super().__init__()
+        self.module = module
+        object.__setattr__(self, "_ddp", None)
+        object.__setattr__(self, "_comm", comm)
+        object.__setattr__(self, "_kwargs", ddp_kwargs)
+
+    def rebuild(self, world_size: int, device_ids: list[int] | None) -> None:
+        object.__setattr__(self, "_ddp", None)
+        if world_size > 1:
+            # init_sync=False: the state was replicated already (torch 1.13 has no such
+            # option and broadcasts rank 0's parameters once more)
+            kwargs = {"init_sync": False, **self._kwargs} if _DDP_INIT_SYNC else self._kwargs
+            ddp = DistributedDataParallel(self.module, device_ids=device_ids, **kwargs)
+            ddp.register_comm_hook(self._comm, weighted_allreduce_hook)
+            object.__setattr__(self, "_ddp", ddp)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        ddp = self._ddp
+        if ddp is None or self._comm.failed is not None:
+            return self.module(*args, **kwargs)
+        try:
+            return ddp(*args, **kwargs)
+        except Exception as exc:  # a collective in DDP's forward failed: recover at boundary
+            self._comm.failed = exc
+            return self.module(*args, **kwargs)
+
+
+# ---------------------------------------------------------------- the runtime
+
+
+def process_start_time() -> float:
+    """Epoch seconds this process started (Linux /proc; now elsewhere)."""
+    try:
+        with open("/proc/self/stat") as fh:
+            start_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as fh:
+            btime = next(int(ln.split()[1]) for ln in fh if ln.startswith("btime"))
+        return btime + start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, StopIteration, IndexError):
+        return time.time()
+
+
+STRAGGLER_DEFAULT: Final = (1.2, 10)
+# Step times under this count as this: on a shared host, a 1 ms step that takes 1.3 ms ten
+# times running is noise, not a straggler worth a scale-in.
+STRAGGLER_FLOOR_S: Final = 0.01
+
+
+def straggler_from_env(env: Mapping[str, str] | None = None) -> StragglerDetector[str] | None:
+    """``FLOWCON_STRAGGLER``: "RATIO,CONSECUTIVE" (default 1.2,10, EDL 5.2); "0"/"off": none."""
+    raw = (os.environ if env is None else env).get(contract.ENV_STRAGGLER, "").strip().lower()
+    if raw in ("0", "off", "false", "no"):
+        return None
+    ratio, consecutive = STRAGGLER_DEFAULT
+    if raw:
+        try:
+            parts = [p.strip() for p in raw.split(",")]
+            ratio = float(parts[0])
+            consecutive = int(parts[1]) if len(parts) > 1 else consecutive
+        except (ValueError, IndexError):
+            raise ValueError(
+                f"environment {contract.ENV_STRAGGLER}={raw!r}: expected RATIO,CONSECUTIVE or 0"
+            ) from None
+    return StragglerDetector(ratio=ratio, consecutive=consecutive)
+
+
+def default_worker_id() -> str:
+    """A worker id when the executor gave none: containers on host networking share the
+    hostname, and each may be PID 1, so a random part keeps the ids apart."""
+    return f"{socket.gethostname()}-{secrets.token_hex(3)}"
+
+
+def connect_store(host: str, port: int, timeout_s: float) -> Any:
+    """A client of the job's TCPStore (hosted by the first container's launcher)."""
+    tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 (not in torch's typed exports)
+    return tcp_store(host, port, is_master=False, timeout=_dt.timedelta(seconds=timeout_s))
+
+
+class StopFree(Elastic):
+    """One worker of a stop-free job (see the module docstring).
+
+    ``timeout_s`` is the gloo timeout of every generation's group: how long a collective
+    waits for a silent peer before the survivors recover (a killed peer is seen at once).
+    ``snapshot_every``: steps between in-memory snapshots (the most a failure loses).
+    ``poll_s``: rank 0 reads the ready joiners from the store at most this often.
+    ``sources``: holders that send replicated tensors concurrently (Elan IV; 2 holders sent
+    128 MB to 2 joiners in 0.22-0.25 s against 0.25-0.28 s from one on a 2-core host, no
+    difference at 16 MB). ``straggler``: a
+    ``StragglerDetector`` keyed by worker id, None (off), or "env" (``FLOWCON_STRAGGLER``).
+    """
+
+    def __init__(
+        self,
+        env: ElasticEnv | None = None,
+        *,
+        store: Any = None,
+        join: bool | None = None,
+        target_world: int | None = None,
+        worker_id: str | None = None,
+        timeout_s: float = 10.0,
+        join_timeout_s: float = 3600.0,
+        snapshot_every: int = 1,
+        coordinate_every: int = 1,
+        poll_s: float = 0.05,
+        sources: int = 2,
+        straggler: Any = "env",
+        checkpoint_every: int | None = None,
+        install_signal_handlers: bool = True,
+    ) -> None:
+        env = env or ElasticEnv.from_env()
+        super().__init__(
+            env,
+            checkpoint_every=checkpoint_every,
+            install_signal_handlers=install_signal_handlers,
+            timeout_s=timeout_s,
+        )
+        e = os.environ
+        self.joiner = join if join is not None else e.get(contract.ENV_JOIN, "") not in ("", "0")
+        tw = int(e.get(contract.ENV_TARGET_WORLD) or 0) if target_world is None else target_world
+        self.target_world = tw or env.world_size
+        self.worker_id = worker_id or e.get(contract.ENV_WORKER_ID) or default_worker_id()
+        self.store = (
+            store
+            if store is not None
+            else connect_store(env.master_addr, env.master_port, max(timeout_s, 30.0))
+        )
+        self.join_timeout_s = join_timeout_s
+        self.snapshot_every = max(1, snapshot_every)
+        self.coordinate_every = max(1, coordinate_every)
+        self.sources = max(1, sources)
+        self.straggler = straggler_from_env() if straggler == "env" else straggler
+        self.leave_requested = False
+        self._batch_request = 0
+        self._admitting = 0  # joiner slots used up by the switch under way
+        self.poll_s = poll_s
+        self._joiners: tuple[tuple[int, int], float, list[rdv.Joiner], int] = (
+            (-1, -1),
+            0.0,
+            [],
+            0,
+        )
+        self._voted_joiners: list[rdv.Joiner] = []
+        self.left = False
+        self.gen = rdv.Generation(gen=0, world_size=env.world_size)
+        self.comm = _Comm()
+        self.events: list[dict[str, Any]] = []  # what this worker reported (tests read it)
+        self._wrapped: ElasticDDP | None = None
+        self._objs: dict[str, Any] = {}
+        self._snaps: collections.deque[tuple[int, dict[str, Any]]] = collections.deque(maxlen=2)
+        self._started = process_start_time()
+        if install_signal_handlers:
+            signal.signal(signal.SIGUSR1, self._on_leave)
+
+    def _on_leave(self, signum: int, frame: Any) -> None:
+        self.leave_requested = True
+
+    # -- the script's API
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.env.global_batch_size
+
+    @property
+    def local_batch_size(self) -> int:
+        sampler = self._objs.get("sampler")
+        if sampler is not None:
+            return int(sampler.local_size(self.env.global_batch_size, self.rank, self.world_size))
+        return self.env.local_batch_size
+
+    def set_global_batch(self, global_batch: int) -> None:
+        """Ask for a new global batch from the next step boundary on (all ranks switch at the
+        same step; rank 0's request counts). A joiner's FLOWCON_GLOBAL_BATCH_SIZE does the
+        same at its scale event. ``steps(..., batch_scaling=HybridScaling)`` gets
+        ``set_global_batch(new, first step)`` so its LR ramp starts there (Elan III)."""
+        if global_batch < 1:
+            raise ValueError(f"global batch must be positive, got {global_batch}")
+        self._batch_request = global_batch
+
+    def batch(self) -> list[int]:
+        """This rank's sample ids of the coming step (needs ``steps(..., sampler=)``)."""
+        sampler = self._objs.get("sampler")
+        if sampler is None:
+            raise RuntimeError("batch() needs steps(..., sampler=ElasticSampler(...))")
+        return list(sampler.batch(self.env.global_batch_size, self.rank, self.world_size))
+
+    def wrap(self, model: torch.nn.Module, **ddp_kwargs: Any) -> torch.nn.Module:
+        """The module to call in the step loop: DDP over each generation's group
+        (``ddp_kwargs`` go to every ``DistributedDataParallel`` built)."""
+        model = model.to(self.device)
+        self._wrapped = ElasticDDP(model, self.comm, **ddp_kwargs)
+        return self._wrapped
+
+    def event(self, name: str, **fields: Any) -> None:
+        """An ``event`` metric line from this worker, whatever its rank."""
+        line = {"event": name, "worker": self.worker_id, **fields}
+        self.events.append(line)
+        _report(**line)
+
+    # -- process groups
+
+    def _form(self, gen: rdv.Generation, rank: int) -> None:
+        """Become rank ``rank`` of generation ``gen`` (a fresh group over its store prefix)."""
+        self.close()
+        self.env = dataclasses.replace(self.env, rank=rank, world_size=gen.world_size)
+        self.gen = gen
+        if gen.world_size > 1:
+            dist.init_process_group(
+                backend="gloo",
+                store=_PREFIX_STORE(gen.prefix, self.store),
+                rank=rank,
+                world_size=gen.world_size,
+                timeout=_dt.timedelta(seconds=self._timeout_s),
+                **_group_naming(gen),
+            )
+            self._pg = True
+            ids: list[Any] = [None] * gen.world_size
+            dist.all_gather_object(ids, self.worker_id)
+            self.gen = dataclasses.replace(gen, workers=tuple(str(i) for i in ids))
+        else:
+            self.gen = dataclasses.replace(gen, workers=(self.worker_id,))
+
+    def setup(self) -> None:  # the group is the generation's, formed by steps()
+        return
+
+    def _rebuild_ddp(self) -> None:
+        self.comm.failed = None
+        if self._wrapped is not None:
+            ids = [self.device.index] if self.device.type == "cuda" else None
+            self._wrapped.rebuild(self.world_size, ids)
+
+    # -- state
+
+    def _capture(self, step: int, copy: bool) -> dict[str, Any]:
+        o = self._objs
+        return _state.capture(
+            o["model"],
+            o["optimizer"],
+            step=step,
+            scheduler=o.get("scheduler"),
+            scaler=o.get("scaler"),
+            sampler=o.get("sampler"),
+            batch_scaling=o.get("batch_scaling"),
+            extra={"global_batch": self.env.global_batch_size},
+            copy=copy,
+        )
+
+    def _restore(self, state: Mapping[str, Any], copy: bool) -> int:
+        o = self._objs
+        step = _state.restore(
+            state,
+            o["model"],
+            o["optimizer"],
+            o.get("scheduler"),
+            o.get("scaler"),
+            o.get("sampler"),
+            batch_scaling=o.get("batch_scaling"),
+            copy=copy,
+        )
+        gbs = int(state.get("extra", {}).get("global_batch", 0) or 0)
+        if gbs:
+            self.env = dataclasses.replace(self.env, global_batch_size=gbs)
+        self.step = step
+        return step
+
+    def _snapshot(self, step: int) -> None:
+        if self._snaps and self._snaps[-1][0] == step:
+            return
+        self._snaps.append((step, self._capture(step, copy=True)))
+
+    # -- the loop
+
+    def steps(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        iterations: int | None = None,
+        *,
+        scheduler: Any = None,
+        scaler: Any = None,
+        sampler: Any = None,
+        batch_scaling: Any = None,
+    ) -> Iterator[int]:
+        """Yield 1-based step numbers; the job may change size between any two of them.
+
+        The script advances the sampler after each step (``sampler.advance(
+        run.global_batch_size)``, as in restart mode); then a snapshot is taken and the ranks
+        vote. The loop ends when ``iterations`` are done (``finished``),
+        on SIGTERM after a checkpoint (``preempted``), or when this worker left (``left``).
+        """
+        total = iterations if iterations is not None else self.env.iterations
+        if total is None:
+            raise ValueError("no iteration count: pass iterations= or set FLOWCON_ITERATIONS")
+        self._objs = {
+            "model": _state.unwrap(model),
+            "optimizer": optimizer,
+            "scheduler": scheduler,
+            "sampler": sampler,
+            "scaler": scaler,
+            "batch_scaling": batch_scaling,
+        }
+        extra = {k: v for k, v in self._objs.items() if k not in ("model", "optimizer")}
+        if self.joiner:
+            if not self._join():
+                return
+            step = self.step
+        else:
+            self._form(rdv.Generation(gen=0, world_size=self.env.world_size), self.env.rank)
+            step = self.resume(model, optimizer, **extra)
+            self._rebuild_ddp()
+        self._snapshot(step)
+        # the ranks already voted at the boundary a joiner (or a recovery) comes in at
+        skip_vote = self.joiner
+        last = time.perf_counter()
+        while step < total:
+            if self.comm.failed is not None:
+                step = self._recover()
+                skip_vote = True
+            coordinate = step % self.coordinate_every == 0  # the same steps on every rank
+            if not skip_vote and coordinate:
+                took = time.perf_counter() - last - self.comm.seconds
+                outcome = self._boundary(step, took, model, optimizer, extra)
+                if outcome == "stop":
+                    return
+                step = self.step
+            skip_vote = False
+            self._set_weight()
+            self.comm.seconds = 0.0
+            last = time.perf_counter()
+            yield step + 1
+            if self.comm.failed is not None:
+                continue  # the step's gradients were not averaged: recover, redo it
+            step += 1
+            self.step = step
+            if step % self.snapshot_every == 0:
+                self._snapshot(step)
+            if step % self.checkpoint_every == 0 and step < total:
+                self._checkpoint(step, extra)
+        self._checkpoint(total, extra)
+        self.finished = True
+        self._mark_done(total)
+
+    def _set_weight(self) -> None:
+        sampler = self._objs.get("sampler")
+        gbs = self.env.global_batch_size
+        if sampler is not None:
+            n = sampler.batch_size(gbs)
+            mine = sampler.local_size(gbs, self.rank, self.world_size)
+        else:
+            n, mine = gbs, self.env.local_batch_size
+        # DDP is only there when world > 1; a lone rank's mean is already the global one
+        self.comm.weight = mine / n if n else 0.0
+
+    def _gather(self, vote: rdv.Vote) -> list[rdv.Vote]:
+        if self.world_size == 1:
+            return [vote]
+        mine = torch.tensor(vote.row(), dtype=torch.float64)
+        rows = [torch.zeros(rdv.VOTE_LEN, dtype=torch.float64) for _ in range(self.world_size)]
+        dist.all_gather(rows, mine)
+        return [rdv.Vote.from_row(r.tolist()) for r in rows]
+
+    def _checkpoint(self, step: int, extra: dict[str, Any]) -> None:
+        """The periodic / final / stop checkpoint (all ranks call it at the same step)."""
+        o = self._objs
+        try:
+            self.checkpoint(o["model"], o["optimizer"], step, all_ranks=True, **extra)
+        except Exception as exc:  # a peer died in the RNG gather: recover at the boundary
+            if self.world_size == 1 or self.comm.failed is not None:
+                raise
+            self.comm.failed = exc
+
+    def _boundary(
+        self, step: int, took: float, model: Any, optimizer: Any, extra: dict[str, Any]
+    ) -> str:
+        """Vote, then act on the decision: 'go', 'stop' (the loop ends) or 'recovered'."""
+        ready: list[rdv.Joiner] = []
+        upto = 0
+        if self.rank == 0:
+            ready, upto = self._poll_joiners()
+        self._voted_joiners = ready
+        vote = rdv.Vote(
+            leave=self.leave_requested,
+            stop=self.stop_requested,
+            step_time=took,
+            ready=len(ready),
+            target=max((j.target for j in ready), default=0),
+            global_batch=next((j.global_batch for j in reversed(ready) if j.global_batch), 0),
+            batch=self._batch_request if self.rank == 0 else 0,
+            upto=upto,
+        )
+        try:
+            votes = self._gather(vote)
+        except Exception as exc:
+            self.comm.failed = exc
+            self._recover()
+            return "recovered"
+        removed = self._stragglers(votes, step)
+        d = rdv.decide(votes, removed)
+        self._batch_request = 0
+        if not d.switch:
+            self._set_global_batch(d.global_batch, step)
+        if d.stop:
+            self.preempted = True
+            self._checkpoint(step, extra)
+            self.report(step=step, event="preempted")
+            return "stop"
+        if not d.switch:
+            return "go"
+        try:
+            return self._switch(d, step, votes)
+        except Exception as exc:
+            if self.left:
+                return "stop"
+            self.comm.failed = exc
+            self._recover()
+            return "recovered"
+
+    def _poll_joiners(self) -> tuple[list[rdv.Joiner], int]:
+        """Rank 0: the ready joiners, read from the store at most every ``poll_s`` (a store
+        round trip per step would cost short steps more than a joiner gains from it)."""
+        now = time.monotonic()
+        key = (self.gen.gen, self.gen.admitted)
+        if self._joiners[0] != key or now - self._joiners[1] >= self.poll_s:
+            ready, upto = rdv.ready_joiners(self.store, self.gen.admitted)
+            self._joiners = (key, now, ready, upto)
+        return self._joiners[2], self._joiners[3]
+
+    def _stragglers(self, votes: list[rdv.Vote], step: int) -> list[int]:
+        """Ranks the detector removes (EDL 5.2), keyed by worker id so that streaks survive
+        renumbering; every rank feeds it the same gathered times, so all agree."""
+        if self.straggler is None or len(votes) < 2:
+            return []
+        workers = self.gen.workers
+        times = {workers[r]: max(v.step_time, STRAGGLER_FLOOR_S) for r, v in enumerate(votes)}
+        slow = set(self.straggler.observe(times))
+        ranks = [r for r, w in enumerate(workers) if w in slow]
+        if not ranks or len(ranks) >= len(votes):
+            return []
+        if self.rank == 0:
+            med = sorted(times.values())[len(times) // 2]
+            for r in ranks:
+                self.event(
+                    "straggler_removed",
+                    step=step,
+                    removed=workers[r],
+                    rank=r,
+                    world_size=len(votes),
+                    step_times=[round(t, 4) for t in self.straggler.recent(workers[r])],
+                    median_s=round(med, 4),
+                )
+        return ranks
+
+    def _switch(self, d: rdv.Decision, step: int, votes: list[rdv.Vote]) -> str:
+        t0 = time.time()
+        old = self.gen
+        old_rank = self.rank
+        self._admitting = d.upto if d.admit else old.admitted
+        stay = old.world_size - len(d.leavers)
+        new_world = stay + d.admit
+        if old_rank == 0:
+            nxt = rdv.allocate_gen(self.store)
+            rdv.publish_next(self.store, old.gen, nxt)
+            for i, joiner in enumerate(self._voted_joiners[: d.admit]):
+                rdv.assign(
+                    self.store,
+                    joiner.slot,
+                    rdv.Assignment(
+                        gen=nxt,
+                        rank=stay + i,
+                        world_size=new_world,
+                        holders=stay,
+                        sources=self.sources,
+                        admitted=self._admitting,
+                    ),
+                )
+        me = rdv.new_rank(old_rank, d.leavers)
+        if me is None:
+            self.close()
+            self.left = True
+            reason = "signal" if self.leave_requested else "straggler"
+            self.event("left", step=step, rank=old_rank, world_size=new_world, reason=reason)
+            return "stop"
+        nxt = rdv.next_gen(self.store, old.gen, self._timeout_s)
+        gen = rdv.Generation(gen=nxt, world_size=new_world, admitted=self._admitting)
+        self._form(gen, me)
+        replicate_s = 0.0
+        self._set_global_batch(d.global_batch, step)
+        if d.admit:
+            t1 = time.perf_counter()
+            replicate(self._capture(step, copy=False), holders=stay, sources=self.sources)
+            replicate_s = time.perf_counter() - t1
+        self._rebuild_ddp()
+        if self.rank == 0:
+            self.event(
+                "scaled",
+                step=step,
+                gen=gen.gen,
+                world_size=new_world,
+                joined=d.admit,
+                left=len(d.leavers),
+                global_batch=self.env.global_batch_size,
+                pause_s=round(time.time() - t0, 4),
+                replicate_s=round(replicate_s, 4),
+            )
+        return "go"
+
+    def _set_global_batch(self, global_batch: int, step: int) -> None:
+        """Elan III: the new global batch from step ``step + 1`` on; the LR ramps towards it."""
+        if not global_batch or global_batch == self.env.global_batch_size:
+            return
+        self.env = dataclasses.replace(self.env, global_batch_size=global_batch)
+        scaling = self._objs.get("batch_scaling")
+        if scaling is not None:
+            scaling.set_global_batch(global_batch, step + 1)
+        if self.rank == 0:
+            self.event("global_batch", step=step, global_batch=global_batch)
+
+    def _join(self) -> bool:
+        """A joiner: register as ready, wait for the switch, take the state (Elan V.B)."""
+        ready_at = time.time()
+        wanted = int(os.environ.get(contract.ENV_GLOBAL_BATCH_SIZE) or 0)
+        slot = rdv.register_joiner(
+            self.store, rdv.Joiner(self.worker_id, self.target_world, wanted)
+        )
+        a = rdv.wait_assignment(
+            self.store,
+            slot,
+            self.join_timeout_s,
+            interrupted=lambda: (
+                self.stop_requested or self.leave_requested or rdv.job_done(self.store)
+            ),
+        )
+        if a is None and self.leave_requested and not self.stop_requested:
+            a = rdv.withdraw(self.store, slot)  # None: withdrawn before any switch took it
+            if a is None:
+                self.left = True
+                self.event("left", step=None, rank=None, world_size=None, reason="withdrawn")
+                return False
+        if a is None:  # stopped, the job ended, or never admitted: nothing to save
+            if rdv.job_done(self.store):
+                self.finished = True
+                self.event("not_joined", reason="job done")
+            else:
+                self.preempted = True
+                self.event("not_joined", reason="stopped" if self.stop_requested else "timeout")
+            return False
+        switched_at = time.time()
+        gen = rdv.Generation(gen=a.gen, world_size=a.world_size, admitted=a.admitted)
+        self._form(gen, a.rank)
+        t1 = time.perf_counter()
+        state = replicate(None, holders=a.holders, sources=a.sources)
+        replicate_s = time.perf_counter() - t1
+        self._restore(state, copy=False)
+        self._rebuild_ddp()
+        self.event(
+            "joined",
+            step=self.step,
+            rank=a.rank,
+            world_size=a.world_size,
+            prepare_s=round(ready_at - self._started, 3),
+            wait_s=round(switched_at - ready_at, 3),
+            replicate_s=round(replicate_s, 4),
+        )
+        return True
+
+    def _recover(self) -> int:
+        """Survivors of a failed collective re-form from the newest common snapshot."""
+        t0 = time.time()
+        old, old_rank = self.gen, self.rank
+        failure = self.comm.failed
+        self.close()
+        me = rdv.Survivor(
+            old_rank, self.worker_id, tuple(s for s, _ in self._snaps), self._admitting
+        )
+        rec = rdv.recover(self.store, old.gen, me, old.world_size - 1, self._timeout_s + 5.0)
+        rank = rec.rank_of(old_rank)
+        if rank is None:
+            raise RuntimeError(f"worker {self.worker_id} missed the recovery of gen {old.gen}")
+        lost = self.step - rec.step
+        snap = next(s for step, s in self._snaps if step == rec.step)
+        while self._snaps and self._snaps[-1][0] > rec.step:
+            self._snaps.pop()
+        self._restore(snap, copy=True)  # the snapshot stays intact for another recovery
+        # joiners of a switch that failed are not admitted again (they gave up)
+        admitted = max(old.admitted, rec.admitted)
+        gen = rdv.Generation(gen=rec.gen, world_size=len(rec.survivors), admitted=admitted)
+        self._form(gen, rank)
+        self._rebuild_ddp()
+        if self.rank == 0:
+            self.event(
+                "recovered",
+                step=rec.step,
+                gen=gen.gen,
+                world_size=gen.world_size,
+                lost_steps=lost,
+                failed=old.world_size - len(rec.survivors),
+                pause_s=round(time.time() - t0, 4),
+                error=str(failure)[:200],
+            )
+        return rec.step
+
+    def _mark_done(self, total: int) -> None:
+        super()._mark_done(total)
+        if self.is_main:
+            rdv.mark_done(self.store)  # joiners still waiting give up
+
+    @property
+    def exit_code(self) -> int:
+        if self.left:
+            return contract.EXIT_LEFT
+        return super().exit_code
+
+
+def run_worker(train: Callable[[StopFree], None], **kwargs: Any) -> None:
+    """A stop-free worker process: build the runtime, train, exit with its code."""
+    run = StopFree(**kwargs)
+    try:
+        train(run)
+    finally:
+        run.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(run.exit_code)
+
+
+# ---------------------------------------------------------------- the launcher
+
+
+LEAVE_REPEAT_S: Final = 0.5
+
+
+def container_exit(codes: Sequence[int]) -> int:
+    """A container's exit code from its workers' (executor contract, docs/elastic.md).
+
+    A crash (any other code, or a signal: 128 + n) wins; then 143 (the job was stopped after
+    a checkpoint); 144 when every worker left; 0 when they finished (or some finished and
+    some left at the very end).
+    """
+    bad = [c if c > 0 else 128 - c for c in codes if c not in (0, EXIT_PREEMPTED, EXIT_LEFT)]
+    if bad:
+        return bad[0]
+    if EXIT_PREEMPTED in codes:
+        return EXIT_PREEMPTED
+    if codes and all(c == EXIT_LEFT for c in codes):
+        return EXIT_LEFT
+    return 0
+
+
+def host_store(host: str, port: int) -> Any:
+    """The job's TCPStore, served by this (launcher) process for the job's lifetime."""
+    tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 (not in torch's typed exports)
+    return tcp_store(
+        host,
+        port,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=_dt.timedelta(seconds=60),
+    )
+
+
+def launch(env: ElasticEnv, argv: Sequence[str] | None = None) -> int:
+    """The launcher of one container of a stop-free job (``elastic.main`` when not a worker).
+
+    It hosts the job's TCPStore when ``FLOWCON_STORE_HOST=1`` (on MASTER_PORT, all
+    interfaces), starts LOCAL_WORLD_SIZE worker processes (this program again, with
+    LOCAL_RANK, RANK = RANK + local rank, FLOWCON_WORKER_ID = "<id>/<local rank>"), forwards
+    SIGTERM, SIGINT and SIGUSR1 to them, and never stops the others when one fails (the job
+    recovers without it). The store host stays up after its workers left, until the job is
+    done or it gets SIGTERM, since the job's other workers still need the store.
+    """
+    cmd = (
+        list(argv)
+        if argv is not None
+        else [
+            sys.executable,
+            *getattr(sys, "orig_argv", [sys.executable, *sys.argv])[1:],
+        ]
+    )
+    hosting = os.environ.get(contract.ENV_STORE_HOST, "") not in ("", "0")
+    store = host_store(env.master_addr, env.master_port) if hosting else None
+    base_id = os.environ.get(contract.ENV_WORKER_ID) or default_worker_id()
+    # A worker ignores SIGUSR1 (inherited) until its runtime handles it: one that arrives
+    # while it imports torch must not kill it; the launcher repeats a leave request below.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    children: list[subprocess.Popen[bytes]] = []
+    for local in range(env.local_world_size):
+        child_env = dict(os.environ)
+        child_env.update(
+            {
+                contract.ENV_RANK: str(env.rank + local),
+                contract.ENV_LOCAL_RANK: str(local),
+                contract.ENV_GROUP_RANK: str(env.node_rank),
+                contract.ENV_WORKER_ID: f"{base_id}/{local}",
+            }
+        )
+        children.append(subprocess.Popen(cmd, env=child_env))
+    stopping = False
+    leaving = False
+
+    def forward(signum: int, frame: Any) -> None:
+        nonlocal stopping, leaving
+        if signum == signal.SIGUSR1:
+            leaving = True
+        else:
+            stopping = True
+        for c in children:
+            if c.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    c.send_signal(signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(sig, forward)
+    # from here on SIGUSR1 / SIGTERM to this container are handled (not before: imports)
+    _report(
+        event="launcher_started",
+        worker=base_id,
+        store_host=hosting,
+        join=os.environ.get(contract.ENV_JOIN, "") not in ("", "0"),
+        local_world_size=env.local_world_size,
+    )
+    last_leave = time.monotonic()
+    while any(c.poll() is None for c in children):
+        time.sleep(0.05)
+        if leaving and time.monotonic() - last_leave >= LEAVE_REPEAT_S:
+            last_leave = time.monotonic()
+            forward(signal.SIGUSR1, None)  # idempotent: reaches workers still starting
+    codes = [int(c.returncode) for c in children]
+    code = container_exit(codes)
+    if store is not None and code not in (0, EXIT_PREEMPTED):
+        # our workers left or died, the job goes on elsewhere: keep serving its store
+        _report(event="store_host_only", worker=base_id, exit_codes=codes)
+        while not stopping and not rdv.job_done(store):
+            time.sleep(0.2)
+        return EXIT_PREEMPTED if stopping else 0
+    return code
+
+
+def main(train: Callable[[StopFree], None], checkpoint_every: int | None = None) -> None:
+    """``elastic.main`` in stop-free mode: the launcher, or (LOCAL_RANK set) one worker."""
+    env = ElasticEnv.from_env()
+    if not env.worker:
+        code = launch(env)
+        sys.stdout.flush()
+        os._exit(code)
+    run_worker(train, env=env, checkpoint_every=checkpoint_every)

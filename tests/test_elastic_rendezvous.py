@@ -1,0 +1,130 @@
+"""flowcon.elastic.rendezvous: the per-step decision and the store protocol (a dict store)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from flowcon.elastic import rendezvous as rdv
+
+
+class DictStore:
+    """The torch Store calls the protocol uses (no ``check``: torch 1.13 lacks it), over a
+    dict (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.d: dict[str, bytes] = {}
+        self.lock = threading.Lock()
+
+    def set(self, key: str, value: str | bytes) -> None:
+        with self.lock:
+            self.d[key] = value.encode() if isinstance(value, str) else value
+
+    def get(self, key: str) -> bytes:
+        with self.lock:
+            return self.d[key]
+
+    def add(self, key: str, amount: int) -> int:
+        with self.lock:
+            n = int(self.d.get(key, b"0")) + amount
+            self.d[key] = str(n).encode()
+            return n
+
+    def compare_set(self, key: str, expected: str, desired: str) -> bytes:
+        with self.lock:
+            cur = self.d.get(key)
+            if (cur is None and expected == "") or cur == expected.encode():
+                self.d[key] = desired.encode()
+            return self.d[key]
+
+
+def test_vote_row_round_trip() -> None:
+    v = rdv.Vote(leave=True, step_time=0.25, ready=2, target=4, global_batch=64)
+    assert rdv.Vote.from_row(v.row()) == v
+    with pytest.raises(ValueError):
+        rdv.Vote.from_row([0.0])
+
+
+def test_decide() -> None:
+    calm = [rdv.Vote(), rdv.Vote()]
+    assert not rdv.decide(calm).switch
+    assert rdv.decide([rdv.Vote(), rdv.Vote(stop=True)]).stop
+    # joiners wait until running + ready reach their target world
+    assert rdv.decide([rdv.Vote(ready=1, target=4), rdv.Vote()]).admit == 0
+    d = rdv.decide([rdv.Vote(ready=2, target=4, global_batch=32), rdv.Vote(leave=True)])
+    assert (d.admit, d.leavers, d.global_batch) == (2, (1,), 32)
+    # stragglers leave like leavers; the last holder stays while joiners come in
+    assert rdv.decide(calm, removed=[1]).leavers == (1,)
+    d = rdv.decide([rdv.Vote(leave=True, ready=1, target=2)])
+    assert d.leavers == () and d.admit == 1
+    assert rdv.decide([rdv.Vote(leave=True), rdv.Vote(leave=True)]).leavers == (0, 1)
+
+
+def test_new_rank_keeps_the_order_of_stayers() -> None:
+    assert [rdv.new_rank(r, [0, 2]) for r in range(4)] == [None, 0, None, 1]
+
+
+def test_joiners_register_and_get_assigned() -> None:
+    store = DictStore()
+    assert rdv.ready_joiners(store, 0) == ([], 0)
+    s1 = rdv.register_joiner(store, rdv.Joiner("c", 4))
+    store.add("flowcon/joiners", 1)  # a second joiner took a slot, description not yet there
+    ready, upto = rdv.ready_joiners(store, 0)
+    assert [(j.worker, j.slot) for j in ready] == [("c", 1)] and upto == 1
+    assert rdv.ready_joiners(store, 1) == ([], 1)
+    a = rdv.Assignment(gen=3, rank=2, world_size=4, holders=2, admitted=1)
+    rdv.assign(store, s1, a)
+    assert rdv.wait_assignment(store, s1, 1.0) == a
+    assert rdv.withdraw(store, s1) == a  # too late to withdraw: it joins
+    assert rdv.wait_assignment(store, 2, 0.05) is None
+    assert rdv.allocate_gen(store) == 1 and rdv.allocate_gen(store) == 2
+    rdv.publish_next(store, 0, 2)
+    assert rdv.next_gen(store, 0, 1.0) == 2
+    assert not rdv.job_done(store)
+    rdv.mark_done(store)
+    assert rdv.job_done(store)
+
+
+def test_a_withdrawn_joiner_is_skipped_but_its_slot_used_up() -> None:
+    store = DictStore()
+    s1 = rdv.register_joiner(store, rdv.Joiner("b", 3))
+    s2 = rdv.register_joiner(store, rdv.Joiner("c", 2))
+    assert rdv.withdraw(store, s1) is None
+    ready, upto = rdv.ready_joiners(store, 0)
+    assert [j.slot for j in ready] == [s2] and upto == 2
+    with pytest.raises(RuntimeError, match="withdrew"):
+        rdv.assign(store, s1, rdv.Assignment(gen=1, rank=1, world_size=2, holders=1))
+    d = rdv.decide([rdv.Vote(ready=1, target=2, upto=2)])
+    assert (d.admit, d.upto) == (1, 2)
+
+
+def test_agreed_step_is_the_newest_common_snapshot() -> None:
+    survivors = [rdv.Survivor(0, "a", (9, 10)), rdv.Survivor(2, "c", (8, 9))]
+    assert rdv.agreed_step(survivors) == 9
+    with pytest.raises(RuntimeError):
+        rdv.agreed_step([rdv.Survivor(0, "a", (5,)), rdv.Survivor(1, "b", (7,))])
+
+
+def test_recovery_survivors_agree_on_one_membership() -> None:
+    store = DictStore()
+    out: dict[int, rdv.Recovery] = {}
+
+    def survive(rank: int, snaps: tuple[int, ...]) -> None:
+        out[rank] = rdv.recover(store, 5, rdv.Survivor(rank, f"w{rank}", snaps), 2, 5.0)
+
+    threads = [
+        threading.Thread(target=survive, args=(3, (11, 12))),
+        threading.Thread(target=survive, args=(0, (12, 13))),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out[0] == out[3]
+    rec = out[0]
+    assert [s.old_rank for s in rec.survivors] == [0, 3] and rec.step == 12
+    assert rec.rank_of(3) == 1 and rec.rank_of(1) is None
+    # a survivor that comes after the closing gets the closed membership (without itself)
+    late = rdv.recover(store, 5, rdv.Survivor(1, "w1", (12,)), 2, 0.1)
+    assert late == rec and late.rank_of(1) is None
