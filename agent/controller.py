@@ -126,6 +126,21 @@ class Controller:
             else:
                 self._save()
 
+    def on_update(self, cid: str) -> None:
+        """The engine updated a container (its ``update`` event): if someone else changed
+        a managed container's CPU settings, it is left alone from now on and Algorithm 1
+        runs again for the others (agent/foreign.py)."""
+        with self.lock:
+            try:
+                foreign = self.pool.updated(cid)
+            except ContainerGone:
+                return  # removed meanwhile: the die/destroy event releases it
+            except EngineError as exc:
+                log.warning("checking the update of %s failed: %s", cid[:12], exc)
+                return
+            if foreign:
+                self._listener_run("foreign")
+
     def _listener_run(self, trigger: str, priority: Iterable[str] = ()) -> None:
         self.itval.reset()
         self._algorithm1(trigger, priority)

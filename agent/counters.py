@@ -14,6 +14,8 @@ class AgentCounters:
         self._lock = threading.Lock()
         self.engine_errors: dict[str, int] = dict.fromkeys(OPERATIONS, 0)
         self.cpu_updates = 0
+        # managed containers whose CPU settings someone else changed (agent/foreign.py)
+        self.foreign_changes = 0
 
     def engine_error(self, operation: str) -> None:
         with self._lock:
@@ -22,6 +24,14 @@ class AgentCounters:
     def cpu_update(self) -> None:
         with self._lock:
             self.cpu_updates += 1
+
+    def foreign_change(self) -> None:
+        with self._lock:
+            self.foreign_changes += 1
+
+    def foreign_total(self) -> int:
+        with self._lock:
+            return self.foreign_changes
 
     def snapshot(self) -> tuple[dict[str, int], int]:
         with self._lock:

@@ -104,6 +104,7 @@ class Agent:
             self.controller.on_finish,
             lambda: self.controller.resync("reconnect"),
             backoff_max=config.reconnect_max,
+            on_update=self.controller.on_update,
         )
         self._stop = threading.Event()
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowcon.agent.counters import AgentCounters
+from flowcon.agent.foreign import merge_expected
 from flowcon.agent.monitor import ContainerMonitor
 from flowcon.config import Config
 from flowcon.core.algorithm1 import Decision, algorithm1
@@ -27,7 +28,13 @@ from flowcon.core.control import AppliedMode, ControlInput, CpuControl, plan_con
 from flowcon.core.labels import Policy
 from flowcon.core.limits import to_cpus
 from flowcon.core.lists import ListName
-from flowcon.engine.docker_engine import ContainerGone, CpuSettings, EngineError
+from flowcon.engine.docker_engine import (
+    ContainerGone,
+    CpuSettings,
+    EngineError,
+    control_body,
+    cpu_body,
+)
 from flowcon.engine.protocol import Engine
 
 log = logging.getLogger("flowcon.agent")
@@ -49,6 +56,12 @@ class Tracked:
     applied_cpuset: str | None = None  # cpuset
     applied_cap: float | None = None  # weights, cpuset: the cpus.max label as a quota
     original: CpuSettings | None = None
+    # HostConfig CPU fields as the agent's own updates left them (agent/foreign.py):
+    # a different value seen later was set by someone else
+    expected: dict[str, int | str] = field(default_factory=dict)
+    # why the agent keeps its hands off this container (someone else changed its CPU
+    # settings); None: it is managed as its labels say
+    hands_off: str | None = None
     fresh: bool = False
     view: dict[str, Any] = field(default_factory=dict)
     tracked_at: float = field(default_factory=time.monotonic)
@@ -161,20 +174,23 @@ class Executor:
             target.unlimited == (t.applied_cpus >= self.host_cpus)
         )
 
-    def _engine_set(self, t: Tracked, ctl: CpuControl) -> None:
+    def _engine_set(self, t: Tracked, ctl: CpuControl) -> dict[str, int | str]:
+        """Send the update; returns its request body (the same pure function the engine
+        adapter builds it with), what the container's settings should now show."""
         original = t.original or CpuSettings()
         previous = t.applied_mode if t.applied_cpus is not None else None
         if ctl.mode == "quota" and previous in (None, "quota"):
             self.engine.set_cpus(t.monitor.cid, ctl.target, original)  # as before modes
-        else:
-            self.engine.set_control(t.monitor.cid, ctl, original, self.host_cpus, previous)
+            return dict(cpu_body(ctl.target, original))
+        self.engine.set_control(t.monitor.cid, ctl, original, self.host_cpus, previous)
+        return control_body(ctl, original, self.host_cpus, previous)
 
     def _set(self, t: Tracked, ctl: CpuControl) -> str:
         if self._unchanged(t, ctl):
             return "unchanged"
         if not self.dry_run:
             try:
-                self._engine_set(t, ctl)
+                t.expected = merge_expected(t.expected, self._engine_set(t, ctl))
             except ContainerGone:
                 return "vanished"
             except EngineError as exc:
@@ -260,3 +276,17 @@ def _forget_applied(t: Tracked) -> None:
     """The originals are in effect again."""
     t.applied_cpus = t.applied_mode = t.applied_shares = t.applied_cpuset = None
     t.applied_cap = None
+    t.expected = {}
+
+
+def hand_off(t: Tracked, found: CpuSettings, why: str) -> None:
+    """Someone else changed the container's CPU settings: the agent stops managing it.
+
+    It leaves the lists; its current settings become its originals and nothing the agent
+    applied is remembered, so neither a round nor a restore reverts the change."""
+    t.managed = False
+    t.list = None
+    t.hands_off = why
+    t.original = found
+    t.fresh = False
+    _forget_applied(t)

@@ -61,6 +61,11 @@ class _CountersCollector(Collector):
             "CPU limit changes applied to containers with docker update",
             value=updates,
         )
+        yield CounterMetricFamily(
+            "flowcon_agent_foreign_changes",
+            "Managed containers whose CPU settings someone else changed (then left alone)",
+            value=self.counters.foreign_total(),
+        )
 
 
 class Exporter:

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from flowcon.agent.executor import Executor, Tracked
+from flowcon.agent.executor import Executor, Tracked, hand_off
+from flowcon.agent.foreign import describe, foreign_fields, merge_unset
 from flowcon.agent.monitor import ContainerMonitor
 from flowcon.agent.state import AgentState, ContainerRecord
 from flowcon.config import Config
@@ -100,13 +101,49 @@ class WorkerPool:
         )
         t = Tracked(mon, policy.managed, policy.job, ListName.NL if policy.managed else None)
         saved = self.saved.containers.get(info.id)
-        if saved is not None and saved.managed == policy.managed:
+        if saved is not None and policy.managed and saved.hands_off:
+            hand_off(t, info.cpu or CpuSettings(), saved.hands_off)
+            log.info("resumed container=%s hands off: %s", info.name, saved.hands_off)
+        elif saved is not None and saved.managed == policy.managed:
             _resume(t, saved)
             log.info("resumed container=%s list=%s limit=%.3f", info.name, t.list, t.limit)
+            diff = foreign_fields(t.expected, info.cpu) if info.cpu else {}
+            if diff and t.applied_cpus is not None:  # changed while the agent was away
+                self.hand_off_changed(t, info.cpu or CpuSettings(), diff)
         if policy.managed and t.original is None:
             t.original = info.cpu
         self.tracked[info.id] = t
         return t
+
+    def hand_off_changed(
+        self, t: Tracked, found: CpuSettings, diff: dict[str, tuple[int | str, int | str]]
+    ) -> None:
+        """Someone else's change wins (agent/foreign.py): logged, counted, hands off."""
+        why = f"CPU settings changed by someone else: {describe(diff)}"
+        log.warning("foreign change container=%s id=%s %s", t.name, t.monitor.cid[:12], why)
+        self.executor.counters.foreign_change()
+        hand_off(t, found, why)
+
+    def updated(self, cid: str) -> bool:
+        """The engine says a container was updated: True if it was a managed container
+        whose CPU settings someone else changed (it is then left alone)."""
+        t = self.tracked.get(cid)
+        if t is None or not t.managed:
+            return False
+        info = self.engine.inspect(cid)  # EngineError: the caller's to log
+        if info.cpu is None:
+            return False
+        if t.applied_cpus is None:
+            if info.cpu != t.original:  # at its originals: the new settings are its originals
+                log.info("container=%s CPU settings changed before any limit: %s", t.name, info.cpu)
+                t.original = info.cpu
+            return False
+        diff = foreign_fields(t.expected, info.cpu)
+        if not diff:  # the agent's own update; others' changes to fields it never set
+            t.original = merge_unset(t.original or CpuSettings(), info.cpu, t.expected)
+            return False  # become originals (a restore must not undo them)
+        self.hand_off_changed(t, info.cpu, diff)
+        return True
 
     def release(self, cid: str, why: str) -> None:
         """Finished container: leave its list, give back its original settings (line 15)."""
@@ -205,6 +242,7 @@ def _resume(t: Tracked, saved: ContainerRecord) -> None:
     tracker.intervals = int(g.get("intervals") or 0)
     tracker.g = g.get("g")
     t.monitor.log_since_ns = saved.log_since_ns
+    t.expected = dict(saved.expected or {})
 
 
 def _applied_mode(raw: str | None) -> AppliedMode:
@@ -227,6 +265,7 @@ def container_view(cid: str, t: Tracked) -> dict[str, Any]:
         "container_id": cid,
         "name": t.name,
         "managed": t.managed,
+        "hands_off": t.hands_off,
         "job": t.job,
         "list": t.list.value if t.list else None,
         "g": _finite(m.tracker.g),
@@ -276,4 +315,6 @@ def container_record(cid: str, t: Tracked) -> ContainerRecord:
         },
         log_since_ns=t.monitor.log_since_ns,
         view=container_view(cid, t),
+        expected=dict(t.expected),
+        hands_off=t.hands_off,
     )

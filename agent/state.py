@@ -42,6 +42,11 @@ class ContainerRecord:
     growth: dict[str, Any] = field(default_factory=dict)
     log_since_ns: int = 0
     view: dict[str, Any] = field(default_factory=dict)  # last figures, for `flowcon status`
+    # HostConfig CPU fields as the agent's updates left them (agent/foreign.py)
+    expected: dict[str, Any] = field(default_factory=dict)
+    # why the agent keeps its hands off this container (someone else changed its CPU
+    # settings); None: managed as its labels say. Kept until the container restarts.
+    hands_off: str | None = None
 
 
 @dataclass

@@ -39,6 +39,29 @@ Scenarios implemented:
         under a real agent, 6 managed + 2 unmanaged containers: the agent stays up, logs
         the engine back, resumes control within 5 s with its lists intact, engine =
         recorded limits. Recovery: engine answering -> first complete round.
+  agent-foreign-change
+        with a real agent running (6 managed + 2 unmanaged containers), one managed
+        container is, in turn, given a new CPU limit by someone else (``docker update``),
+        paused for 2-3 rounds, or removed, at a random moment of a round
+        (benchmarks/faults_agent.py). Invariants: the agent stays up; a foreign limit
+        wins (the container is let go, its limit never written again, docs/agent.md);
+        a paused one stays tracked; a removed one leaves the state; the agent-kill
+        checks hold for the rest; the final SIGTERM restores. Recovery: the fault to
+        the round that shows its effect.
+  allocator-kill
+        SIGKILL of a real ``flowcon allocator`` (engine executor, rate jobs on testbox)
+        0-50 ms after a submit went out, or the moment a rescale stopped a job's old
+        containers (benchmarks/faults_allocator.py); restarted on its state directory.
+        Invariants: no answered job lost, none admitted twice, never two containers of
+        one job's rank, none of an inactive job, a job's new containers start no more
+        than one checkpoint interval behind. Recovery: restart to every active job
+        running again at its stored world size.
+  allocator-disk-full
+        an in-process allocator (plan only) whose SQLite store lives on a 2 MB tmpfs
+        (root needed): the disk is filled, then a submit, a cancel and a submit must each
+        be refused with 507 naming the store's problem, no store row may change, /healthz
+        answers 503; space is freed and a new submit is admitted. Recovery: space freed
+        to /healthz ok.
   agent-hostile-output
         about 10^5 hostile lines from 4 managed containers (garbage JSON, NaN/inf/null,
         partial lines, invalid UTF-8, 10 MB lines, a regex label built to backtrack): a
@@ -961,6 +984,16 @@ def agent_engine_restart_session(rng: random.Random) -> Iterator[Callable[[int],
 
 
 @contextmanager
+def agent_foreign_change_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
+    """Someone else updates, pauses or removes a managed container (faults_agent.py)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from faults_agent import agent_foreign_change_session as session
+
+    with session(rng) as (run, final):
+        yield FinalCheck(run, final)
+
+
+@contextmanager
 def agent_hostile_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
     """~10^5 hostile metric lines from 4 containers (benchmarks/faults_agent.py)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
@@ -990,6 +1023,31 @@ def agent_scale_session(rng: random.Random) -> Iterator[Callable[[int], RunResul
         yield one
 
 
+@contextmanager
+def allocator_kill_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
+    """kill -9 of a real allocator mid-submit and mid-rescale (faults_allocator.py)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from faults_allocator import allocator_kill_session as session
+
+    with session(rng) as (run, final):
+        yield FinalCheck(run, final)
+
+
+@contextmanager
+def allocator_disk_full_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
+    """The store's tmpfs filled under an in-process allocator (faults_allocator.py)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from faults_allocator import allocator_disk_full_session as session
+
+    with session(rng) as run:
+
+        def one(i: int) -> RunResult:
+            problems, took = run(i)
+            return RunResult(problems, took)
+
+        yield one
+
+
 # -- the scenarios of issue 15 ------------------------------------------------------------
 
 SCENARIOS = [
@@ -1006,7 +1064,12 @@ SCENARIOS = [
         5,
         agent_engine_restart_session,
     ),
-    Scenario("agent-foreign-change", "managed container removed/paused/changed mid-round", 10),
+    Scenario(
+        "agent-foreign-change",
+        "a managed container's limit changed by someone else, paused, or removed mid-round",
+        9,
+        agent_foreign_change_session,
+    ),
     Scenario(
         "agent-hostile-output",
         "~10^5 generated metric lines: garbage, NaN, 10 MB lines, a backtracking regex",
@@ -1021,9 +1084,20 @@ SCENARIOS = [
         on_request="its first run hung this host's dockerd 20.10 at ~210 containers "
         "(docs/reliability.md)",
     ),
-    Scenario("allocator-kill", "kill -9 of the allocator mid-rescale and mid-submit", 10),
+    Scenario(
+        "allocator-kill",
+        "kill -9 of the allocator mid-submit and mid-rescale, restarted on its state",
+        10,
+        allocator_kill_session,
+    ),
     Scenario("allocator-engine-restart", "engine restart and swarm node stop", 5),
-    Scenario("allocator-disk-full", "full store disk, corrupted checkpoint", 5),
+    Scenario(
+        "allocator-disk-full",
+        "the store's disk full under a running allocator, then freed",
+        5,
+        allocator_disk_full_session,
+    ),
+    Scenario("allocator-corrupt-checkpoint", "a job's checkpoint file corrupted", 3),
     Scenario(
         "interrupted-commands",
         "bench_rescale.py stopped by SIGTERM/SIGINT at a random moment",

@@ -187,25 +187,32 @@ class KillSession:
         self.containers: dict[str, Any] = {}
         self.unmanaged_before: dict[str, dict[str, int]] = {}
         self.host_cpus = int(client.info()["NCPU"])
+        # managed containers the agent has let go (someone else changed their CPU
+        # settings: docs/agent.md), left out of the managed checks
+        self.away: set[str] = set()
+
+    def start_container(self, name: str, suffix: str = "") -> None:
+        loss, kwargs, managed = CONTAINERS[name]
+        labels = {
+            **self.extra_labels,
+            "flowcon.faults": self.run_id,
+            "flowcon.metric": "loss",
+        }
+        if managed:
+            labels["flowcon.enable"] = "true"
+        self.containers[name] = self.client.containers.run(
+            TESTBOX,
+            metric_loop(loss),
+            detach=True,
+            name=f"fc-{self.run_id}-{name}{suffix}",
+            labels=labels,
+            network_mode="none",
+            **kwargs,
+        )
 
     def start_containers(self) -> None:
-        for name, (loss, kwargs, managed) in CONTAINERS.items():
-            labels = {
-                **self.extra_labels,
-                "flowcon.faults": self.run_id,
-                "flowcon.metric": "loss",
-            }
-            if managed:
-                labels["flowcon.enable"] = "true"
-            self.containers[name] = self.client.containers.run(
-                TESTBOX,
-                metric_loop(loss),
-                detach=True,
-                name=f"fc-{self.run_id}-{name}",
-                labels=labels,
-                network_mode="none",
-                **kwargs,
-            )
+        for name in CONTAINERS:
+            self.start_container(name)
         for name, (_, _, managed) in CONTAINERS.items():
             if not managed:
                 self.unmanaged_before[name] = cpu_settings(self.containers[name])
@@ -226,7 +233,11 @@ class KillSession:
             c.remove(force=True)
 
     def managed_ids(self) -> dict[str, str]:
-        return {n: self.containers[n].id for n, (_, _, m) in CONTAINERS.items() if m}
+        return {
+            n: self.containers[n].id
+            for n, (_, _, m) in CONTAINERS.items()
+            if m and n not in self.away
+        }
 
     def wait_round(self, after: float, timeout: float = 30.0) -> tuple[dict[str, Any] | None, str]:
         """The state once a round that ended after ``after`` recorded every managed
@@ -250,7 +261,9 @@ class KillSession:
             rec = state.get("containers", {}).get(cid) or {}
             want = _expected_original(CONTAINERS[name][1])
             got = rec.get("original")
-            if got is not None and _original_from_state(got) != want:
+            # NanoCpus = the whole host is "no limit" (the engine cannot clear NanoCpus, so
+            # a container the agent released and re-adopted, e.g. after a pause, shows it)
+            if got is not None and self._unlimited(_original_from_state(got)) != want:
                 problems.append(f"{name}: recorded original {got} != created with {want}")
         mismatch = self._applied_mismatch(state)
         # The agent keeps acting (a round a second, engine calls in parallel): a
@@ -263,6 +276,11 @@ class KillSession:
                 return [*problems, bad]
             mismatch = self._applied_mismatch(fresh or {})
         return problems + mismatch + self.check_unmanaged()
+
+    def _unlimited(self, settings: dict[str, int]) -> dict[str, int]:
+        if settings["NanoCpus"] == self.host_cpus * NANO:
+            return {**settings, "NanoCpus": 0}
+        return settings
 
     def _applied_mismatch(self, state: dict[str, Any]) -> list[str]:
         out = []
@@ -322,6 +340,133 @@ def agent_kill_session(
         try:
             sess.start()
             yield sess.one_kill, sess.final_check
+        finally:
+            sess.agent.kill()
+            sess.remove_containers()
+            client.close()
+
+
+# -- someone else changes a managed container ------------------------------------------
+
+FOREIGN_FAULTS = ("update", "pause", "remove")
+FOREIGN_NANO = 700_000_000  # 0.7 CPUs: a value Algorithm 1 would not pick by chance
+FOREIGN_QUOTA = 70_000  # the same for a container created with --cpu-quota
+
+
+class ForeignSession(KillSession):
+    """agent-foreign-change: with the agent running (itval 1 s), one managed container
+    is changed by someone else at a random moment of a round, the faults in turn:
+
+    * ``update``: ``docker update`` of its CPU limit (the docker CLI, as an operator
+      would). Rule (docs/agent.md, "Changes made by someone else"): the change wins; the
+      agent lets the container go (its state record says ``hands_off``), never writes
+      its settings again, and the others get Algorithm 1's limits. The container is then
+      replaced by a fresh one, which the agent manages.
+    * ``pause``: paused for 2-3 rounds, then unpaused. A paused container is not
+      running (the engine does not list it as such): the agent releases it (its share
+      goes to the others, its originals go back) and it rejoins NL when unpaused, as a
+      new container would (docs/agent.md).
+    * ``remove``: removed (``docker rm -f``): it leaves the state; a fresh one replaces it.
+
+    Checks after each: the agent is alive, the state file valid, the invariants of
+    agent-kill for every managed container, the unmanaged ones untouched. Recovery: the
+    fault to the round that shows its effect (hands off, released, or back in its list).
+    """
+
+    replaced = 0
+
+    def _alive(self) -> list[str]:
+        proc = self.agent.proc
+        if proc is not None and proc.poll() is None:
+            return []
+        return [f"the agent died: {self.agent.log.read_text(errors='replace')[-500:]}"]
+
+    def _record(self, cid: str) -> dict[str, Any] | None:
+        state, _ = self.agent.read_state()
+        return ((state or {}).get("containers") or {}).get(cid)
+
+    def _wait(self, until: Callable[[], bool], timeout: float = 15.0) -> float | None:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if until():
+                return time.monotonic() - t0
+            time.sleep(0.1)
+        return None
+
+    def _replace(self, name: str) -> None:
+        """A fresh container in place of ``name`` (same settings, new id)."""
+        with contextlib.suppress(Exception):
+            self.containers[name].remove(force=True)
+        self.replaced += 1
+        self.start_container(name, suffix=f"-r{self.replaced}")
+        self.away.discard(name)
+
+    def one_fault(self, i: int) -> Outcome:
+        fault = FOREIGN_FAULTS[i % len(FOREIGN_FAULTS)]
+        name = self.rng.choice(sorted(self.managed_ids()))
+        c = self.containers[name]
+        time.sleep(self.rng.uniform(0.0, 2.0))  # anywhere in a round
+        problems: list[str] = []
+        took: float | None
+        if fault == "update":
+            quota = bool(CONTAINERS[name][1].get("cpu_quota"))
+            flag = ["--cpu-quota", str(FOREIGN_QUOTA)] if quota else ["--cpus", "0.7"]
+            subprocess.run(["docker", "update", *flag, c.id], check=True, capture_output=True)
+            self.away.add(name)
+            took = self._wait(lambda: bool((self._record(c.id) or {}).get("hands_off")))
+            if took is None:
+                problems.append(f"{name}: never handed off after a foreign docker update")
+            time.sleep(2.5)  # two more rounds: nothing may write the limit back
+            got = cpu_settings(c)
+            key, want = ("CpuQuota", FOREIGN_QUOTA) if quota else ("NanoCpus", FOREIGN_NANO)
+            if got[key] != want:
+                problems.append(f"{name}: the foreign {key}={want} was overwritten: {got}")
+            rec = self._record(c.id) or {}
+            if rec.get("managed") or rec.get("list"):
+                problems.append(f"{name}: still managed after the foreign change: {rec}")
+            t0 = time.time()
+            self._replace(name)
+        elif fault == "pause":
+            c.pause()
+            self.away.add(name)
+            time.sleep(self.rng.uniform(2.0, 3.0))
+            problems += self._alive()
+            rec = self._record(c.id)
+            if rec is not None and rec.get("list"):
+                problems.append(f"{name}: still in list {rec['list']} after 2 s paused")
+            c.unpause()
+            self.away.discard(name)
+            t0 = time.time()
+        else:
+            c.remove(force=True)
+            self.away.add(name)
+            took = self._wait(lambda: self._record(c.id) is None)
+            if took is None:
+                problems.append(f"{name}: still in the state 15 s after its removal")
+            t0 = time.time()
+            self._replace(name)
+        state, why = self.wait_round(after=t0)
+        if fault == "pause":
+            took = time.time() - t0 if state is not None else None
+        problems += self._alive()
+        if state is None:
+            return [*problems, f"{fault} {i}: {why}"], None
+        return problems + [f"{fault} {i}: {p}" for p in self.check_state(state)], took
+
+
+@contextmanager
+def agent_foreign_change_session(
+    rng: Any, labels: dict[str, str] | None = None
+) -> Iterator[tuple[Callable[[int], Outcome], Callable[[], list[str]]]]:
+    """The ``agent-foreign-change`` scenario: (one fault, the final SIGTERM check)."""
+    import docker
+
+    client = docker.from_env()
+    with tempfile.TemporaryDirectory(prefix="flowcon-faults-foreign-") as tmp:
+        sess = ForeignSession(client, rng, Path(tmp), labels)
+        try:
+            sess.start()
+            yield sess.one_fault, sess.final_check
         finally:
             sess.agent.kill()
             sess.remove_containers()

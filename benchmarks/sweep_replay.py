@@ -20,10 +20,9 @@ reverse order, so a drift of the host's load does not always favour the same poi
 Every run is a folder (rep1-none, rep1-flowcon-a5-i20, ...) that
 ``flowcon replay report`` reads.
 
-AGGREGATION NOTE for the lead: repetitions are aggregated here, minimally (medians of
-per-job JCTs and makespans over the repetitions of a point, against the medians of all
-none runs). When the repeat module of ``flowcon replay --compare --repeat`` is on main,
-switch run_sweep/aggregate to it, so both report the same statistics.
+Statistics: the same as ``flowcon replay --compare --repeat`` (flowcon.replay.repeat):
+each point's changes are computed against the none run of the same repetition, then
+summarised over repetitions by median, min and max.
 """
 
 from __future__ import annotations
@@ -32,9 +31,9 @@ import argparse
 import csv
 import os
 import signal
-import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -43,8 +42,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from flowcon.interrupts import raise_interrupt  # noqa: E402
+from flowcon.replay import repeat  # noqa: E402
 from flowcon.replay.model import RunResult  # noqa: E402
-from flowcon.replay.recorder import change_pct  # noqa: E402
+from flowcon.replay.recorder import figures  # noqa: E402
+from flowcon.replay.repeat import NONE, RunFigures  # noqa: E402
 
 ALPHAS = (0.01, 0.03, 0.05, 0.10, 0.15)
 ITVALS = (10.0, 20.0, 30.0, 60.0)
@@ -64,6 +65,8 @@ CSV_FIELDS = (
     "makespan_none",
     "makespan_flowcon",
     "makespan_change_pct",
+    "makespan_change_min_pct",
+    "makespan_change_max_pct",
 )
 
 
@@ -111,45 +114,54 @@ def estimate_s(runs: int, scale: float, run_s: float = FULL_RUN_S) -> float:
     return runs * (run_s * scale + OVERHEAD_S)
 
 
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
+def _pct(value: float | None) -> float | None:
+    return None if value is None else 100.0 * value
 
 
-def aggregate(none: list[RunResult], flowcon: dict[Point, list[RunResult]]) -> list[dict[str, Any]]:
-    """Per point: each job's median JCT against its median under none; the best and
-    worst job's change and the change of the median makespan (percent, negative =
-    faster)."""
-    base = {
-        name: _median([j.jct for r in none for j in r.jobs if j.name == name and j.jct is not None])
-        for name in dict.fromkeys(j.name for r in none for j in r.jobs)
-    }
-    span_none = _median([r.makespan for r in none if r.makespan is not None])
+def aggregate(runs: Sequence[tuple[int, Point | None, RunResult]]) -> list[dict[str, Any]]:
+    """Per point, the statistics of ``flowcon replay --compare --repeat`` (repeat.aggregate):
+    every change is computed within a repetition (the point's run against that
+    repetition's none run), then summarised over repetitions by its median (min, max).
+
+    ``best_job_change_pct`` / ``worst_job_change_pct``: the best and worst job's JCT
+    change per repetition, median over repetitions (bench_replay's definition);
+    ``best_job`` / ``worst_job``: the job whose median change is lowest / highest.
+    Percent, negative = faster."""
+    reps: dict[int, dict[str, RunFigures]] = {}
+    points: dict[str, Point] = {}
+    for rep, point, result in runs:
+        key = NONE if point is None else point.slug
+        if point is not None:
+            points[key] = point
+        reps.setdefault(rep, {})[key] = figures(result)
+    summary = repeat.aggregate([reps[r] for r in sorted(reps)], list(points))
     rows = []
-    for point, results in sorted(flowcon.items()):
-        changes: dict[str, float] = {}
-        for name, jct_none in base.items():
-            jct = _median(
-                [j.jct for r in results for j in r.jobs if j.name == name and j.jct is not None]
-            )
-            ch = change_pct(jct_none, jct)
-            if ch is not None:
-                changes[name] = ch
-        span = _median([r.makespan for r in results if r.makespan is not None])
-        best = min(changes, key=lambda n: changes[n]) if changes else None
-        worst = max(changes, key=lambda n: changes[n]) if changes else None
+    for key, point in sorted(points.items(), key=lambda kv: kv[1]):
+        v = summary["variants"][key]
+        medians = {
+            row["job"]: row["jct_change"]["median"]
+            for row in v["jobs"]
+            if row["jct_change"]["median"] is not None
+        }
+        best = min(medians, key=lambda n: medians[n]) if medians else None
+        worst = max(medians, key=lambda n: medians[n]) if medians else None
+        span = v["makespan_change"]
+        itval_run = next((r.itval for _, p, r in runs if p is not None and p.slug == key), None)
         rows.append(
             {
                 "alpha_pct": round(100 * point.alpha, 4),
                 "itval": point.itval,
-                "itval_run": results[0].itval if results else None,
-                "repeats": len(results),
+                "itval_run": itval_run,
+                "repeats": v["repeats"],
                 "best_job": best,
-                "best_job_change_pct": changes.get(best) if best else None,
+                "best_job_change_pct": _pct(v["best_job_change"]["median"]),
                 "worst_job": worst,
-                "worst_job_change_pct": changes.get(worst) if worst else None,
-                "makespan_none": span_none,
-                "makespan_flowcon": span,
-                "makespan_change_pct": change_pct(span_none, span),
+                "worst_job_change_pct": _pct(v["worst_job_change"]["median"]),
+                "makespan_none": v["makespan_none"],
+                "makespan_flowcon": v["makespan"],
+                "makespan_change_pct": _pct(span["median"]),
+                "makespan_change_min_pct": _pct(span["min"]),
+                "makespan_change_max_pct": _pct(span["max"]),
             }
         )
     return rows
@@ -211,8 +223,7 @@ def run_sweep(args: argparse.Namespace, points: list[Point]) -> int:
     out: Path = args.out / f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     client = docker.from_env(version="auto", timeout=120)
     signal.signal(signal.SIGTERM, raise_interrupt)
-    none: list[RunResult] = []
-    flowcon: dict[Point, list[RunResult]] = {p: [] for p in points}
+    done: list[tuple[int, Point | None, RunResult]] = []
     runs = plan(points, args.repeat)
     for n, (rep, point) in enumerate(runs, start=1):
         load = os.getloadavg()[0]
@@ -223,11 +234,11 @@ def run_sweep(args: argparse.Namespace, points: list[Point]) -> int:
             policy, folder = "flowcon", out / f"rep{rep}-flowcon-{point.slug}"
         print(f"[{n}/{len(runs)}] {folder.name} (load average {load:.1f})", flush=True)
         result = run_policy(client, run_sc, policy, folder, show_progress=False)
-        (none if point is None else flowcon[point]).append(result)
+        done.append((rep, point, result))
         bad = [j.name for j in result.jobs if not j.ok]
         if bad:
             print(f"  failed jobs: {', '.join(bad)} (see {folder})", file=sys.stderr)
-    rows = aggregate(none, flowcon)
+    rows = aggregate(done)
     for path in write_outputs(rows, out, sc.name):
         print(f"wrote {path}")
     for row in rows:

@@ -39,6 +39,19 @@ LABEL_WORLD_SIZE: Final = "flowcon.world-size"
 LABEL_MASTER_PORT: Final = "flowcon.master-port"  # the job's MASTER_PORT (host networking)
 LABEL_LAUNCHER: Final = "flowcon.launcher"  # none | torchrun | flowcon (the job spec's)
 LABEL_ROLE: Final = "flowcon.role"  # ROLE_JOB, or ROLE_PROFILE for the pre-run
+# The labels the allocator's executor sets on its containers (config executor.labels may
+# add others, never these).
+EXECUTOR_LABELS: Final = (
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
+    LABEL_RANK,
+    LABEL_NODE,
+    LABEL_GPUS,
+    LABEL_WORLD_SIZE,
+    LABEL_MASTER_PORT,
+    LABEL_LAUNCHER,
+    LABEL_ROLE,
+)
 ROLE_JOB: Final = "job"
 ROLE_PROFILE: Final = "profile"
 # How the executor scales the job's containers: SCALING_STOPFREE or SCALING_RESTART (below).

@@ -23,6 +23,8 @@ log = logging.getLogger("flowcon.listeners")
 
 START_ACTIONS = frozenset({"start"})
 FINISH_ACTIONS = frozenset({"die", "destroy"})
+# docker update (by the agent or anyone else): the agent checks for foreign changes
+UPDATE_ACTIONS = frozenset({"update"})
 
 
 def interesting(event: dict[str, Any]) -> bool:
@@ -41,10 +43,12 @@ class EventListener:
         on_connect: Callable[[], object],
         backoff_initial: float = 0.25,
         backoff_max: float = 10.0,
+        on_update: Callable[[str], None] | None = None,
     ) -> None:
         self.engine = engine
         self.on_start = on_start
         self.on_finish = on_finish
+        self.on_update = on_update
         self.on_connect = on_connect
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
@@ -80,6 +84,8 @@ class EventListener:
                 self.on_start(cid)
         elif action in FINISH_ACTIONS:
             self.on_finish(cid)  # cheap no-op for containers the controller does not track
+        elif action in UPDATE_ACTIONS and self.on_update is not None and interesting(event):
+            self.on_update(cid)  # a no-op for containers the controller does not manage
 
     def _consume(self, stream: Any) -> None:
         """Dispatch the events of one connection until it ends or we stop."""

@@ -35,7 +35,7 @@ def test_agent_kill_keeps_originals_limits_and_gives_back(labeled, cleanup_conta
             assert problems == [], problems
             assert took is not None and took < 30
         # The check sees a limit the agent did not apply (a foreign docker update while
-        # the agent is down and its next round not yet run).
+        # the agent is down and its next round not yet run) ...
         sess = run.__self__
         sess.agent.kill()
         steady = sess.containers["m-steady"]
@@ -43,10 +43,29 @@ def test_agent_kill_keeps_originals_limits_and_gives_back(labeled, cleanup_conta
         state, why = sess.agent.read_state()
         assert state is not None, why
         assert any("m-steady" in p for p in sess._applied_mismatch(state))
+        # ... and the restarted agent finds it too: someone else's change wins, the
+        # container is let go and keeps 0.77 CPUs, even after the final SIGTERM.
+        sess.away.add("m-steady")
         t0 = time.time()
         sess.agent.start()
         state, why = sess.wait_round(after=t0)
         assert state is not None, why
+        rec = state["containers"][steady.id]
+        assert rec["hands_off"] and not rec["managed"] and "NanoCpus" in rec["hands_off"]
+        assert final() == []
+        steady.reload()
+        assert steady.attrs["HostConfig"]["NanoCpus"] == 770_000_000
+
+
+def test_foreign_update_pause_and_removal_are_survived(labeled, cleanup_containers):  # type: ignore[no-untyped-def]
+    faults = _module()
+    with faults.agent_foreign_change_session(random.Random(11), labeled()) as (run, final):
+        for i in range(len(faults.FOREIGN_FAULTS)):  # update, pause, remove
+            problems, took = run(i)
+            assert problems == [], problems
+            assert took is not None and took < 30
+        sess = run.__self__
+        assert sess.agent.log.read_text().count("foreign change container=") == 1
         assert final() == []
 
 

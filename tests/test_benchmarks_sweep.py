@@ -60,23 +60,32 @@ def test_dry_list_prints_plan_without_running(capsys: pytest.CaptureFixture[str]
     assert out[-1].startswith("42 runs, about 1.2 h")
 
 
-def test_aggregate_medians_and_outputs(tmp_path: Path) -> None:
-    none = [run("none", {"vae": 100, "cnn": 200}), run("none", {"vae": 110, "cnn": 190})]
+def test_aggregate_pairs_each_point_with_its_repetitions_none_run(tmp_path: Path) -> None:
+    """The compare's statistics (flowcon.replay.repeat): changes within a repetition,
+    then median/min/max over repetitions."""
     p1, p2 = sweep.Point(0.05, 20), sweep.Point(0.01, 60)
-    flow = {
-        p1: [run("flowcon", {"vae": 50, "cnn": 210}), run("flowcon", {"vae": 60, "cnn": 230})],
-        p2: [run("flowcon", {"vae": 105, "cnn": 180})],
-    }
-    rows = sweep.aggregate(none, flow)
+    runs = [
+        (1, None, run("none", {"vae": 100, "cnn": 200})),
+        (1, p1, run("flowcon", {"vae": 50, "cnn": 210})),
+        (1, p2, run("flowcon", {"vae": 105, "cnn": 180}, itval=15)),
+        (2, None, run("none", {"vae": 110, "cnn": 190})),
+        (2, p1, run("flowcon", {"vae": 66, "cnn": 228})),
+    ]
+    rows = sweep.aggregate(runs)
     assert [(r["alpha_pct"], r["itval"]) for r in rows] == [(1, 60), (5, 20)]
-    r5 = rows[1]
-    assert r5["best_job"] == "vae" and r5["best_job_change_pct"] == pytest.approx(-47.619, 1e-3)
-    assert r5["worst_job"] == "cnn" and r5["worst_job_change_pct"] == pytest.approx(100 * 25 / 195)
-    # makespans: none median(200, 190) = 195; flowcon median(210, 230) = 220
-    assert r5["makespan_change_pct"] == pytest.approx(100 * 25 / 195)
+    r1, r5 = rows
+    assert r1["repeats"] == 1 and r1["itval_run"] == 15
+    assert r1["best_job"] == "cnn" and r1["best_job_change_pct"] == pytest.approx(-10.0)
     assert r5["repeats"] == 2
+    # vae: -50 % in rep 1, -40 % in rep 2 -> median -45 %; cnn: +5 %, +20 % -> +12.5 %
+    assert r5["best_job"] == "vae" and r5["best_job_change_pct"] == pytest.approx(-45.0)
+    assert r5["worst_job"] == "cnn" and r5["worst_job_change_pct"] == pytest.approx(12.5)
+    # makespans: 200 -> 210 (+5 %) and 190 -> 228 (+20 %)
+    assert r5["makespan_change_pct"] == pytest.approx(12.5)
+    assert r5["makespan_change_min_pct"] == pytest.approx(5.0)
+    assert r5["makespan_change_max_pct"] == pytest.approx(20.0)
     paths = sweep.write_outputs(rows, tmp_path, "fixed")
     table = list(csv.DictReader(paths[0].open()))
     assert [row["best_job"] for row in table] == ["cnn", "vae"]
-    assert table[1]["makespan_change_pct"] == "12.821" and table[1]["repeats"] == "2"
+    assert table[1]["makespan_change_pct"] == "12.5" and table[1]["repeats"] == "2"
     assert all(p.stat().st_size > 3000 for p in paths[1:])

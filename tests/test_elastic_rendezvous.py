@@ -128,3 +128,26 @@ def test_recovery_survivors_agree_on_one_membership() -> None:
     # a survivor that comes after the closing gets the closed membership (without itself)
     late = rdv.recover(store, 5, rdv.Survivor(1, "w1", (12,)), 2, 0.1)
     assert late == rec and late.rank_of(1) is None
+
+
+def test_a_survivor_counted_but_not_yet_written_is_waited_for() -> None:
+    """Regression: a survivor that had counted itself in (``add``) but not yet written its
+    record was skipped by the one closing the recovery, which then had to exit ("missed
+    the recovery"; seen as a flaky kill -9 test under load)."""
+    store = DictStore()
+    base = f"{rdv.ROOT}rec/7/"
+    store.add(base + "n", 1)  # survivor w2 counted itself in ...
+
+    def write_late() -> None:  # ... and writes its record 0.3 s later
+        import json
+        import time
+        from dataclasses import asdict
+
+        time.sleep(0.3)
+        rdv.put(store, base + "1", json.dumps(asdict(rdv.Survivor(2, "w2", (4, 5)))))
+
+    t = threading.Thread(target=write_late)
+    t.start()
+    rec = rdv.recover(store, 7, rdv.Survivor(0, "w0", (5, 6)), 2, 5.0)
+    t.join()
+    assert [s.worker for s in rec.survivors] == ["w0", "w2"] and rec.step == 5

@@ -402,9 +402,12 @@ def recover(
         time.sleep(poll_s)
     records: list[Survivor] = []
     for j in range(1, n + 1):
-        key = base + str(j)
-        if there(store, key):
-            records.append(Survivor.load(_load(store.get(key))))
+        # a survivor counts itself in (add) before it writes its record (put): a slot that
+        # is counted but not yet written is waited for, not skipped (skipping it closed a
+        # recovery without a survivor that had registered; it then had to exit)
+        raw = wait_key(store, base + str(j), max(2.0, deadline - time.monotonic()), poll_s)
+        if raw is not None:
+            records.append(Survivor.load(_load(raw)))
     records.sort(key=lambda s: s.old_rank)
     proposal = Recovery(gen=allocate_gen(store), survivors=tuple(records), step=0)
     proposal = Recovery(proposal.gen, proposal.survivors, agreed_step(records))

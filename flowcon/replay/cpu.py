@@ -10,7 +10,7 @@ back to the engine's stats API.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 CGROUP_ROOT = Path(os.environ.get("FLOWCON_CGROUP_ROOT", "/sys/fs/cgroup"))
@@ -21,6 +21,9 @@ class CpuReading:
     usage_ns: int  # cumulative CPU time of the container
     limit_cpus: float | None  # CFS quota / period; None when unlimited
     shares: int | None  # cpu.shares (v1) or cpu.weight (v2), None if unreadable
+    # the CPUs the container is pinned to (cpuset.cpus, "0-1"); None when it may use all of
+    # the host's CPUs (no cpuset, or one equal to the host's) or unreadable
+    cpuset: str | None = None
 
 
 def _read(path: Path) -> str | None:
@@ -28,6 +31,18 @@ def _read(path: Path) -> str | None:
         return path.read_text().strip()
     except OSError:
         return None
+
+
+def _pinned(container_dir: Path, host_dir: Path) -> str | None:
+    """The container's cpuset.cpus when it is narrower than the host's, else None.
+
+    cgroup v2 names the effective set cpuset.cpus.effective at the root; v1 cpuset.cpus.
+    """
+    own = _read(container_dir / "cpuset.cpus")
+    if not own:
+        return None
+    host = _read(host_dir / "cpuset.cpus") or _read(host_dir / "cpuset.cpus.effective")
+    return None if host is not None and own == host else own
 
 
 class CgroupCpu:
@@ -38,6 +53,7 @@ class CgroupCpu:
         self.root = root
         self._v1: tuple[Path, Path] | None = None  # (cpuacct dir, cpu dir)
         self._v2: Path | None = None
+        self._cpuset: Path | None = None  # v1: the container's cpuset controller dir
         self._locate()
 
     @property
@@ -49,12 +65,15 @@ class CgroupCpu:
         for rel in (f"docker/{cid}", f"system.slice/docker-{cid}.scope"):
             acct = self.root / "cpuacct" / rel
             cpu = self.root / "cpu" / rel
+            cpuset = self.root / "cpuset" / rel
             if (acct / "cpuacct.usage").exists():
                 self._v1 = (acct, cpu if cpu.exists() else acct)
+                self._cpuset = cpuset if cpuset.exists() else None
                 return
             if (self.root / "cpu,cpuacct" / rel / "cpuacct.usage").exists():
                 d = self.root / "cpu,cpuacct" / rel
                 self._v1 = (d, d)
+                self._cpuset = cpuset if cpuset.exists() else None
                 return
             v2 = self.root / rel
             if (v2 / "cpu.stat").exists():
@@ -64,11 +83,16 @@ class CgroupCpu:
     def read(self) -> CpuReading | None:
         if not self.found:
             self._locate()  # the cgroup may appear just after the container starts
+        reading = None
         if self._v1 is not None:
-            return self._read_v1(*self._v1)
-        if self._v2 is not None:
-            return self._read_v2(self._v2)
-        return None
+            reading = self._read_v1(*self._v1)
+            pinned = _pinned(self._cpuset, self.root / "cpuset") if self._cpuset else None
+        elif self._v2 is not None:
+            reading = self._read_v2(self._v2)
+            pinned = _pinned(self._v2, self.root)
+        if reading is None or pinned is None:
+            return reading
+        return replace(reading, cpuset=pinned)
 
     @staticmethod
     def _read_v1(acct: Path, cpu: Path) -> CpuReading | None:
@@ -117,6 +141,7 @@ def stats_reading(stats: dict[str, object], attrs: dict[str, object]) -> CpuRead
     host = attrs.get("HostConfig") if isinstance(attrs, dict) else None
     limit = None
     shares = None
+    cpuset = None
     if isinstance(host, dict):
         nano = host.get("NanoCpus") or 0
         quota, period = host.get("CpuQuota") or 0, host.get("CpuPeriod") or 0
@@ -126,4 +151,6 @@ def stats_reading(stats: dict[str, object], attrs: dict[str, object]) -> CpuRead
             limit = quota / (period or 100_000)
         raw_shares = host.get("CpuShares")
         shares = raw_shares if isinstance(raw_shares, int) and raw_shares > 0 else None
-    return CpuReading(usage, limit, shares)
+        raw_set = host.get("CpusetCpus")
+        cpuset = raw_set if isinstance(raw_set, str) and raw_set else None
+    return CpuReading(usage, limit, shares, cpuset)

@@ -47,6 +47,7 @@ class Sample:
     cpu: float  # CPUs used on average over the interval (1.0 = one core busy)
     limit_cpus: float | None  # CFS limit at the sample time; None = unlimited
     shares: int | None
+    cpuset: str | None = None  # pinned CPUs ("0", "1-3") at the sample time; None = all
 
 
 @dataclass
@@ -82,9 +83,12 @@ class RunResult:
         return max(f for f in fins if f is not None) - min(s for s in subs if s is not None)
 
     def limits_changed(self) -> bool:
-        """True if any container ever ran with a CPU limit or non-default shares."""
+        """True if any container ever ran with a CPU limit, non-default shares or a cpuset
+        narrower than the host (the three levers of the agent's control modes)."""
         return any(
-            s.limit_cpus is not None or (s.shares is not None and s.shares not in (1024, 100))
+            s.limit_cpus is not None
+            or (s.shares is not None and s.shares not in (1024, 100))
+            or s.cpuset is not None
             for s in self.samples
         )
 

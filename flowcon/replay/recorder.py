@@ -31,7 +31,7 @@ COMPARE_FIELDS = (
     "cpu_s_flowcon",
     "cpu_s_change_pct",
 )
-SAMPLE_FIELDS = ("t", "job", "cpu", "cpu_pct", "limit_cpus", "shares")
+SAMPLE_FIELDS = ("t", "job", "cpu", "cpu_pct", "limit_cpus", "shares", "cpuset")
 
 
 def _cell(value: Any) -> Any:
@@ -63,7 +63,15 @@ def write_run(result: RunResult, out_dir: Path) -> dict[str, Path]:
         for s in result.samples:
             pct = 100.0 * s.cpu / max(1, result.host_cpus)
             w.writerow(
-                [_cell(s.t), s.job, _cell(s.cpu), _cell(pct), _cell(s.limit_cpus), _cell(s.shares)]
+                [
+                    _cell(s.t),
+                    s.job,
+                    _cell(s.cpu),
+                    _cell(pct),
+                    _cell(s.limit_cpus),
+                    _cell(s.shares),
+                    _cell(s.cpuset),
+                ]
             )
     write_growth(result.growth, paths["growth"])
     paths["json"].write_text(json.dumps(result.to_dict(), indent=2) + "\n")
@@ -105,6 +113,7 @@ def read_run(out_dir: Path) -> RunResult:
                     float(row["cpu"]),
                     opt(row["limit_cpus"], float),
                     opt(row["shares"], int),
+                    opt(row.get("cpuset") or "", str),  # absent in files written before it
                 )
             )
     result.growth = read_growth(out_dir / "growth.csv")

@@ -401,6 +401,7 @@ class Replay:
                     round(cpu, 4),
                     None if reading.limit_cpus is None else round(reading.limit_cpus, 4),
                     reading.shares,
+                    reading.cpuset,
                 )
             )
         if time.time() - self._last_step_poll >= 5.0:

@@ -31,12 +31,33 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import yaml
 
 from flowcon.service.auth import Credentials, required_role
+from flowcon.service.store import write_failure
 from flowcon.textfile import safe_load_yaml
 from flowcon.web.static import static_response
 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 1 << 20  # 1 MiB: a job spec or a round of measurements is far smaller
+
+
+def _failure(method: str, path: str, exc: Exception) -> tuple[int, Any, str]:
+    """The answer for an exception a route did not handle: 507/503 with a clear message
+    when the store cannot be written (nothing was changed), else 500 (a bug, logged with
+    its traceback)."""
+    failed = write_failure(exc)
+    if failed is None:
+        log.exception("%s %s failed", method, path)
+        return 500, {"error": f"internal error: {exc}"}, _JSON
+    full, why = failed
+    log.error("%s %s refused: the allocator's store cannot be written: %s", method, path, why)
+    status = HTTPStatus.INSUFFICIENT_STORAGE if full else HTTPStatus.SERVICE_UNAVAILABLE
+    message = (
+        f"the allocator's store cannot be written ({why}): nothing was changed; "
+        "try again once its disk has space"
+        if full
+        else f"the allocator's store cannot be written ({why}): nothing was changed"
+    )
+    return int(status), {"error": message, "store": why}, _JSON
 
 
 class ApiError(Exception):
@@ -161,8 +182,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ApiError as exc:
             status, body, ctype = exc.status, exc.body, _JSON
         except Exception as exc:  # a bug must not kill the server thread
-            log.exception("%s %s failed", method, path)
-            status, body, ctype = 500, {"error": f"internal error: {exc}"}, _JSON
+            status, body, ctype = _failure(method, path, exc)
         if self._length > 0:
             self.close_connection = True  # a body the route did not read
         self._send(status, body, ctype)

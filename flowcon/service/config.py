@@ -27,6 +27,7 @@ import yaml
 from pydantic import Field, field_validator
 
 from flowcon.alloc.policy import POLICIES
+from flowcon.contract import EXECUTOR_LABELS
 from flowcon.schema import SchemaError, Strict, env_overrides, merge, path_problem
 from flowcon.schema import validate as schema_validate
 from flowcon.textfile import NotText, SecretError, read_secret, read_text, safe_load_yaml
@@ -191,6 +192,19 @@ class ExecutorSection(Strict):
     # stop-free scale-in: how long a leaving container has to exit before the job is
     # checkpoint-restarted instead (docs/elastic.md, "Executor: stop-free rescale")
     leave_timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False, description="seconds > 0")
+    # Extra labels on every container the executor creates; it also only sees containers
+    # that carry them, so two allocators on one engine (or a test) stay apart.
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="a mapping of label: value (strings)"
+    )
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        taken = sorted(set(value) & set(EXECUTOR_LABELS))
+        if taken:
+            raise ValueError(f"{', '.join(taken)}: set by the executor itself")
+        return value
 
     @field_validator("checkpoint_host_dir")
     @classmethod

@@ -25,7 +25,7 @@ from flowcon.service.jobspec import JobSpec, JobSpecError, parse_jobspec
 from flowcon.service.metrics import AllocatorMetrics
 from flowcon.service.planner import Plan, PlanError, Planner
 from flowcon.service.records import job_metric, spec_from_dict
-from flowcon.service.store import SCHEMA_VERSION, Store
+from flowcon.service.store import SCHEMA_VERSION, Store, write_failure
 from flowcon.service.target import ExecutorTarget, build_placer, build_target
 from flowcon.web.health import Liveness
 from flowcon.web.history import History
@@ -183,10 +183,15 @@ class Allocator:
                 self.liveness.engine_ok()
                 self.liveness.beat()
             except Exception as exc:  # keep planning; the next round retries
-                self.last_round_error = str(exc)
-                self.liveness.engine_failed(str(exc))
+                failed = write_failure(exc)
+                error = str(exc) if failed is None else f"the store cannot be written: {failed[1]}"
+                if failed is None:
+                    log.exception("planning round failed")
+                elif error != self.last_round_error:  # once per outage, not every slot
+                    log.error("planning round failed: %s (retried every slot)", error)
+                self.last_round_error = error
+                self.liveness.engine_failed(error)
                 self.metrics.round_error()
-                log.exception("planning round failed")
 
     def _poll(self) -> list[str]:
         """Jobs that ended (completed or failed for good) since the last poll; progress of

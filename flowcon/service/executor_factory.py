@@ -35,7 +35,8 @@ def make_executor(
     """Build an executor from the ``executor`` config section.
 
     ``{backend: engine|swarm, grace_s: 30, max_restarts: 3, checkpoint_every: null,
-    checkpoint_host_dir: null, network: auto|host|<network name>, leave_timeout_s: 60}``
+    checkpoint_host_dir: null, network: auto|host|<network name>, labels: {},
+    leave_timeout_s: 60}``; ``extra_labels`` (a test's) are added to the config's ``labels``.
     """
     cfg = dict(config or {})
     opts = ExecutorOptions(
@@ -43,7 +44,7 @@ def make_executor(
         max_restarts=int(cfg.get("max_restarts", 3)),
         checkpoint_every=cfg.get("checkpoint_every"),
         checkpoint_host_dir=cfg.get("checkpoint_host_dir"),
-        extra_labels=dict(extra_labels or {}),
+        extra_labels={**dict(cfg.get("labels") or {}), **dict(extra_labels or {})},
         leave_timeout_s=float(cfg.get("leave_timeout_s", 60.0)),
     )
     return Executor(make_backend(cfg, client), inventory, opts)

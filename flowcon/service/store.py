@@ -9,6 +9,7 @@ planning loop share it, and SQLite serialises writers anyway.
 
 from __future__ import annotations
 
+import errno
 import json
 import sqlite3
 import threading
@@ -100,6 +101,31 @@ CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
 
 class StoreError(RuntimeError):
     pass
+
+
+# SQLite's messages (sqlite3.OperationalError) when the database cannot be written.
+_FULL = ("database or disk is full",)
+_UNWRITABLE = ("disk I/O error", "attempt to write a readonly database", "unable to open")
+
+
+def write_failure(exc: BaseException) -> tuple[bool, str] | None:
+    """(disk full?, SQLite's or the OS's message) when ``exc`` is the store failing to
+    write (full disk or quota, I/O error, read-only file system); None for anything else.
+
+    A failed write changes nothing: every write is one statement or one transaction,
+    and SQLite rolls a failed one back (tested on a full tmpfs)."""
+    if isinstance(exc, sqlite3.OperationalError):
+        msg = str(exc)
+        if any(m in msg for m in _FULL):
+            return True, msg
+        if any(m in msg for m in _UNWRITABLE):
+            return False, msg
+        return None
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True, exc.strerror or str(exc)
+    if isinstance(exc, OSError) and exc.errno in (errno.EROFS, errno.EIO):
+        return False, exc.strerror or str(exc)
+    return None
 
 
 @dataclass

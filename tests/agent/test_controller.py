@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -502,3 +502,113 @@ def test_state_keeps_the_mode_and_old_records_mean_quota(tmp_path: Path) -> None
     assert ctl3.tracked["a"].applied_mode == "quota"
     assert ctl3.restore_all() == 2
     assert [body for cid, body in eng.updates if cid == "a"][-1] == {"NanoCpus": HOST * 10**9}
+
+
+def foreign_update(eng: FakeEngine, cid: str, **fields: int | str) -> None:
+    """Someone else's ``docker update`` (not through the agent)."""
+    c = eng.c[cid]
+    c.cpu = replace(c.cpu, **fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("control", ["quota", "weights", "cpuset"])
+def test_a_change_by_someone_else_wins_and_is_never_reverted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, control: str
+) -> None:
+    eng = FakeEngine()
+    for cid in ("a", "b", "c"):
+        eng.add(cid, ON)
+    ctl = make(eng, tmp_path, control=control)
+    ctl.resync()
+    itvals: list[float] = []
+    ctl.on_itval = itvals.append
+    ctl.on_update("a")  # the update event of the agent's own change: nothing happens
+    assert ctl.tracked["a"].managed and ctl.counters.foreign_total() == 0
+
+    foreign_update(eng, "b", cpu_shares=4096, nano_cpus=3 * 10**9)
+    with caplog.at_level(logging.INFO):
+        ctl.on_update("b")
+    t = ctl.tracked["b"]
+    assert not t.managed and t.list is None and t.hands_off
+    assert "NanoCpus" in t.hands_off  # each mode sets NanoCpus (weights: the whole host)
+    assert "foreign change container=b" in caplog.text
+    assert ctl.counters.foreign_total() == 1
+    assert itvals == [2]  # the others' shares are recomputed at once (Algorithm 2's reset)
+    after = eng.c["b"].cpu
+    n_b = sum(1 for cid, _ in eng.updates if cid == "b")
+    for _ in range(3):
+        ctl.round()
+    assert eng.c["b"].cpu == after  # never overwritten by a round ...
+    assert sum(1 for cid, _ in eng.updates if cid == "b") == n_b
+    view = {v["name"]: v for v in ctl.views()}["b"]
+    assert view["managed"] is False and view["hands_off"] == t.hands_off
+
+    # ... nor by a restarted agent (the state file keeps the hands off) ...
+    ctl2 = make(eng, tmp_path, control=control)
+    ctl2.resync()
+    assert not ctl2.tracked["b"].managed and ctl2.tracked["b"].hands_off == t.hands_off
+    # ... nor by the restore on exit, which gives the others back their originals
+    assert ctl2.restore_all() == 2
+    assert eng.c["b"].cpu == after
+    assert sum(1 for cid, _ in eng.updates if cid == "b") == n_b
+
+    # the container restarts: it is managed again, from its current settings
+    ctl2.on_finish("b")
+    ctl2.on_start("b")
+    assert ctl2.tracked["b"].managed and ctl2.tracked["b"].hands_off is None
+    assert ctl2.tracked["b"].original == after
+
+
+def test_changes_while_the_agent_was_away_are_found_on_resume(tmp_path: Path) -> None:
+    eng = FakeEngine()
+    eng.add("a", ON)
+    eng.add("b", ON)
+    ctl = make(eng, tmp_path)
+    ctl.resync()  # 2 CPUs each, recorded as expected
+    foreign_update(eng, "a", nano_cpus=10**9)  # the agent is dead (no event seen)
+    ctl2 = make(eng, tmp_path)
+    ctl2.resync()
+    assert ctl2.tracked["a"].hands_off and not ctl2.tracked["a"].managed
+    assert ctl2.counters.foreign_total() == 1
+    assert nano(eng, "a") == 10**9
+    assert nano(eng, "b") == HOST * 10**9  # b alone now: the whole host
+
+
+def test_a_change_before_any_limit_becomes_the_original(tmp_path: Path) -> None:
+    eng = FakeEngine()
+    eng.add("a", ON)
+    ctl = make(eng, tmp_path)
+    ctl.resync()  # alone: unlimited, no update sent
+    assert eng.updates == [] and ctl.tracked["a"].applied_cpus is None
+    foreign_update(eng, "a", cpu_shares=256)
+    ctl.on_update("a")
+    assert ctl.tracked["a"].managed and ctl.counters.foreign_total() == 0
+    assert ctl.tracked["a"].original == CpuSettings(cpu_shares=256)
+
+
+def test_a_change_to_a_field_the_agent_does_not_set_becomes_the_original(
+    tmp_path: Path,
+) -> None:
+    eng = FakeEngine()
+    eng.add("a", ON, cpu=CpuSettings(cpu_shares=512))
+    eng.add("b", ON)
+    ctl = make(eng, tmp_path)  # quota: the agent never sets CpuShares
+    ctl.resync()
+    foreign_update(eng, "a", cpu_shares=2048)
+    ctl.on_update("a")
+    assert ctl.tracked["a"].managed and ctl.counters.foreign_total() == 0
+    assert ctl.restore_all() == 2
+    assert eng.c["a"].cpu.cpu_shares == 2048  # the restore does not undo it
+
+
+def test_update_events_of_gone_or_unknown_containers_are_ignored(tmp_path: Path) -> None:
+    eng = FakeEngine()
+    eng.add("a", ON)
+    eng.add("b", ON)
+    ctl = make(eng, tmp_path)
+    ctl.resync()
+    del eng.c["a"]
+    ctl.on_update("a")  # inspect says gone: the die event will release it
+    ctl.on_update("nobody")
+    eng.down = True
+    ctl.on_update("b")  # engine down: logged, nothing changes
+    assert ctl.tracked["b"].managed and ctl.counters.foreign_total() == 0

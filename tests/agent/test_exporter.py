@@ -44,6 +44,7 @@ EXPECTED = {
     "flowcon_agent_containers": "gauge",
     "flowcon_agent_engine_errors": "counter",
     "flowcon_agent_cpu_updates": "counter",
+    "flowcon_agent_foreign_changes": "counter",
     "flowcon_agent_label_errors": "counter",
     "flowcon_build_info": "gauge",
 }

@@ -142,3 +142,14 @@ def test_stop_before_start_is_a_no_op() -> None:
     lst = EventListener(eng, lambda _c: None, lambda _c: None, lambda: None)  # type: ignore[arg-type]
     lst.stop()
     assert not lst.connected.is_set()
+
+
+def test_update_events_reach_on_update_only_when_asked() -> None:
+    eng = FlakyEngine()
+    updated: list[str] = []
+    lst = EventListener(eng, print, print, lambda: None)  # type: ignore[arg-type]
+    lst.dispatch(ev("update", "a", **{"flowcon.enable": "true"}))  # no handler: ignored
+    lst = EventListener(eng, print, print, lambda: None, on_update=updated.append)  # type: ignore[arg-type]
+    lst.dispatch(ev("update", "a", **{"flowcon.enable": "true"}))
+    lst.dispatch(ev("update", "other", image="x"))  # not a FlowCon container
+    assert updated == ["a"]

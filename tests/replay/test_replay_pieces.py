@@ -71,12 +71,51 @@ def test_cgroup_v1_and_v2(tmp_path: Path) -> None:
     assert CgroupCpu("abc", tmp_path).read() is None
 
 
+def test_cgroup_cpuset_is_read_only_when_narrower_than_the_host(tmp_path: Path) -> None:
+    """Regression: a replay whose agent only pinned cpusets said "agent changed limits: no"."""
+    _cgroup_v1(tmp_path, "pin", 1, -1)
+    _cgroup_v1(tmp_path, "all", 1, -1)
+    (tmp_path / "cpuset").mkdir()
+    (tmp_path / "cpuset" / "cpuset.cpus").write_text("0-1\n")
+    for cid, cpus in (("pin", "1"), ("all", "0-1")):
+        d = tmp_path / "cpuset" / "docker" / cid
+        d.mkdir(parents=True)
+        (d / "cpuset.cpus").write_text(cpus + "\n")
+    pin, free = CgroupCpu("pin", tmp_path).read(), CgroupCpu("all", tmp_path).read()
+    assert pin is not None and pin.cpuset == "1"
+    assert free is not None and free.cpuset is None
+
+    v2 = tmp_path / "v2" / "system.slice" / "docker-v2pin.scope"
+    v2.mkdir(parents=True)
+    (tmp_path / "v2" / "cpuset.cpus.effective").write_text("0-3\n")
+    (v2 / "cpu.stat").write_text("usage_usec 1\n")
+    (v2 / "cpuset.cpus").write_text("2-3\n")
+    r = CgroupCpu("v2pin", tmp_path / "v2").read()
+    assert r is not None and r.cpuset == "2-3"
+
+
+def test_limits_changed_sees_each_control_lever() -> None:
+    base = RunResult("s", "flowcon", "id", 0.0, 2, 0.05, 20.0)
+    assert not base.limits_changed()
+    base.samples = [Sample(1, "a", 1.0, None, 1024)]
+    assert not base.limits_changed()
+    for sample in (
+        Sample(1, "a", 1.0, 0.5, 1024),  # quota
+        Sample(1, "a", 1.0, None, 512),  # weights
+        Sample(1, "a", 1.0, None, 1024, "1"),  # cpuset
+    ):
+        base.samples = [sample]
+        assert base.limits_changed(), sample
+
+
 def test_stats_reading() -> None:
     stats = {"cpu_stats": {"cpu_usage": {"total_usage": 42}}}
     r = stats_reading(stats, {"HostConfig": {"NanoCpus": 1_500_000_000, "CpuShares": 0}})
     assert r is not None and r.usage_ns == 42 and r.limit_cpus == 1.5 and r.shares is None
     r = stats_reading(stats, {"HostConfig": {"CpuQuota": 50000, "CpuPeriod": 100000}})
-    assert r is not None and r.limit_cpus == 0.5
+    assert r is not None and r.limit_cpus == 0.5 and r.cpuset is None
+    r = stats_reading(stats, {"HostConfig": {"CpusetCpus": "0"}})
+    assert r is not None and r.cpuset == "0"
     assert stats_reading({}, {}) is None
 
 
@@ -119,6 +158,9 @@ def test_write_read_and_plot(tmp_path: Path) -> None:
     back = read_run(tmp_path)
     assert [j.jct for j in back.jobs] == [30.0, 20.0]
     assert back.samples[0] == flow.samples[0]
+    flow.samples.append(Sample(99.0, "a", 1.0, None, 1024, "0"))
+    write_run(flow, tmp_path)
+    assert read_run(tmp_path).samples[-1].cpuset == "0"
     assert "cpu_pct" in (tmp_path / "timeline.csv").read_text().splitlines()[0]
     assert plot_cpu(back, tmp_path / "cpu.png").stat().st_size > 5000
     none = result("none", {"a": 35.0, "b": 20.0})

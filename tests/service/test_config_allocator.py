@@ -40,6 +40,8 @@ def _load(
         ),
         ("executor: {network: 'a;b'}", 'executor.network: "a;b" is not allowed'),
         ("executor: [1]", "executor: [1] is not allowed: a mapping"),
+        ("executor: {labels: {team: 5}}", "executor.labels.team: 5 is not allowed"),
+        ("executor: {labels: {flowcon.job: x}}", "flowcon.job: set by the executor itself"),
         ("gpus: {nodes: []}", "gpus.nodes: unknown key (known: declared, node_name)"),
         ("allocator: {listen: 8470}", "allocator.listen: 8470 is not allowed: HOST:PORT"),
         ("allocator: {listen: 'h:70000'}", 'allocator.listen: "h:70000" is not allowed'),
@@ -70,6 +72,15 @@ def test_the_example_file_loads_and_sections_are_the_validated_ones(tmp_path: Pa
     assert cfg.section("gpus")["declared"]["nodes"][0] == {"name": "node1", "gpus": 4}
     cfg = _load(tmp_path, "executor:\ngpus:\n")  # empty sections are fine
     assert cfg.section("executor") == {} and cfg.section("gpus") == {}
+
+
+def test_executor_labels_reach_every_container_and_the_selector(tmp_path: Path) -> None:
+    from flowcon.service.executor_factory import make_executor
+
+    cfg = _load(tmp_path, "executor: {labels: {team: vision, flowcon.test: run1}}\n")
+    assert cfg.section("executor")["labels"] == {"team": "vision", "flowcon.test": "run1"}
+    ex = make_executor(cfg.section("executor"), None, object(), {"extra": "x"})
+    assert dict(ex.options.extra_labels) == {"team": "vision", "flowcon.test": "run1", "extra": "x"}
 
 
 def test_env_overrides_every_section_and_name_the_variable(tmp_path: Path) -> None:

@@ -120,3 +120,30 @@ def test_config_policy_is_one_the_simulator_knows(tmp_path):
         ValueError, match=r'allocator\.policy: "fifo" is not allowed: one of elasticflow, '
     ):
         load_config(p)
+
+
+def test_write_failures_are_told_apart_from_bugs() -> None:
+    import errno
+    import sqlite3
+
+    from flowcon.service.api import _failure
+    from flowcon.service.store import write_failure
+
+    full = sqlite3.OperationalError("database or disk is full")
+    assert write_failure(full) == (True, "database or disk is full")
+    assert write_failure(OSError(errno.ENOSPC, "No space left on device")) == (
+        True,
+        "No space left on device",
+    )
+    assert write_failure(sqlite3.OperationalError("attempt to write a readonly database")) == (
+        False,
+        "attempt to write a readonly database",
+    )
+    assert write_failure(sqlite3.OperationalError("no such table: jobs")) is None  # a bug
+    assert write_failure(ValueError("x")) is None
+    status, body, _ = _failure("POST", "/api/v1/jobs", full)
+    assert status == 507 and "nothing was changed" in body["error"]
+    status, body, _ = _failure("POST", "/api/v1/jobs", OSError(errno.EROFS, "Read-only"))
+    assert status == 503 and body["store"] == "Read-only"
+    status, body, _ = _failure("GET", "/x", KeyError("boom"))
+    assert status == 500 and body["error"].startswith("internal error")

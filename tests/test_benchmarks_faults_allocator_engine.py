@@ -1,0 +1,49 @@
+"""Issue 15, "Allocator and executor": benchmarks/faults_allocator.py's allocator-kill
+scenario on the real engine (a real allocator subprocess, real rate-job containers with the
+test label), and that its checks catch what they are there for."""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+from types import ModuleType
+
+import pytest
+from conftest import REPO
+
+pytestmark = pytest.mark.docker
+
+
+def _module() -> ModuleType:
+    path = REPO / "benchmarks" / "faults_allocator.py"
+    spec = importlib.util.spec_from_file_location("flowcon_bench_faults_allocator", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_allocator_kill_mid_submit_and_mid_rescale(labeled, docker_client):  # type: ignore[no-untyped-def]
+    faults = _module()
+    with faults.allocator_kill_session(random.Random(2), labeled()) as (run, final):
+        for i in range(len(faults.KINDS)):  # submit, rescale
+            problems, took = run(i)
+            assert problems == [], problems
+            assert took is not None and took < 45
+        assert final() == []
+        # The check sees a second container of a job's rank (a job run twice).
+        sess = run.__self__
+        job = next(iter(sess._containers()))
+        twin = docker_client.containers.run(
+            "flowcon/testbox:latest",
+            ["sleep", "60"],
+            detach=True,
+            labels=dict(job.labels),
+            network_mode="none",
+        )
+        try:
+            assert any("2 running containers" in p for p in sess.check())
+        finally:
+            twin.remove(force=True)
