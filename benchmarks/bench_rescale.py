@@ -141,17 +141,15 @@ def joined_prepare(lines: Iterable[str]) -> float | None:
 
 
 def exactly_once(lines: Sequence[Line]) -> bool | None:
-    """Each sample id once per epoch (lines with ``sample_ids`` and ``epoch``, each step
-    counted once); None when the job records no sample ids."""
-    by_step: dict[int, Line] = {}
-    for ln in lines:
-        if "sample_ids" in ln.raw and "epoch" in ln.raw:
-            by_step.setdefault(ln.step, ln)
-    if not by_step:
+    """Each sample id once per epoch (lines with ``sample_ids`` and ``epoch``); a step
+    trained twice (a restart that repeats steps) counts twice. None when the job records
+    no sample ids."""
+    recorded = [ln for ln in lines if "sample_ids" in ln.raw and "epoch" in ln.raw]
+    if not recorded:
         return None
     seen: dict[int, list[int]] = {}
-    for step in sorted(by_step):
-        raw = by_step[step].raw
+    for ln in sorted(recorded, key=lambda x: (x.step, x.ts)):
+        raw = ln.raw
         ids = raw["sample_ids"]
         if not isinstance(ids, list) or not isinstance(raw["epoch"], int):
             return False

@@ -61,6 +61,8 @@ def test_exactly_once_needs_recorded_ids() -> None:
     assert bench.exactly_once(bench.parse_lines("a", good)) is True
     twice = good[:2] + [jl(3, 3.0, 2, epoch=1, sample_ids=[3, 2])] + good[3:]
     assert bench.exactly_once(bench.parse_lines("a", twice)) is False
+    repeated = [*good[:3], jl(3, 3.5, 2, epoch=1, sample_ids=[1, 2]), good[3]]
+    assert bench.exactly_once(bench.parse_lines("a", repeated)) is False  # step 3 twice
     missing = good[:2] + [jl(3, 3.0, 2, epoch=1, sample_ids=[1])] + good[3:]
     assert bench.exactly_once(bench.parse_lines("a", missing)) is False
 
