@@ -171,11 +171,11 @@ class KeepingBackend(EngineBackend):
 
     def __init__(self, client: Any) -> None:
         super().__init__(client)
-        self.kept: dict[str, list[str]] = {}
+        self.kept: dict[str, tuple[str, list[str]]] = {}  # container id -> (job, lines)
 
     def remove(self, worker: Worker) -> None:
         if worker.id not in self.kept:
-            self.kept[worker.id] = self.logs(worker)
+            self.kept[worker.id] = (worker.job, self.logs(worker))
         super().remove(worker)
 
 
@@ -186,8 +186,8 @@ def job_lines(ex: Executor, be: KeepingBackend, job: str) -> list[Line]:
     for w in live.workers if live is not None else ():
         seen.add(w.id)
         out.extend(parse_lines(w.id, be.logs(w)))
-    for cid, lines in be.kept.items():
-        if cid not in seen:
+    for cid, (owner, lines) in be.kept.items():
+        if cid not in seen and owner == job:  # the other mode's job is not this one
             out.extend(parse_lines(cid, lines))
     out.sort(key=lambda ln: ln.ts)
     return out

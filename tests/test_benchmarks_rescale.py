@@ -92,3 +92,17 @@ def test_joined_prepare_reads_the_joiners_event() -> None:
     lines = [jl(5, 1.0, 1), '{"event":"joined","prepare_s":1.25,"ts":2.0}', "noise {"]
     assert bench.joined_prepare(lines) == 1.25
     assert bench.joined_prepare([jl(5, 1.0, 1)]) is None
+
+
+def test_kept_lines_belong_to_their_job() -> None:
+    """The restart mode's removed containers' lines were counted in the stop-free job's
+    (every step twice: exactly-once came out false)."""
+
+    class NoJob:
+        def job(self, name: str) -> None:
+            return None
+
+    be = bench.KeepingBackend(object())
+    be.kept = {"c1": ("bench-a", [jl(1, 1.0, 1)]), "c2": ("bench-a-st", [jl(1, 5.0, 1)])}
+    lines = bench.job_lines(NoJob(), be, "bench-a-st")
+    assert [(ln.cid, ln.step) for ln in lines] == [("c2", 1)]
