@@ -62,6 +62,13 @@ Scenarios implemented:
         be refused with 507 naming the store's problem, no store row may change, /healthz
         answers 503; space is freed and a new submit is admitted. Recovery: space freed
         to /healthz ok.
+  allocator-engine-restart
+        a private dockerd (tests/private_engine.py) under an in-process allocator running two
+        rate jobs, stopped at a random moment and started 1-3 s later, in turn with
+        --live-restore (the containers must be untouched) and without (the jobs must resume
+        from their checkpoints, without using up their restart budget). Checks: the
+        allocator answers throughout, no job lost or failed, no duplicate rank, steps
+        within one checkpoint interval. Recovery: engine back to every job running.
   agent-hostile-output
         about 10^5 hostile lines from 4 managed containers (garbage JSON, NaN/inf/null,
         partial lines, invalid UTF-8, 10 MB lines, a regex label built to backtrack): a
@@ -1048,6 +1055,23 @@ def allocator_disk_full_session(rng: random.Random) -> Iterator[Callable[[int], 
         yield one
 
 
+@contextmanager
+def allocator_engine_restart_session(
+    rng: random.Random,
+) -> Iterator[Callable[[int], RunResult]]:
+    """A private dockerd restarted under an in-process allocator (faults_allocator.py)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from faults_allocator import allocator_engine_restart_session as session
+
+    with session(rng) as run:
+
+        def one(i: int) -> RunResult:
+            problems, took = run(i)
+            return RunResult(problems, took)
+
+        yield one
+
+
 # -- the scenarios of issue 15 ------------------------------------------------------------
 
 SCENARIOS = [
@@ -1090,7 +1114,13 @@ SCENARIOS = [
         10,
         allocator_kill_session,
     ),
-    Scenario("allocator-engine-restart", "engine restart and swarm node stop", 5),
+    Scenario(
+        "allocator-engine-restart",
+        "a private engine restarted under a running allocator, with and without live-restore",
+        6,
+        allocator_engine_restart_session,
+    ),
+    Scenario("allocator-swarm-node-restart", "a node of the two-node swarm stopped and started", 3),
     Scenario(
         "allocator-disk-full",
         "the store's disk full under a running allocator, then freed",

@@ -611,7 +611,9 @@ class EngineRestartSession:
     budget (``executor.max_restarts``): runs beyond that budget must still resume. Recovery:
     engine answering to every active job running at its stored world size."""
 
-    def __init__(self, rng: Any, folder: Path, labels: dict[str, str]) -> None:
+    def __init__(
+        self, rng: Any, folder: Path, labels: dict[str, str], max_restarts: int = 3
+    ) -> None:
         sys.path.insert(0, str(REPO / "tests"))
         import docker
         from private_engine import PRIVATE_HOST, setup_private
@@ -639,7 +641,12 @@ class EngineRestartSession:
                             "nodes": [{"name": "n1", "gpus": 4}, {"name": "n2", "gpus": 4}]
                         }
                     },
-                    "executor": {"backend": "engine", "grace_s": 5, "network": "none"},
+                    "executor": {
+                        "backend": "engine",
+                        "grace_s": 5,
+                        "network": "none",
+                        "max_restarts": max_restarts,
+                    },
                 }
             )
         )
@@ -692,6 +699,7 @@ class EngineRestartSession:
             self.client.jobs()
         except Exception:
             answered = False
+        restarted_at = time.time()
         self.engine.start(live_restore=(kind == "live-restore"))
         t0 = time.monotonic()
         problems = [] if answered else [f"{kind} {i}: the allocator did not answer"]
@@ -703,8 +711,10 @@ class EngineRestartSession:
         after = {c.id for c in self._containers()}
         if kind == "live-restore" and after != before:
             problems.append(f"{kind} {i}: containers changed though they kept running")
-        if kind == "plain" and after & before:
-            problems.append(f"{kind} {i}: a container stopped with the engine still counts")
+        if kind == "plain":  # stopped with the engine: each must have started again since
+            stale = [c.name for c in self._containers() if _started_at(c) < restarted_at]
+            if stale:
+                problems.append(f"{kind} {i}: not started again after the engine: {stale}")
         for j in self.client.jobs():
             if j["state"] not in ("admitted", "running"):
                 problems.append(f"{kind} {i}: job {j['name']} is {j['state']}: {j['reason']}")
@@ -737,6 +747,16 @@ class EngineRestartSession:
             teardown_private(self.engine, self.created_bridge)
 
 
+def _started_at(container: Any) -> float:
+    """The container's State.StartedAt as epoch seconds (nanoseconds cut to micro)."""
+    from datetime import datetime
+
+    container.reload()
+    raw = str(container.attrs["State"]["StartedAt"])
+    head, _, frac = raw.rstrip("Z").partition(".")
+    return datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}+00:00").timestamp()
+
+
 def rate_spec(name: str) -> dict[str, Any]:
     from flowcon.service.ratejob import rate_job_spec
 
@@ -745,11 +765,11 @@ def rate_spec(name: str) -> dict[str, Any]:
 
 @contextmanager
 def allocator_engine_restart_session(
-    rng: Any, labels: dict[str, str] | None = None
+    rng: Any, labels: dict[str, str] | None = None, max_restarts: int = 3
 ) -> Iterator[Callable[[int], Outcome]]:
     """The ``allocator-engine-restart`` scenario on a private dockerd."""
     with tempfile.TemporaryDirectory(prefix="flowcon-faults-alloc-engine-") as tmp:
-        sess = EngineRestartSession(rng, Path(tmp), dict(labels or {}))
+        sess = EngineRestartSession(rng, Path(tmp), dict(labels or {}), max_restarts)
         try:
             yield sess.one_restart
         finally:

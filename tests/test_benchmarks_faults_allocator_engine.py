@@ -47,3 +47,24 @@ def test_allocator_kill_mid_submit_and_mid_rescale(labeled, docker_client):  # t
             assert any("2 running containers" in p for p in sess.check())
         finally:
             twin.remove(force=True)
+
+
+def test_engine_restarts_under_the_allocator_use_no_restart_budget(labeled):  # type: ignore[no-untyped-def]
+    """On a private dockerd (never the shared engine). With max_restarts 1, the second
+    restart without --live-restore failed the jobs before the fix ("exit 143; 1 restarts
+    used"): an engine stopping the containers is a preemption, not a failure."""
+    faults = _module()
+    sys.path.insert(0, str(REPO / "tests"))
+    from private_engine import EngineUnavailable
+
+    try:
+        session = faults.allocator_engine_restart_session(
+            random.Random(4), labeled(), max_restarts=1
+        )
+        with session as run:
+            for i in range(4):  # live-restore, plain, live-restore, plain
+                problems, took = run(i)
+                assert problems == [], problems
+                assert took is not None and took < 60
+    except EngineUnavailable as exc:
+        pytest.skip(str(exc))

@@ -59,6 +59,7 @@ from typing import Any
 
 from flowcon.contract import (
     EXIT_LEFT,
+    EXIT_PREEMPTED,
     LABEL_ELASTIC,
     LABEL_GPUS,
     LABEL_JOB,
@@ -530,41 +531,64 @@ class Executor:
             if status == "completed":
                 events.append(ReconcileEvent(name, "completed"))
             elif status == "failed":
-                dead = [w for w in state.workers if w.dead]
-                why = ", ".join(f"{w.name} exit {w.exit_code}" for w in dead)
-                n = self._restarts.get(name, 0)
-                if n >= self.options.max_restarts:
-                    events.append(ReconcileEvent(name, "failed", f"{why}; {n} restarts used"))
-                    continue
-                self._restarts[name] = n + 1
-                if state.scaling == SCALING_STOPFREE and lost_workers_only(state):
-                    # EDL's consistent recovery: the others re-form from their in-memory
-                    # state; the dead containers go, and the next round (its placement
-                    # differs now) starts joiners in their place (a stop-free scale-out)
-                    for w in dead:
-                        self.backend.remove(w)
-                    log.warning("job %s: removed %s; the job goes on without it", name, why)
-                    events.append(ReconcileEvent(name, "lost", why))
-                    continue
-                if state.scaling == SCALING_STOPFREE:
-                    # the store host died (or every worker): joiners carry FLOWCON_JOIN, so
-                    # restarting the containers as they are would not re-form the job;
-                    # removed, it is launched afresh by the next round
-                    # (ExecutorTarget.apply) and resumes from its checkpoint
-                    self._stop_all(list(state.workers), self.options.grace_s)
-                    log.warning("job %s: removed for a relaunch after %s", name, why)
-                    events.append(ReconcileEvent(name, "restarted", why))
-                    continue
-                live = [w for w in state.workers if w.state in ("running", "starting")]
-                self._parallel(lambda w: self.backend.stop(w, self.options.grace_s), live)
-                self._parallel(self.backend.restart, [w for w in state.workers if not w.left])
-                log.warning("job %s: restarted from checkpoint after %s", name, why)
-                events.append(ReconcileEvent(name, "restarted", why))
+                events.append(self._dead(name, state))
             elif status == "mixed":
                 stopped = [w for w in state.workers if w.state == "created"]
                 for w in stopped:
                     self.backend.restart(w)
         return events
+
+    def _dead(self, name: str, state: JobState) -> ReconcileEvent:
+        """A job with a dead worker: restarted from its checkpoint (stop-free: the lost
+        workers go and the others re-form), or ``failed`` after ``max_restarts``."""
+        dead = [w for w in state.workers if w.dead]
+        why = ", ".join(f"{w.name} exit {w.exit_code}" for w in dead)
+        # Stopped with SIGTERM after writing its checkpoint (exit 143) by someone other
+        # than us (an engine restart without --live-restore, docker stop, a drained node):
+        # preempted, not failed, so no restart is used up.
+        preempted = all(w.exit_code == EXIT_PREEMPTED for w in dead)
+        n = self._restarts.get(name, 0)
+        if n >= self.options.max_restarts and not preempted:
+            last = self._last_output(dead)
+            detail = f"{why}; {n} restarts used" + (f"; last output: {last}" if last else "")
+            return ReconcileEvent(name, "failed", detail)
+        if not preempted:
+            self._restarts[name] = n + 1
+        if state.scaling == SCALING_STOPFREE and lost_workers_only(state):
+            # EDL's consistent recovery: the others re-form from their in-memory state; the
+            # dead containers go, and the next round (its placement differs now) starts
+            # joiners in their place (a stop-free scale-out)
+            for w in dead:
+                self.backend.remove(w)
+            log.warning("job %s: removed %s; the job goes on without it", name, why)
+            return ReconcileEvent(name, "lost", why)
+        if state.scaling == SCALING_STOPFREE:
+            # the store host died (or every worker): joiners carry FLOWCON_JOIN, so
+            # restarting the containers as they are would not re-form the job; removed, it
+            # is launched afresh by the next round (ExecutorTarget.apply) and resumes from
+            # its checkpoint
+            self._stop_all(list(state.workers), self.options.grace_s)
+            log.warning("job %s: removed for a relaunch after %s", name, why)
+            return ReconcileEvent(name, "restarted", why)
+        live = [w for w in state.workers if w.state in ("running", "starting")]
+        self._parallel(lambda w: self.backend.stop(w, self.options.grace_s), live)
+        self._parallel(self.backend.restart, [w for w in state.workers if not w.left])
+        what = "preempted (exit 143)" if preempted else why
+        log.warning("job %s: restarted from checkpoint after %s", name, what)
+        return ReconcileEvent(name, "restarted", why)
+
+    def _last_output(self, dead: Sequence[Worker]) -> str:
+        """The last line a dead worker wrote (stdout or stderr; a Python traceback's last
+        line names the error), so a failed job says why in its reason."""
+        for w in dead:
+            try:
+                lines = [ln.text.strip() for ln in self.backend.read_logs(w, tail=20)]
+            except Exception:  # the reason is a courtesy; the failure is reported anyway
+                continue
+            lines = [ln for ln in lines if ln]
+            if lines:
+                return lines[-1][:300]
+        return ""
 
     def logs(self, job: str) -> list[str]:
         """Output lines of the job's rank-0 container (where flowcon.elastic reports)."""

@@ -79,6 +79,7 @@ class ExecutorTarget:
         self.owns_client = owns_client
         self.kind = str(getattr(executor.backend, "kind", "engine"))
         self._unknown_logged: set[str] = set()
+        self._outage: float | None = None  # when the engine stopped answering (logged once)
         self._failed_actions: dict[str, str] = {}
         # job -> (wall time its stop/launch began, "start"|"rescale", stop+start seconds,
         # scaling mode, new world size) until its metric lines show the real downtime:
@@ -113,6 +114,17 @@ class ExecutorTarget:
             have = {n: sorted(g) for n, g in state.placement.items()}
             return have == {n: sorted(g) for n, g in self._uuids(placement).items()}
         return dict(state.placement) == self._uuids(placement)
+
+    def _engine_trouble(self, what: str, exc: Exception) -> None:
+        """Log an engine outage once (every poll and slot would repeat it), not each call."""
+        if self._outage is None:
+            log.warning("%s: %s (logged once until the engine answers again)", what, exc)
+            self._outage = time.monotonic()
+
+    def _engine_back(self) -> None:
+        if self._outage is not None:
+            log.info("the engine answers again after %.1f s", time.monotonic() - self._outage)
+            self._outage = None
 
     # -- daemon hooks ----------------------------------------------------------------
 
@@ -157,8 +169,9 @@ class ExecutorTarget:
         try:
             events = self.executor.reconcile(known=active)
         except Exception as exc:
-            log.warning("executor reconcile failed (engine down?): %s", exc)
+            self._engine_trouble("executor reconcile failed (engine down?)", exc)
             return out
+        self._engine_back()
         for ev in events:
             if ev.kind == "completed":
                 out.append((ev.job, "completed", "all workers exited 0"))
@@ -283,8 +296,9 @@ class ExecutorTarget:
         try:
             found = self.executor.jobs()
         except Exception as exc:
-            log.warning("cannot list job containers (engine down?): %s", exc)
+            self._engine_trouble("cannot list job containers (engine down?)", exc)
             return
+        self._engine_back()
         for rec in store.active_jobs():
             state = found.get(rec.name)
             try:

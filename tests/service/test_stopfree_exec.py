@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from flowcon import contract
-from flowcon.service.backend import Worker, WorkerRequest
+from flowcon.service.backend import LogLine, Worker, WorkerRequest
 from flowcon.service.executor import Executor, ExecutorOptions, JobState
 from flowcon.service.jobspec import JobSpecError, parse_jobspec
 from flowcon.service.planner import Planner, charged_overhead
@@ -56,6 +56,7 @@ class FakeBackend:
         self.leave_code: int | None = contract.EXIT_LEFT
         self.grow: list[bool] = []
         self.ids = count()
+        self.output: dict[str, list[str]] = {}  # container name -> its output lines
 
     def list_workers(self, selector: Mapping[str, str]) -> list[Worker]:
         return [w for w in self.workers if all(w.labels.get(k) == v for k, v in selector.items())]
@@ -94,6 +95,11 @@ class FakeBackend:
 
     def logs(self, worker: Worker) -> list[str]:
         return []
+
+    def read_logs(
+        self, worker: Worker, after_ns: int = 0, tail: int | None = None
+    ) -> list[LogLine]:
+        return [LogLine(i, text) for i, text in enumerate(self.output.get(worker.name, []))]
 
     def cleanup(self, job: str, volume: str | None) -> None:
         pass
@@ -317,6 +323,27 @@ def test_a_dead_worker_is_replaced_a_dead_store_host_relaunches() -> None:
     host.state, host.exit_code = "dead", None
     events = ex.reconcile()
     assert [e.kind for e in events] == ["restarted"] and be.workers == []  # relaunched next
+
+
+def test_preempted_workers_use_no_restart_and_a_failure_says_why() -> None:
+    """Regression (allocator-engine-restart fault scenario): an engine restarted without
+    --live-restore stops the containers (exit 143 after their checkpoint); after
+    max_restarts such restarts the jobs were reported failed ("exit 143; 3 restarts used")."""
+    be = FakeBackend()
+    ex = executor(be, max_restarts=1)
+    s = spec(scaling="restart")
+    ex.launch(s, {"node1": ["0"]})
+    w = be.workers[0]
+    for _ in range(4):  # preempted again and again: always restarted, never failed
+        w.state, w.exit_code = "exited", contract.EXIT_PREEMPTED
+        assert [e.kind for e in ex.reconcile()] == ["restarted"] and w.state == "running"
+    be.output[w.name] = ["step 5", "Traceback (most recent call last):", "", "RuntimeError: bad"]
+    w.state, w.exit_code = "exited", 1
+    assert [e.kind for e in ex.reconcile()] == ["restarted"]  # the one restart allowed
+    w.state, w.exit_code = "exited", 1
+    (failed,) = ex.reconcile()
+    assert failed.kind == "failed"
+    assert failed.detail.endswith("1 restarts used; last output: RuntimeError: bad")
 
 
 # ---------------------------------------------------------------- the measured pause
