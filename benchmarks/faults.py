@@ -69,6 +69,12 @@ Scenarios implemented:
         from their checkpoints, without using up their restart budget). Checks: the
         allocator answers throughout, no job lost or failed, no duplicate rank, steps
         within one checkpoint interval. Recovery: engine back to every job running.
+  allocator-corrupt-checkpoint
+        an in-process allocator (max_restarts 1, a checkpoint every 10 steps) runs the
+        elastic-example job beside a rate job; the example job is killed (SIGKILL) and its
+        checkpoint file overwritten with garbage before the executor restarts it. It must
+        end failed with a reason naming the unreadable checkpoint, the rate job's
+        container untouched, the allocator healthy. Recovery: the kill to the failed state.
   agent-hostile-output
         about 10^5 hostile lines from 4 managed containers (garbage JSON, NaN/inf/null,
         partial lines, invalid UTF-8, 10 MB lines, a regex label built to backtrack): a
@@ -1072,6 +1078,23 @@ def allocator_engine_restart_session(
         yield one
 
 
+@contextmanager
+def allocator_corrupt_checkpoint_session(
+    rng: random.Random,
+) -> Iterator[Callable[[int], RunResult]]:
+    """A corrupted checkpoint of the elastic-example job (faults_allocator.py)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from faults_allocator import allocator_corrupt_checkpoint_session as session
+
+    with session(rng) as run:
+
+        def one(i: int) -> RunResult:
+            problems, took = run(i)
+            return RunResult(problems, took)
+
+        yield one
+
+
 # -- the scenarios of issue 15 ------------------------------------------------------------
 
 SCENARIOS = [
@@ -1127,7 +1150,12 @@ SCENARIOS = [
         5,
         allocator_disk_full_session,
     ),
-    Scenario("allocator-corrupt-checkpoint", "a job's checkpoint file corrupted", 3),
+    Scenario(
+        "allocator-corrupt-checkpoint",
+        "a job's checkpoint file overwritten with garbage, then its container killed",
+        3,
+        allocator_corrupt_checkpoint_session,
+    ),
     Scenario(
         "interrupted-commands",
         "bench_rescale.py stopped by SIGTERM/SIGINT at a random moment",

@@ -774,3 +774,176 @@ def allocator_engine_restart_session(
             yield sess.one_restart
         finally:
             sess.close()
+
+
+# -- a corrupted checkpoint ------------------------------------------------------------------
+
+EXAMPLE_IMAGE = "flowcon/elastic-example:latest"
+
+
+class CorruptCheckpointSession:
+    """allocator-corrupt-checkpoint: an in-process allocator (engine executor,
+    ``max_restarts: 1``, a checkpoint every 10 steps) runs the elastic-example job and a
+    rate job beside it. Each run submits a fresh example job, waits for its checkpoint,
+    overwrites the checkpoint file with garbage and kills the job's container. The
+    executor restarts it from the checkpoint, the job cannot read it, and after its one
+    restart the job must be ``failed`` with a reason naming the unreadable checkpoint; the
+    rate job's container is untouched and the allocator answers throughout. Recovery: the
+    kill to the job's failed state."""
+
+    def __init__(self, folder: Path, labels: dict[str, str]) -> None:
+        import docker
+
+        from flowcon.service.config import load_config
+        from flowcon.service.daemon import Allocator
+        from flowcon.service.target import build_target
+
+        self.docker = docker.from_env(timeout=60)
+        self.docker.images.get(EXAMPLE_IMAGE)  # ImageNotFound: not run
+        self.run_id = f"c{uuid.uuid4().hex[:8]}"
+        self.labels = {**labels, "flowcon.faults": self.run_id}
+        (folder / "allocator.yaml").write_text(
+            json.dumps(
+                {
+                    "allocator": {
+                        "listen": "127.0.0.1:0",
+                        "state_dir": str(folder / "state"),
+                        "slot_seconds": 1,
+                        "token": TOKEN,
+                    },
+                    "gpus": {"declared": {"nodes": [{"name": "n1", "gpus": 2}]}},
+                    "executor": {
+                        "backend": "engine",
+                        "grace_s": 5,
+                        "max_restarts": 1,
+                        "checkpoint_every": 10,
+                    },
+                }
+            )
+        )
+        cfg = load_config(folder / "allocator.yaml", {}, folder / "no-secrets")
+        self.alloc = Allocator(cfg, build_target(cfg, client=self.docker, extra_labels=self.labels))
+        self.alloc.start(port=0)
+        from flowcon.service.client import AllocatorClient
+
+        self.client = AllocatorClient(self.alloc.url, TOKEN, timeout=10)
+        self.jobs: list[str] = []
+        self.keep = f"{self.run_id}-keep"
+        spec = rate_job_spec_1gpu(self.keep)
+        self.client.submit(spec)
+        self.jobs.append(self.keep)
+
+    def _container(self, job: str) -> Any | None:
+        from flowcon.contract import LABEL_JOB
+
+        found = self.docker.containers.list(
+            all=True, filters={"label": [f"flowcon.faults={self.run_id}", f"{LABEL_JOB}={job}"]}
+        )
+        return found[0] if found else None
+
+    def _step(self, job: str) -> int:
+        c = self._container(job)
+        if c is None:
+            return -1
+        steps = STEP_RE.findall(c.logs(stdout=True, stderr=False).decode(errors="replace"))
+        return int(steps[-1]) if steps else -1
+
+    def _wait(self, until: Callable[[], bool], timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with contextlib.suppress(Exception):
+                if until():
+                    return True
+            time.sleep(0.2)
+        return False
+
+    def one_run(self, i: int) -> Outcome:
+        from flowcon.service.executor import Executor
+
+        problems: list[str] = []
+        victim = f"{self.run_id}-v{i}"
+        self.client.submit(
+            {
+                "name": victim,
+                "image": EXAMPLE_IMAGE,
+                "command": ["python3", "/opt/train.py"],
+                "global_batch_size": 32,
+                "iterations": 100000,
+                "profile": {"1": 20.0},
+                "best_effort": True,
+                "launcher": "flowcon",
+                "scaling": "restart",
+                "env": {"STEP_SLEEP": "0.02"},
+            }
+        )
+        self.jobs.append(victim)
+        if not self._wait(lambda: self._step(victim) >= 25, 90):
+            return [f"run {i}: the example job never reached step 25"], None
+        keep_before = self._container(self.keep)  # after the GPUs were re-divided
+        c = self._container(victim)
+        if c is None:
+            return [f"run {i}: the example job's container vanished"], None
+        # SIGKILL (no checkpoint on the way out), then garbage in the checkpoint file
+        # through the volume's host path at once, before the executor's next poll
+        # restarts the container (the running job rewrites it every 10 steps)
+        mount = Path(self.docker.volumes.get(Executor.volume_name(victim)).attrs["Mountpoint"])
+        t0 = time.monotonic()
+        c.kill()
+        (mount / "checkpoint.pt").write_bytes(b"not a checkpoint\n")
+        failed = self._wait(lambda: self.client.job(victim)["state"] == "failed", 90)
+        took = time.monotonic() - t0 if failed else None
+        job = self.client.job(victim)
+        if not failed:
+            problems.append(f"run {i}: the job is {job['state']} 90 s after the kill")
+        elif "unreadable" not in str(job.get("reason")):  # the checkpoint's own error
+            problems.append(f"run {i}: the failed job's reason does not say why: {job['reason']}")
+        keep_after = self._container(self.keep)
+        if keep_before is None or keep_after is None or keep_after.id != keep_before.id:
+            problems.append(f"run {i}: the rate job's container changed")
+        elif keep_after.attrs["State"]["StartedAt"] != keep_before.attrs["State"]["StartedAt"]:
+            problems.append(f"run {i}: the rate job's container was restarted")
+        with contextlib.suppress(Exception):
+            if self.client.health().get("status") != "ok":
+                problems.append(f"run {i}: the allocator is unhealthy")
+        with contextlib.suppress(Exception):
+            self.client.cancel(victim)  # (if it did not fail) its GPU for the next run
+        return problems, took
+
+    def close(self) -> None:
+        from flowcon.service.executor import Executor
+
+        try:
+            for job in self.jobs:
+                with contextlib.suppress(Exception):
+                    self.client.cancel(job)
+            self.alloc.stop()
+        finally:
+            for c in self.docker.containers.list(
+                all=True, filters={"label": f"flowcon.faults={self.run_id}"}
+            ):
+                with contextlib.suppress(Exception):
+                    c.remove(force=True)
+            for job in self.jobs:
+                with contextlib.suppress(Exception):
+                    self.docker.volumes.get(Executor.volume_name(job)).remove(force=True)
+            self.docker.close()
+
+
+def rate_job_spec_1gpu(name: str) -> dict[str, Any]:
+    from flowcon.service.ratejob import rate_job_spec
+
+    return rate_job_spec(name, 10**7, None, {1: 4.0})
+
+
+@contextmanager
+def allocator_corrupt_checkpoint_session(
+    rng: Any, labels: dict[str, str] | None = None
+) -> Iterator[Callable[[int], Outcome]]:
+    """The ``allocator-corrupt-checkpoint`` scenario (needs the elastic-example image)."""
+    del rng
+    with tempfile.TemporaryDirectory(prefix="flowcon-faults-ckpt-") as tmp:
+        sess = CorruptCheckpointSession(Path(tmp), dict(labels or {}))
+        try:
+            yield sess.one_run
+        finally:
+            sess.close()

@@ -68,3 +68,14 @@ def test_engine_restarts_under_the_allocator_use_no_restart_budget(labeled):  # 
                 assert took is not None and took < 60
     except EngineUnavailable as exc:
         pytest.skip(str(exc))
+
+
+def test_a_corrupted_checkpoint_fails_its_job_with_a_clear_reason(labeled):  # type: ignore[no-untyped-def]
+    faults = _module()
+    with faults.allocator_corrupt_checkpoint_session(random.Random(0), labeled()) as run:
+        problems, took = run(0)
+        assert problems == [], problems
+        sess = run.__self__
+        reason = sess.client.job(f"{sess.run_id}-v0")["reason"]
+    assert "last output: RuntimeError: checkpoint" in reason and "unreadable" in reason
+    assert took is not None and took < 90
