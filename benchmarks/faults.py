@@ -1046,53 +1046,34 @@ def allocator_kill_session(rng: random.Random) -> Iterator[Callable[[int], RunRe
         yield FinalCheck(run, final)
 
 
-@contextmanager
-def allocator_disk_full_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
-    """The store's tmpfs filled under an in-process allocator (faults_allocator.py)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from faults_allocator import allocator_disk_full_session as session
+def _outcome_session(module: str, name: str) -> Callable[[random.Random], Any]:
+    """A scenario of benchmarks/``module``.py whose session yields ``run(i) -> (problems,
+    recovery seconds)``, as one of this framework's sessions."""
 
-    with session(rng) as run:
+    @contextmanager
+    def session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        make = getattr(__import__(module), name)
+        with make(rng) as run:
 
-        def one(i: int) -> RunResult:
-            problems, took = run(i)
-            return RunResult(problems, took)
+            def one(i: int) -> RunResult:
+                problems, took = run(i)
+                return RunResult(problems, took)
 
-        yield one
+            yield one
 
-
-@contextmanager
-def allocator_engine_restart_session(
-    rng: random.Random,
-) -> Iterator[Callable[[int], RunResult]]:
-    """A private dockerd restarted under an in-process allocator (faults_allocator.py)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from faults_allocator import allocator_engine_restart_session as session
-
-    with session(rng) as run:
-
-        def one(i: int) -> RunResult:
-            problems, took = run(i)
-            return RunResult(problems, took)
-
-        yield one
+    session.__doc__ = f"benchmarks/{module}.py's {name}"
+    return session
 
 
-@contextmanager
-def allocator_corrupt_checkpoint_session(
-    rng: random.Random,
-) -> Iterator[Callable[[int], RunResult]]:
-    """A corrupted checkpoint of the elastic-example job (faults_allocator.py)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from faults_allocator import allocator_corrupt_checkpoint_session as session
-
-    with session(rng) as run:
-
-        def one(i: int) -> RunResult:
-            problems, took = run(i)
-            return RunResult(problems, took)
-
-        yield one
+# the store's tmpfs filled; a private dockerd restarted; a corrupted checkpoint
+allocator_disk_full_session = _outcome_session("faults_allocator", "allocator_disk_full_session")
+allocator_engine_restart_session = _outcome_session(
+    "faults_allocator", "allocator_engine_restart_session"
+)
+allocator_corrupt_checkpoint_session = _outcome_session(
+    "faults_allocator", "allocator_corrupt_checkpoint_session"
+)
 
 
 # -- the scenarios of issue 15 ------------------------------------------------------------

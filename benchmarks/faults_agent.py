@@ -431,9 +431,9 @@ class ForeignSession(KillSession):
             self.away.add(name)
             time.sleep(self.rng.uniform(2.0, 3.0))
             problems += self._alive()
-            rec = self._record(c.id)
-            if rec is not None and rec.get("list"):
-                problems.append(f"{name}: still in list {rec['list']} after 2 s paused")
+            paused = self._record(c.id)
+            if paused is not None and paused.get("list"):
+                problems.append(f"{name}: still in list {paused['list']} after 2 s paused")
             c.unpause()
             self.away.discard(name)
             t0 = time.time()

@@ -68,6 +68,30 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def write_config(path: Path, listen: str, gpus: list[int], executor: dict[str, Any]) -> Path:
+    """An allocator config (JSON is YAML): state next to it, 1 s slots, the scenarios'
+    token, declared nodes n1, n2, ... with ``gpus`` GPUs each, the engine executor."""
+    path.write_text(
+        json.dumps(
+            {
+                "allocator": {
+                    "listen": listen,
+                    "state_dir": str(path.parent / "state"),
+                    "slot_seconds": 1,
+                    "token": TOKEN,
+                },
+                "gpus": {
+                    "declared": {
+                        "nodes": [{"name": f"n{i + 1}", "gpus": g} for i, g in enumerate(gpus)]
+                    }
+                },
+                "executor": {"backend": "engine", "grace_s": 5, **executor},
+            }
+        )
+    )
+    return path
+
+
 class AllocatorProcess:
     """``flowcon allocator`` as a subprocess on a private config and state directory."""
 
@@ -78,24 +102,7 @@ class AllocatorProcess:
         self.log = folder / "allocator.log"
         self.cfg = folder / "allocator.yaml"
         self.db = folder / "state" / "allocator.db"
-        self.cfg.write_text(
-            json.dumps(  # JSON is YAML
-                {
-                    "allocator": {
-                        "listen": f"127.0.0.1:{self.port}",
-                        "state_dir": str(folder / "state"),
-                        "slot_seconds": 1,
-                        "token": TOKEN,
-                    },
-                    "gpus": {
-                        "declared": {
-                            "nodes": [{"name": "n1", "gpus": 4}, {"name": "n2", "gpus": 4}]
-                        }
-                    },
-                    "executor": {"backend": "engine", "grace_s": 5, "labels": labels},
-                }
-            )
-        )
+        write_config(self.cfg, f"127.0.0.1:{self.port}", [4, 4], {"labels": labels})
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -627,28 +634,11 @@ class EngineRestartSession:
         from flowcon.service.daemon import Allocator
         from flowcon.service.target import build_target
 
-        (folder / "allocator.yaml").write_text(
-            json.dumps(
-                {
-                    "allocator": {
-                        "listen": "127.0.0.1:0",
-                        "state_dir": str(folder / "state"),
-                        "slot_seconds": 1,
-                        "token": TOKEN,
-                    },
-                    "gpus": {
-                        "declared": {
-                            "nodes": [{"name": "n1", "gpus": 4}, {"name": "n2", "gpus": 4}]
-                        }
-                    },
-                    "executor": {
-                        "backend": "engine",
-                        "grace_s": 5,
-                        "network": "none",
-                        "max_restarts": max_restarts,
-                    },
-                }
-            )
+        write_config(
+            folder / "allocator.yaml",
+            "127.0.0.1:0",
+            [4, 4],
+            {"network": "none", "max_restarts": max_restarts},
         )
         cfg = load_config(folder / "allocator.yaml", {}, folder / "no-secrets")
         self.alloc = Allocator(cfg, build_target(cfg, client=self.docker, extra_labels=self.labels))
@@ -802,24 +792,11 @@ class CorruptCheckpointSession:
         self.docker.images.get(EXAMPLE_IMAGE)  # ImageNotFound: not run
         self.run_id = f"c{uuid.uuid4().hex[:8]}"
         self.labels = {**labels, "flowcon.faults": self.run_id}
-        (folder / "allocator.yaml").write_text(
-            json.dumps(
-                {
-                    "allocator": {
-                        "listen": "127.0.0.1:0",
-                        "state_dir": str(folder / "state"),
-                        "slot_seconds": 1,
-                        "token": TOKEN,
-                    },
-                    "gpus": {"declared": {"nodes": [{"name": "n1", "gpus": 2}]}},
-                    "executor": {
-                        "backend": "engine",
-                        "grace_s": 5,
-                        "max_restarts": 1,
-                        "checkpoint_every": 10,
-                    },
-                }
-            )
+        write_config(
+            folder / "allocator.yaml",
+            "127.0.0.1:0",
+            [2],
+            {"max_restarts": 1, "checkpoint_every": 10},
         )
         cfg = load_config(folder / "allocator.yaml", {}, folder / "no-secrets")
         self.alloc = Allocator(cfg, build_target(cfg, client=self.docker, extra_labels=self.labels))
