@@ -45,6 +45,7 @@ import collections
 import contextlib
 import dataclasses
 import datetime as _dt
+import faulthandler
 import inspect
 import os
 import secrets
@@ -440,6 +441,11 @@ class StopFree(Elastic):
         self.close()
         self.env = dataclasses.replace(self.env, rank=rank, world_size=gen.world_size)
         self.gen = gen
+        if self.straggler is not None:
+            # every member of a generation starts from the same (empty) streaks: a joiner's
+            # detector is new, so a stayer's streaks from an earlier generation would make
+            # its removals differ from the joiner's, and the ranks' decisions with them
+            self.straggler.reset()
         if gen.world_size > 1:
             dist.init_process_group(
                 backend="gloo",
@@ -848,7 +854,10 @@ class StopFree(Elastic):
 
 
 def run_worker(train: Callable[[StopFree], None], **kwargs: Any) -> None:
-    """A stop-free worker process: build the runtime, train, exit with its code."""
+    """A stop-free worker process: build the runtime, train, exit with its code.
+
+    SIGUSR2 dumps every thread's Python stack to stderr (where a stalled worker waits)."""
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
     run = StopFree(**kwargs)
     try:
         train(run)
