@@ -278,6 +278,8 @@ def process_start_time() -> float:
         return time.time()
 
 
+# A switch that has not finished after this plus 3 group timeouts dumps the stacks.
+SWITCH_WATCHDOG_S: Final = 30.0
 STRAGGLER_DEFAULT: Final = (1.2, 10)
 # Step times under this count as this: on a shared host, a 1 ms step that takes 1.3 ms ten
 # times running is noise, not a straggler worth a scale-in.
@@ -648,6 +650,10 @@ class StopFree(Elastic):
             return "stop"
         if not d.switch:
             return "go"
+        # a switch is store round trips, the old group's teardown and bounded collectives:
+        # one that takes far longer than the group timeout prints every thread's stack to
+        # stderr (the container's log), so a hang there can be located (issue 10 stall)
+        faulthandler.dump_traceback_later(SWITCH_WATCHDOG_S + 3 * self._timeout_s)
         try:
             return self._switch(d, step, votes)
         except Exception as exc:
@@ -656,6 +662,8 @@ class StopFree(Elastic):
             self.comm.failed = exc
             self._recover()
             return "recovered"
+        finally:
+            faulthandler.cancel_dump_traceback_later()
 
     def _poll_joiners(self) -> tuple[list[rdv.Joiner], int]:
         """Rank 0: the ready joiners, read from the store at most every ``poll_s`` (a store
