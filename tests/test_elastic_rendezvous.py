@@ -151,3 +151,16 @@ def test_a_survivor_counted_but_not_yet_written_is_waited_for() -> None:
     rec = rdv.recover(store, 7, rdv.Survivor(0, "w0", (5, 6)), 2, 5.0)
     t.join()
     assert [s.worker for s in rec.survivors] == ["w0", "w2"] and rec.step == 5
+
+
+def test_a_straggler_removal_never_empties_the_job() -> None:
+    """Issue 10 scale-in stall: the stayer removed as a straggler in the vote where the other
+    rank leaves must stay (the job would end with the store host still waiting)."""
+    leaving = [rdv.Vote(), rdv.Vote(leave=True)]
+    assert rdv.decide(leaving, removed=[0]).leavers == (1,)
+    # a removal alone that would empty nothing still happens; everyone asking still ends it
+    assert rdv.decide([rdv.Vote(), rdv.Vote(), rdv.Vote()], removed=[0]).leavers == (0,)
+    assert rdv.decide([rdv.Vote(leave=True), rdv.Vote(leave=True)], removed=[0]).leavers == (
+        0,
+        1,
+    )

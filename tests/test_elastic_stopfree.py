@@ -556,3 +556,33 @@ def test_a_joiner_told_to_leave_before_its_switch_withdraws(tmp_path: Path) -> N
     assert [e["world_size"] for e in job.events("scaled")] == [2]
     assert [e["reason"] for e in job.events("left")] == ["withdrawn"]
     assert not job.events("recovered")
+
+
+def test_a_stayer_whose_peer_went_silent_recovers_within_the_group_timeout(
+    tmp_path: Path,
+) -> None:
+    """Issue 10 scale-in stall: a rank that stops answering without closing its sockets (a
+    frozen process, a container whose network vanished) must not hold the others in a
+    collective for longer than the group's gloo timeout (SF_TIMEOUT_S here, the runtime's
+    ``timeout_s``, 10 s by default): they recover without it and go on."""
+    timeout_s = 3.0
+    job = Job(tmp_path, 30, SF_STEP_S="0.04", SF_TIMEOUT_S=str(timeout_s))
+    job.gate(6)
+    for rank, name in enumerate("ab"):
+        job.start(name, WORLD_SIZE="2", RANK=str(rank))
+    job.wait("step 6", lambda: job.at(6))
+    job.killed.add("b")
+    job.procs["b"].send_signal(signal.SIGSTOP)  # alive, silent: no FIN, no RST
+    t0 = time.monotonic()
+    job.gate(30)
+    try:
+        job.wait("recovered", lambda: len(job.events("recovered")) == 1, timeout=timeout_s + 12)
+        took = time.monotonic() - t0
+    finally:
+        job.procs["b"].kill()
+    assert took <= timeout_s + 8, took
+    codes = job.finish()
+    assert codes["a"] == 0, job.logs()
+    (rec,) = job.events("recovered")
+    assert rec["world_size"] == 1 and rec["failed"] == 1, rec
+    assert job.records()[-1]["step"] == 30 or any(r["step"] == 30 for r in job.records())

@@ -124,17 +124,24 @@ def decide(
     """The decision at a step boundary from all ranks' votes (rank order).
 
     ``removed``: ranks the straggler detector removes (computed by every rank from the same
-    gathered step times). Joiners are admitted only when the running ranks plus the ready
-    joiners reach the joiners' target world (Elan V.B: the adjustment happens iff all new
-    workers have reported). At least one running rank stays when joiners come in (it holds
-    the state to replicate): leaves that would empty the job while joiners are admitted wait.
+    gathered step times, each rank's detector reset at every generation so that all agree).
+    A removal that would leave nobody is dropped (the ranks that asked to leave still go):
+    a stayer removed in the vote where the last other rank leaves would end the job while
+    its store host keeps waiting for joiners nobody admits. Joiners are admitted only when
+    the running ranks plus the ready joiners reach the joiners' target world (Elan V.B: the
+    adjustment happens iff all new workers have reported). At least one running rank stays
+    when joiners come in (it holds the state to replicate): leaves that would empty the job
+    while joiners are admitted wait.
     """
     world = len(votes)
     if world == 0:
         raise ValueError("no votes")
     if any(v.stop for v in votes):
         return Decision(stop=True)
-    leavers = sorted({r for r, v in enumerate(votes) if v.leave} | set(removed))
+    asked = {r for r, v in enumerate(votes) if v.leave}
+    if len(asked | set(removed)) >= world > len(asked):
+        removed = ()  # a straggler removal never ends the job: only leave requests may
+    leavers = sorted(asked | set(removed))
     lead = votes[0]
     admit = lead.ready if lead.ready > 0 and world + lead.ready >= lead.target else 0
     if admit and len(leavers) >= world:

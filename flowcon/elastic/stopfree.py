@@ -45,6 +45,7 @@ import collections
 import contextlib
 import dataclasses
 import datetime as _dt
+import faulthandler
 import inspect
 import os
 import secrets
@@ -277,6 +278,8 @@ def process_start_time() -> float:
         return time.time()
 
 
+# A switch that has not finished after this plus 3 group timeouts dumps the stacks.
+SWITCH_WATCHDOG_S: Final = 30.0
 STRAGGLER_DEFAULT: Final = (1.2, 10)
 # Step times under this count as this: on a shared host, a 1 ms step that takes 1.3 ms ten
 # times running is noise, not a straggler worth a scale-in.
@@ -440,6 +443,11 @@ class StopFree(Elastic):
         self.close()
         self.env = dataclasses.replace(self.env, rank=rank, world_size=gen.world_size)
         self.gen = gen
+        if self.straggler is not None:
+            # every member of a generation starts from the same (empty) streaks: a joiner's
+            # detector is new, so a stayer's streaks from an earlier generation would make
+            # its removals differ from the joiner's, and the ranks' decisions with them
+            self.straggler.reset()
         if gen.world_size > 1:
             dist.init_process_group(
                 backend="gloo",
@@ -642,6 +650,10 @@ class StopFree(Elastic):
             return "stop"
         if not d.switch:
             return "go"
+        # a switch is store round trips, the old group's teardown and bounded collectives:
+        # one that takes far longer than the group timeout prints every thread's stack to
+        # stderr (the container's log), so a hang there can be located (issue 10 stall)
+        faulthandler.dump_traceback_later(SWITCH_WATCHDOG_S + 3 * self._timeout_s)
         try:
             return self._switch(d, step, votes)
         except Exception as exc:
@@ -650,6 +662,8 @@ class StopFree(Elastic):
             self.comm.failed = exc
             self._recover()
             return "recovered"
+        finally:
+            faulthandler.cancel_dump_traceback_later()
 
     def _poll_joiners(self) -> tuple[list[rdv.Joiner], int]:
         """Rank 0: the ready joiners, read from the store at most every ``poll_s`` (a store
@@ -848,7 +862,10 @@ class StopFree(Elastic):
 
 
 def run_worker(train: Callable[[StopFree], None], **kwargs: Any) -> None:
-    """A stop-free worker process: build the runtime, train, exit with its code."""
+    """A stop-free worker process: build the runtime, train, exit with its code.
+
+    SIGUSR2 dumps every thread's Python stack to stderr (where a stalled worker waits)."""
+    faulthandler.register(signal.SIGUSR2, all_threads=True)
     run = StopFree(**kwargs)
     try:
         train(run)
