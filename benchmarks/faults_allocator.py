@@ -92,6 +92,48 @@ def write_config(path: Path, listen: str, gpus: list[int], executor: dict[str, A
     return path
 
 
+def active_jobs(client: Any) -> list[dict[str, Any]]:
+    """The allocator's admitted and running jobs (its API)."""
+    jobs: list[dict[str, Any]] = client.jobs()
+    return [j for j in jobs if j.get("state") in ("admitted", "running")]
+
+
+def run_containers(docker_client: Any, run_id: str) -> list[Any]:
+    """The running containers of one scenario session (label flowcon.faults=<run id>)."""
+    return list(docker_client.containers.list(filters={"label": f"flowcon.faults={run_id}"}))
+
+
+def wait_running(client: Any, docker_client: Any, run_id: str, timeout: float) -> float | None:
+    """Seconds until every active job with GPUs has running containers at exactly its
+    stored world size; None after ``timeout``."""
+    from flowcon.contract import LABEL_JOB, LABEL_WORLD_SIZE
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        with contextlib.suppress(Exception):
+            want = {str(j["name"]): int(j["gpus"]) for j in active_jobs(client) if j["gpus"]}
+            have: dict[str, set[int]] = {}
+            for c in run_containers(docker_client, run_id):
+                have.setdefault(c.labels.get(LABEL_JOB, ""), set()).add(
+                    int(c.labels.get(LABEL_WORLD_SIZE, "0"))
+                )
+            if want and all(have.get(job) == {gpus} for job, gpus in want.items()):
+                return time.monotonic() - t0
+        time.sleep(0.2)
+    return None
+
+
+def duplicate_ranks(containers: list[Any]) -> list[str]:
+    """``job rank r: n running containers`` for every job rank run more than once."""
+    from flowcon.contract import LABEL_JOB, LABEL_RANK
+
+    ranks: dict[tuple[str, str], int] = {}
+    for c in containers:
+        key = (c.labels.get(LABEL_JOB, "?"), c.labels.get(LABEL_RANK, "?"))
+        ranks[key] = ranks.get(key, 0) + 1
+    return [f"{job} rank {r}: {n} running containers" for (job, r), n in ranks.items() if n > 1]
+
+
 class AllocatorProcess:
     """``flowcon allocator`` as a subprocess on a private config and state directory."""
 
@@ -321,8 +363,7 @@ class KillSession:
         self.answered[name] = bool(out.get("admitted"))
 
     def _active(self) -> list[dict[str, Any]]:
-        jobs: list[dict[str, Any]] = self.alloc.client().jobs()
-        return [j for j in jobs if j.get("state") in ("admitted", "running")]
+        return active_jobs(self.alloc.client())
 
     def one_kill(self, i: int) -> Outcome:
         kind = KINDS[i % len(KINDS)]
@@ -356,27 +397,13 @@ class KillSession:
         return problems + [f"{kind} {i}: {p}" for p in self.check()], took
 
     def _containers(self) -> list[Any]:
-        return list(self.docker.containers.list(filters={"label": f"flowcon.faults={self.run_id}"}))
+        return run_containers(self.docker, self.run_id)
 
     def _wait_running(self, timeout: float) -> float | None:
-        from flowcon.contract import LABEL_JOB, LABEL_WORLD_SIZE
-
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            with contextlib.suppress(Exception):
-                want = {str(j["name"]): int(j["gpus"]) for j in self._active() if j["gpus"]}
-                have: dict[str, set[int]] = {}
-                for c in self._containers():
-                    have.setdefault(c.labels.get(LABEL_JOB, ""), set()).add(
-                        int(c.labels.get(LABEL_WORLD_SIZE, "0"))
-                    )
-                if want and all(have.get(job) == {gpus} for job, gpus in want.items()):
-                    return time.monotonic() - t0
-            time.sleep(0.2)
-        return None
+        return wait_running(self.alloc.client(), self.docker, self.run_id, timeout)
 
     def check(self) -> list[str]:
-        from flowcon.contract import LABEL_JOB, LABEL_RANK
+        from flowcon.contract import LABEL_JOB
 
         problems: list[str] = []
         listed = {str(j["name"]): j for j in self.alloc.client().jobs()}
@@ -390,16 +417,12 @@ class KillSession:
             if n > 1:
                 problems.append(f"{job}: {n} admission records (admitted twice)")
         active = {name for name, j in listed.items() if j.get("state") in ("admitted", "running")}
-        ranks: dict[tuple[str, str], int] = {}
-        for c in self._containers():
+        running = self._containers()
+        for c in running:
             job = c.labels.get(LABEL_JOB, "?")
-            key = (job, c.labels.get(LABEL_RANK, "?"))
-            ranks[key] = ranks.get(key, 0) + 1
             if job not in active:
                 problems.append(f"{job}: container {c.name} runs, the job is not active")
-        problems += [
-            f"{job} rank {r}: {n} running containers" for (job, r), n in ranks.items() if n > 1
-        ]
+        problems += duplicate_ranks(running)
         time.sleep(1.0)  # one more poll of the new containers' first lines
         return problems + self.poller.regressions()
 
@@ -650,32 +673,16 @@ class EngineRestartSession:
         self.client = AllocatorClient(self.alloc.url, TOKEN, timeout=10)
         for i in range(2):
             self.client.submit(rate_spec(f"{self.run_id}-j{i}"))
-        if not self._wait_running(60):
+        if self._wait_running(60) is None:
             raise RuntimeError("the jobs never ran on the private engine")
 
     def _containers(self) -> list[Any]:
-        return list(self.docker.containers.list(filters={"label": f"flowcon.faults={self.run_id}"}))
+        return run_containers(self.docker, self.run_id)
 
-    def _wait_running(self, timeout: float) -> bool:
-        from flowcon.contract import LABEL_JOB, LABEL_WORLD_SIZE
-
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            with contextlib.suppress(Exception):
-                jobs = [j for j in self.client.jobs() if j["state"] in ("admitted", "running")]
-                want = {str(j["name"]): int(j["gpus"]) for j in jobs if j["gpus"]}
-                have: dict[str, set[int]] = {}
-                for c in self._containers():
-                    have.setdefault(c.labels.get(LABEL_JOB, ""), set()).add(
-                        int(c.labels.get(LABEL_WORLD_SIZE, "0"))
-                    )
-                if want and all(have.get(j) == {g} for j, g in want.items()):
-                    return True
-            time.sleep(0.2)
-        return False
+    def _wait_running(self, timeout: float) -> float | None:
+        return wait_running(self.client, self.docker, self.run_id, timeout)
 
     def one_restart(self, i: int) -> Outcome:
-        from flowcon.contract import LABEL_JOB, LABEL_RANK
 
         kind = RESTART_KINDS[i % len(RESTART_KINDS)]
         before = {c.id for c in self._containers()}
@@ -693,11 +700,10 @@ class EngineRestartSession:
         self.engine.start(live_restore=(kind == "live-restore"))
         t0 = time.monotonic()
         problems = [] if answered else [f"{kind} {i}: the allocator did not answer"]
-        if not self._wait_running(60):
+        waited = self._wait_running(60)
+        took = None if waited is None else time.monotonic() - t0
+        if took is None:
             problems.append(f"{kind} {i}: not every active job runs 60 s after the engine")
-            took = None
-        else:
-            took = time.monotonic() - t0
         after = {c.id for c in self._containers()}
         if kind == "live-restore" and after != before:
             problems.append(f"{kind} {i}: containers changed though they kept running")
@@ -708,13 +714,7 @@ class EngineRestartSession:
         for j in self.client.jobs():
             if j["state"] not in ("admitted", "running"):
                 problems.append(f"{kind} {i}: job {j['name']} is {j['state']}: {j['reason']}")
-        ranks: dict[tuple[str, str], int] = {}
-        for c in self._containers():
-            key = (c.labels.get(LABEL_JOB, "?"), c.labels.get(LABEL_RANK, "?"))
-            ranks[key] = ranks.get(key, 0) + 1
-        problems += [
-            f"{kind} {i}: {j} rank {r}: {n} containers" for (j, r), n in ranks.items() if n > 1
-        ]
+        problems += [f"{kind} {i}: {p}" for p in duplicate_ranks(self._containers())]
         time.sleep(1.0)
         problems += [f"{kind} {i}: {p}" for p in self.poller.regressions()]
         return problems, took
