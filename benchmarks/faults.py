@@ -1066,13 +1066,17 @@ def _outcome_session(module: str, name: str) -> Callable[[random.Random], Any]:
     return session
 
 
-# the store's tmpfs filled; a private dockerd restarted; a corrupted checkpoint
+# the store's tmpfs filled; a private dockerd restarted; a corrupted checkpoint;
 allocator_disk_full_session = _outcome_session("faults_allocator", "allocator_disk_full_session")
 allocator_engine_restart_session = _outcome_session(
     "faults_allocator", "allocator_engine_restart_session"
 )
 allocator_corrupt_checkpoint_session = _outcome_session(
     "faults_allocator", "allocator_corrupt_checkpoint_session"
+)
+# node 2 of the two-node swarm stopped and started
+allocator_swarm_node_restart_session = _outcome_session(
+    "faults_allocator", "allocator_swarm_node_restart_session"
 )
 
 
@@ -1124,7 +1128,12 @@ SCENARIOS = [
         6,
         allocator_engine_restart_session,
     ),
-    Scenario("allocator-swarm-node-restart", "a node of the two-node swarm stopped and started", 3),
+    Scenario(
+        "allocator-swarm-node-restart",
+        "node 2 of the two-node swarm stopped and started under a running allocator",
+        3,
+        allocator_swarm_node_restart_session,
+    ),
     Scenario(
         "allocator-disk-full",
         "the store's disk full under a running allocator, then freed",

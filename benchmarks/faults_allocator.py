@@ -68,9 +68,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_config(path: Path, listen: str, gpus: list[int], executor: dict[str, Any]) -> Path:
+def write_config(
+    path: Path, listen: str, gpus: list[int], executor: dict[str, Any], prefix: str = "n"
+) -> Path:
     """An allocator config (JSON is YAML): state next to it, 1 s slots, the scenarios'
-    token, declared nodes n1, n2, ... with ``gpus`` GPUs each, the engine executor."""
+    token, declared nodes n1, n2, ... (``prefix``) with ``gpus`` GPUs each, the engine
+    executor (``executor`` may name another backend)."""
     path.write_text(
         json.dumps(
             {
@@ -82,7 +85,9 @@ def write_config(path: Path, listen: str, gpus: list[int], executor: dict[str, A
                 },
                 "gpus": {
                     "declared": {
-                        "nodes": [{"name": f"n{i + 1}", "gpus": g} for i, g in enumerate(gpus)]
+                        "nodes": [
+                            {"name": f"{prefix}{i + 1}", "gpus": g} for i, g in enumerate(gpus)
+                        ]
                     }
                 },
                 "executor": {"backend": "engine", "grace_s": 5, **executor},
@@ -98,9 +103,18 @@ def active_jobs(client: Any) -> list[dict[str, Any]]:
     return [j for j in jobs if j.get("state") in ("admitted", "running")]
 
 
+def engines(docker_client: Any) -> list[Any]:
+    """One engine client, or the list of them (the swarm's nodes)."""
+    return list(docker_client) if isinstance(docker_client, list | tuple) else [docker_client]
+
+
 def run_containers(docker_client: Any, run_id: str) -> list[Any]:
-    """The running containers of one scenario session (label flowcon.faults=<run id>)."""
-    return list(docker_client.containers.list(filters={"label": f"flowcon.faults={run_id}"}))
+    """The running containers of one scenario session (label flowcon.faults=<run id>), on
+    one engine or on each of a list of engines."""
+    out: list[Any] = []
+    for client in engines(docker_client):
+        out += client.containers.list(filters={"label": f"flowcon.faults={run_id}"})
+    return out
 
 
 def wait_running(client: Any, docker_client: Any, run_id: str, timeout: float) -> float | None:
@@ -238,10 +252,10 @@ class StepPoller:
         from flowcon.contract import LABEL_JOB, LABEL_RANK
 
         while not self._stop.wait(0.3):
-            try:
-                found = self.client.containers.list(all=True, filters={"label": self.selector})
-            except Exception:
-                continue
+            found = []
+            for client in engines(self.client):  # one engine, or each node of the swarm
+                with contextlib.suppress(Exception):
+                    found += client.containers.list(all=True, filters={"label": self.selector})
             for c in found:
                 with contextlib.suppress(Exception):
                     text = c.logs(stdout=True, stderr=False).decode(errors="replace")
@@ -760,6 +774,201 @@ def allocator_engine_restart_session(
     """The ``allocator-engine-restart`` scenario on a private dockerd."""
     with tempfile.TemporaryDirectory(prefix="flowcon-faults-alloc-engine-") as tmp:
         sess = EngineRestartSession(rng, Path(tmp), dict(labels or {}), max_restarts)
+        try:
+            yield sess.one_restart
+        finally:
+            sess.close()
+
+
+# -- a swarm node stopped and started under the allocator ----------------------------------
+
+NODE2_SOCK = os.environ.get("FLOWCON_NODE2_SOCK", "unix:///run/flowcon-node2.sock")
+NODE2_PIDFILE = Path("/run/flowcon-node2.pid")  # scripts/swarm-up.sh's second dockerd
+SWARM_IMAGES = ("flowcon/testbox:latest",)
+
+
+def swarm_up() -> bool:
+    """``scripts/swarm-up.sh`` (idempotent; starts node 2's dockerd when it does not
+    answer); True when it had something to bring up."""
+    up = subprocess.run(
+        ["bash", str(REPO / "scripts" / "swarm-up.sh"), *SWARM_IMAGES],
+        capture_output=True,
+        text=True,
+        timeout=480,
+    )
+    if up.returncode != 0:
+        raise RuntimeError(f"scripts/swarm-up.sh failed: {(up.stderr or up.stdout)[-600:]}")
+    return "already up" not in up.stderr
+
+
+def stop_node2(timeout: float = 60.0) -> None:
+    """SIGTERM to node 2's dockerd (it stops its containers: the jobs checkpoint and exit
+    143, as on a drained or rebooted machine); returns once the process is gone."""
+    pid = int(NODE2_PIDFILE.read_text().strip())
+    os.kill(pid, signal.SIGTERM)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"node 2's dockerd (pid {pid}) still runs {timeout:.0f} s after SIGTERM")
+
+
+class SwarmNodeRestartSession:
+    """allocator-swarm-node-restart: an in-process allocator (1 s slots, the swarm
+    executor, checkpoints in a host folder both nodes see) runs two rate jobs on the
+    two-node swarm (scripts/swarm-up.sh; node1 the main engine, node2 a second dockerd),
+    2 GPUs a node, so each job holds one node. Each run stops node 2's dockerd at a random
+    moment (its containers get SIGTERM: the job checkpoints, exit 143), starts it again
+    1-3 s later, and checks once every active job runs again:
+
+    * the jobs on node 1 are untouched: the same containers, never restarted;
+    * the job on node 2 runs again (rescheduled or resumed), from at most one checkpoint
+      interval back; no job failed or lost, never two containers of one job's rank.
+
+    Recovery: node 2's engine answering to every active job running at its stored world
+    size. If this session brought the swarm up, it takes it down at the end."""
+
+    def __init__(self, rng: Any, folder: Path, labels: dict[str, str]) -> None:
+        import docker
+
+        self.rng = rng
+        self.brought_up = swarm_up()
+        self.manager = docker.from_env(timeout=60)
+        self.node2 = docker.DockerClient(base_url=NODE2_SOCK, timeout=30)
+        self.run_id = f"s{uuid.uuid4().hex[:8]}"
+        self.labels = {**labels, "flowcon.faults": self.run_id}
+        from flowcon.service.config import load_config
+        from flowcon.service.daemon import Allocator
+        from flowcon.service.target import build_target
+
+        (folder / "ckpt").mkdir()
+        write_config(
+            folder / "allocator.yaml",
+            "127.0.0.1:0",
+            [2, 2],
+            {"backend": "swarm", "checkpoint_host_dir": str(folder / "ckpt")},
+            prefix="node",
+        )
+        cfg = load_config(folder / "allocator.yaml", {}, folder / "no-secrets")
+        self.alloc = Allocator(
+            cfg, build_target(cfg, client=self.manager, extra_labels=self.labels)
+        )
+        self.alloc.start(port=0)
+        self.poller = StepPoller([self.manager, self.node2], f"flowcon.faults={self.run_id}")
+        self.poller.start()
+        from flowcon.service.client import AllocatorClient
+
+        self.client = AllocatorClient(self.alloc.url, TOKEN, timeout=10)
+        for i in range(2):
+            self.client.submit(rate_spec(f"{self.run_id}-j{i}"))
+        if self._wait_running(120) is None:
+            raise RuntimeError("the jobs never ran on the swarm")
+
+    def _engines(self) -> list[Any]:
+        return [self.manager, self.node2]
+
+    def _wait_running(self, timeout: float) -> float | None:
+        return wait_running(self.client, self._engines(), self.run_id, timeout)
+
+    def _on(self, client: Any) -> list[Any]:
+        with contextlib.suppress(Exception):
+            return run_containers(client, self.run_id)
+        return []
+
+    def one_restart(self, i: int) -> Outcome:
+        from flowcon.contract import LABEL_JOB
+
+        problems: list[str] = []
+        node1 = {c.id: _started_at(c) for c in self._on(self.manager)}
+        on_node2 = {c.labels.get(LABEL_JOB) for c in self._on(self.node2)}
+        if not node1 or not on_node2:
+            return [f"run {i}: the jobs do not hold both nodes, nothing to check"], None
+        time.sleep(self.rng.uniform(0.0, 1.0))  # anywhere in a slot
+        stop_node2()
+        time.sleep(self.rng.uniform(1.0, 3.0))
+        try:
+            self.client.jobs()  # the allocator answers while the node is away
+        except Exception as exc:
+            problems.append(f"run {i}: the allocator did not answer: {exc}")
+        restarted_at = time.time()
+        up = threading.Thread(target=swarm_up, name="faults-swarm-up", daemon=True)
+        up.start()  # starts node 2's dockerd; it rejoins the swarm on its own
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 60:
+            with contextlib.suppress(Exception):
+                self.node2.ping()
+                break
+            time.sleep(0.05)
+        t0 = time.monotonic()  # node 2's engine answers
+        waited = self._wait_running(120)
+        took = None if waited is None else time.monotonic() - t0
+        up.join(120)
+        if took is None:
+            problems.append(f"run {i}: not every active job runs 120 s after node 2 came back")
+        stale = [
+            c.name
+            for c in run_containers(self._engines(), self.run_id)
+            if c.labels.get(LABEL_JOB) in on_node2 and _started_at(c) < restarted_at
+        ]
+        if stale:
+            problems.append(f"run {i}: node 2's job not started again after the node: {stale}")
+        after = {c.id: _started_at(c) for c in self._on(self.manager)}
+        moved = sorted(set(node1) - set(after))
+        if moved:
+            problems.append(f"run {i}: node 1's containers changed: {moved} are gone")
+        restarted = [cid[:12] for cid, t in node1.items() if cid in after and after[cid] != t]
+        if restarted:
+            problems.append(f"run {i}: node 1's containers restarted: {restarted}")
+        for j in self.client.jobs():
+            if j["state"] not in ("admitted", "running"):
+                problems.append(f"run {i}: job {j['name']} is {j['state']}: {j['reason']}")
+        problems += [
+            f"run {i}: {p}" for p in duplicate_ranks(run_containers(self._engines(), self.run_id))
+        ]
+        time.sleep(1.0)
+        problems += [f"run {i}: {p}" for p in self.poller.regressions()]
+        return problems, took
+
+    def close(self) -> None:
+        try:
+            with contextlib.suppress(Exception):
+                for j in self.client.jobs():
+                    with contextlib.suppress(Exception):
+                        self.client.cancel(j["name"])
+            self.alloc.stop()
+            self.poller.stop()
+            sel = {"label": f"flowcon.faults={self.run_id}"}
+            with contextlib.suppress(Exception):
+                for svc in self.manager.services.list(filters=sel):
+                    svc.remove()
+            for client in self._engines():
+                with contextlib.suppress(Exception):
+                    for c in client.containers.list(all=True, filters=sel):
+                        c.remove(force=True)
+                with contextlib.suppress(Exception):
+                    for v in client.volumes.list(filters=sel):
+                        v.remove(force=True)
+        finally:
+            self.manager.close()
+            self.node2.close()
+            if self.brought_up:
+                subprocess.run(
+                    ["bash", str(REPO / "scripts" / "swarm-down.sh")],
+                    capture_output=True,
+                    timeout=120,
+                )
+
+
+@contextmanager
+def allocator_swarm_node_restart_session(
+    rng: Any, labels: dict[str, str] | None = None
+) -> Iterator[Callable[[int], Outcome]]:
+    """The ``allocator-swarm-node-restart`` scenario on the two-node swarm."""
+    with tempfile.TemporaryDirectory(prefix="flowcon-faults-swarm-node-") as tmp:
+        sess = SwarmNodeRestartSession(rng, Path(tmp), dict(labels or {}))
         try:
             yield sess.one_restart
         finally:

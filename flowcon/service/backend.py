@@ -144,6 +144,9 @@ class Worker:
     exit_code: int | None
     labels: Mapping[str, str]
     image: str = ""
+    # its node's engine went away under it (swarm: a task that failed without an exit of
+    # its own): a preemption like a SIGTERM, not a crash of the job
+    node_lost: bool = False
 
     @property
     def dead(self) -> bool:

@@ -542,11 +542,15 @@ class Executor:
         """A job with a dead worker: restarted from its checkpoint (stop-free: the lost
         workers go and the others re-form), or ``failed`` after ``max_restarts``."""
         dead = [w for w in state.workers if w.dead]
-        why = ", ".join(f"{w.name} exit {w.exit_code}" for w in dead)
+        why = ", ".join(
+            f"{w.name} {'lost with its node' if w.node_lost else f'exit {w.exit_code}'}"
+            for w in dead
+        )
         # Stopped with SIGTERM after writing its checkpoint (exit 143) by someone other
         # than us (an engine restart without --live-restore, docker stop, a drained node):
         # preempted, not failed, so no restart is used up.
-        preempted = all(w.exit_code == EXIT_PREEMPTED for w in dead)
+        # A swarm node whose engine went away (node_lost) preempted its containers the same way.
+        preempted = all(w.exit_code == EXIT_PREEMPTED or w.node_lost for w in dead)
         n = self._restarts.get(name, 0)
         if n >= self.options.max_restarts and not preempted:
             last = self._last_output(dead)

@@ -48,7 +48,7 @@ def worker_from_service(svc: Any, tasks: list[dict[str, Any]]) -> Worker:
     spec = svc.attrs.get("Spec") or {}
     labels = dict(spec.get("Labels") or {})
     replicas = ((spec.get("Mode") or {}).get("Replicated") or {}).get("Replicas", 1)
-    state, code = "starting", None
+    state, code, node_lost = "starting", None, False
     if tasks:
         last = max(tasks, key=lambda t: (t.get("Version") or {}).get("Index", 0))
         status = last.get("Status") or {}
@@ -60,6 +60,11 @@ def worker_from_service(svc: Any, tasks: list[dict[str, Any]]) -> Worker:
             state = "starting"
         elif st == "complete":
             state, code = "exited", 0
+        elif st == "failed" and raw in (None, 0):
+            # A container that exits 0 completes; a failed task showing 0 kept its running
+            # status: its node's engine stopped or restarted under it and lost the
+            # container ("No such container"). Not a success, and not the job's crash.
+            state, node_lost = "dead", True
         elif st in ("failed", "shutdown"):
             state, code = "exited", int(raw) if isinstance(raw, int) else 1
         elif st == "rejected":
@@ -84,6 +89,7 @@ def worker_from_service(svc: Any, tasks: list[dict[str, Any]]) -> Worker:
         exit_code=code,
         labels=labels,
         image=image.split("@", 1)[0],
+        node_lost=node_lost,
     )
 
 

@@ -346,6 +346,24 @@ def test_preempted_workers_use_no_restart_and_a_failure_says_why() -> None:
     assert failed.detail.endswith("1 restarts used; last output: RuntimeError: bad")
 
 
+def test_a_worker_lost_with_its_swarm_node_uses_no_restart() -> None:
+    """Regression (allocator-swarm-node-restart fault scenario): node 2's engine stopped and
+    started; its task reads failed with the running status's exit code 0. The job was
+    reported completed ("all workers exited 0"); now it is restarted, and repeated node
+    restarts do not use up max_restarts."""
+    be = FakeBackend()
+    ex = executor(be, max_restarts=1)
+    s = spec(scaling="restart")
+    ex.launch(s, {"node1": ["0"]})
+    w = be.workers[0]
+    for _ in range(3):
+        w.state, w.exit_code, w.node_lost = "dead", None, True
+        (ev,) = ex.reconcile()
+        assert ev.kind == "restarted" and "lost with its node" in (ev.detail or ""), ev
+        assert w.state == "running"
+        w.node_lost = False
+
+
 # ---------------------------------------------------------------- the measured pause
 
 
