@@ -106,12 +106,16 @@ def run_sim(trace, slot: float, overhead: float) -> dict[str, dict]:  # type: ig
 
 
 def run_live(
-    trace, slot: float, run_id: str, dump: Path | None = None
+    trace,
+    slot: float,
+    run_id: str,
+    dump: Path | None = None,
+    extra_labels: dict[str, str] | None = None,
 ) -> tuple[dict[str, dict], dict]:  # type: ignore[no-untyped-def]
     import docker
 
     client_docker = docker.from_env(timeout=60)
-    labels = {"flowcon.bench": run_id}
+    labels = {**(extra_labels or {}), "flowcon.bench": run_id}
     tmp = Path(tempfile.mkdtemp(prefix="flowcon-bench-"))
     (tmp / "allocator.yaml").write_text(CONFIG.format(slot=slot))
     cfg = load_config(tmp / "allocator.yaml")
@@ -229,7 +233,11 @@ def main() -> int:
     ap.add_argument("--scale", type=float, default=1.0, help="stretch the trace in time")
     ap.add_argument("--json", action="store_true", help="print a JSON summary too")
     ap.add_argument("--dump", type=Path, help="write the live run's events and allocations here")
+    ap.add_argument(
+        "--label", action="append", default=[], help="KEY=VALUE on every container it starts"
+    )
     args = ap.parse_args()
+    extra = dict(kv.split("=", 1) for kv in args.label)
     signal.signal(signal.SIGTERM, raise_interrupt)  # as Ctrl-C: cleanup runs
     trace = scaled(args.scale)
     run_id = uuid.uuid4().hex[:6]
@@ -238,7 +246,7 @@ def main() -> int:
     )
     print("live allocator (real executor, plain engine):", flush=True)
     w0 = time.perf_counter()
-    live, stats = run_live(trace, args.slot, run_id, args.dump)
+    live, stats = run_live(trace, args.slot, run_id, args.dump, extra)
     live_wall = time.perf_counter() - w0
     sim0 = run_sim(trace, args.slot, 0.0)
     # the simulator charges its overhead at every allocation change, starts included:

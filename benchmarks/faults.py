@@ -25,9 +25,10 @@ Scenarios implemented:
         loader's error naming the file; a traceback-type error or an accepted file is a
         violation. Recovery: seconds the loader took to refuse.
   interrupted-commands
-        benchmarks/bench_rescale.py (testbox image, real engine) stopped by SIGTERM or
-        SIGINT at a random moment of its run: it must exit 130 and leave no container,
-        network or checkpoint volume. Recovery: seconds from the signal to its exit.
+        benchmarks/bench_rescale.py, bench_allocator.py, bench_agent.py and this script
+        (its allocator-kill scenario), in turn, stopped by SIGTERM or SIGINT at a random
+        moment of their run (real engine): each must exit 130 without a traceback and leave
+        no container, network or volume. Recovery: seconds from the signal to its exit.
   agent-kill
         SIGKILL of a real ``flowcon agent`` at a random moment of its round, restarted each
         time, with 6 managed and 2 unmanaged containers (benchmarks/faults_agent.py):
@@ -93,7 +94,9 @@ A scenario whose set-up fails (no engine) is reported "not run", not passed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
+import inspect
 import json
 import random
 import statistics
@@ -913,12 +916,47 @@ def _leftovers(client: Any, run: str) -> list[str]:
     return left
 
 
+def interrupted_commands(
+    run_id: str, label: str, extra: dict[str, str] | None = None
+) -> list[tuple[str, list[str]]]:
+    """The commands the interrupted-commands scenario stops, in turn: every benchmark that
+    creates engine objects, and this script itself (its allocator-kill scenario), each
+    labelling what it creates with ``label`` and ``extra`` (a test's labels)."""
+    bench = REPO / "benchmarks"
+    py = sys.executable
+    more = [a for k, v in (extra or {}).items() for a in ("--label", f"{k}={v}")]
+    commands = [
+        ("bench_rescale", [py, str(bench / "bench_rescale.py"), "--image",
+                           "flowcon/testbox:latest", "--rescales", "50", "--grace", "5",
+                           "--run-id", run_id, "--label", label]),
+        ("bench_allocator", [py, str(bench / "bench_allocator.py"), "--slot", "1",
+                             "--label", label]),
+        ("bench_agent", [py, str(bench / "bench_agent.py"), "--sizes", "3", "--rounds",
+                         "100", "--gap", "1", "--sources", "auto", "--label", label]),
+        ("faults", [py, str(bench / "faults.py"), "--scenario", "allocator-kill",
+                    "--label", label]),
+    ]  # fmt: skip
+    return [(name, cmd + more) for name, cmd in commands]
+
+
+def labelled_leftovers(client: Any, label: str) -> list[str]:
+    """Containers, volumes and networks carrying ``label`` (k=v)."""
+    flt = {"label": label}
+    left = [f"container {c.id[:12]}" for c in client.containers.list(all=True, filters=flt)]
+    left += [f"volume {v.name}" for v in client.volumes.list(filters=flt)]
+    left += [f"network {n.name}" for n in client.networks.list(filters=flt)]
+    return left
+
+
 @contextmanager
-def interrupted_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
-    """Each run starts benchmarks/bench_rescale.py (testbox image), sends SIGTERM or
-    SIGINT at a random moment of its run (0 to 4 s after its first container exists) and
-    checks it exits 130 and leaves no container, network or checkpoint volume. Recovery:
-    seconds from the signal to its exit. Needs the engine and flowcon/testbox:latest."""
+def interrupted_session(
+    rng: random.Random, labels: dict[str, str] | None = None
+) -> Iterator[Callable[[int], RunResult]]:
+    """Each run starts one command of ``interrupted_commands`` in turn (bench_rescale,
+    bench_allocator, bench_agent, faults.py), sends SIGTERM or SIGINT at a random moment of
+    its run (0 to 4 s after its first container exists) and checks it exits 130 without a
+    traceback and leaves no container, network or volume. Recovery: seconds from the signal
+    to its exit. Needs the engine and flowcon/testbox:latest."""
     import signal
     import subprocess
     import uuid
@@ -927,11 +965,15 @@ def interrupted_session(rng: random.Random) -> Iterator[Callable[[int], RunResul
 
     client = docker.from_env()
 
-    def sweep(run: str) -> None:
-        for c in client.containers.list(
-            all=True, sparse=True, filters={"label": f"flowcon.bench={run}"}
-        ):
+    def sweep(run: str, label: str) -> None:
+        for c in client.containers.list(all=True, sparse=True, filters={"label": label}):
             c.remove(force=True)
+        for v in client.volumes.list(filters={"label": label}):
+            with contextlib.suppress(Exception):
+                v.remove(force=True)
+        for n in client.networks.list(filters={"label": label}):
+            with contextlib.suppress(Exception):
+                n.remove()
         subprocess.run(["docker", "network", "rm", f"flowcon-net-bench-{run}"], capture_output=True)
         subprocess.run(
             ["docker", "volume", "rm", "-f", f"flowcon-ckpt-bench-{run}"], capture_output=True
@@ -939,35 +981,37 @@ def interrupted_session(rng: random.Random) -> Iterator[Callable[[int], RunResul
 
     def run(i: int) -> RunResult:
         run_id = f"f{uuid.uuid4().hex[:6]}"
+        label = f"flowcon.faults.interrupted={run_id}"
+        name, cmd = interrupted_commands(run_id, label, labels or LABELS)[i % 4]
         sig = rng.choice([signal.SIGTERM, signal.SIGINT])
-        cmd = [sys.executable, str(REPO / "benchmarks" / "bench_rescale.py"), "--image",
-               "flowcon/testbox:latest", "--rescales", "50", "--grace", "5", "--run-id", run_id,
-               "--label", "flowcon.faults=1"]  # fmt: skip
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         problems: list[str] = []
         took = None
         try:
             end = time.monotonic() + 120
-            sel = {"label": f"flowcon.bench={run_id}"}
+            sel = {"label": label}
             while time.monotonic() < end and proc.poll() is None:
                 if client.containers.list(all=True, sparse=True, filters=sel):
                     break
                 time.sleep(0.2)
             time.sleep(rng.uniform(0.0, 4.0))
             if proc.poll() is not None:
-                return RunResult([f"exited {proc.returncode} before the signal"])
+                return RunResult([f"{name}: exited {proc.returncode} before the signal"])
             t0 = time.monotonic()
             proc.send_signal(sig)
-            _, err = proc.communicate(timeout=90)
+            _, err = proc.communicate(timeout=120)
             took = time.monotonic() - t0
             if proc.returncode != 130 or "Traceback" in err:
-                problems.append(f"{sig.name}: exit {proc.returncode}: {err[-300:]}")
-            problems += [f"{sig.name}: left {x}" for x in _leftovers(client, run_id)]
+                problems.append(f"{name} {sig.name}: exit {proc.returncode}: {err[-300:]}")
+            left = labelled_leftovers(client, label)
+            if name == "bench_rescale":
+                left += _leftovers(client, run_id)
+            problems += [f"{name} {sig.name}: left {x}" for x in sorted(set(left))]
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-            sweep(run_id)
+            sweep(run_id, label)
         return RunResult(problems, took)
 
     try:
@@ -982,7 +1026,7 @@ def agent_kill_session(rng: random.Random) -> Iterator[Callable[[int], RunResult
     sys.path.insert(0, str(REPO / "benchmarks"))
     from faults_agent import agent_kill_session as session
 
-    with session(rng) as (run, final):
+    with session(rng, dict(LABELS)) as (run, final):
         yield FinalCheck(run, final)
 
 
@@ -992,7 +1036,7 @@ def agent_engine_restart_session(rng: random.Random) -> Iterator[Callable[[int],
     sys.path.insert(0, str(REPO / "benchmarks"))
     from faults_agent import agent_engine_restart_session as session
 
-    with session(rng) as (run, final):
+    with session(rng, dict(LABELS)) as (run, final):
         yield FinalCheck(run, final)
 
 
@@ -1002,7 +1046,7 @@ def agent_foreign_change_session(rng: random.Random) -> Iterator[Callable[[int],
     sys.path.insert(0, str(REPO / "benchmarks"))
     from faults_agent import agent_foreign_change_session as session
 
-    with session(rng) as (run, final):
+    with session(rng, dict(LABELS)) as (run, final):
         yield FinalCheck(run, final)
 
 
@@ -1012,7 +1056,7 @@ def agent_hostile_session(rng: random.Random) -> Iterator[Callable[[int], RunRes
     sys.path.insert(0, str(REPO / "benchmarks"))
     from faults_agent import agent_hostile_session as session
 
-    with session(rng) as run:
+    with session(rng, dict(LABELS)) as run:
 
         def one(i: int) -> RunResult:
             problems, took, peak = run(i)
@@ -1027,7 +1071,7 @@ def agent_scale_session(rng: random.Random) -> Iterator[Callable[[int], RunResul
     sys.path.insert(0, str(REPO / "benchmarks"))
     from faults_agent import agent_scale_session as session
 
-    with session(rng) as run:
+    with session(rng, dict(LABELS)) as run:
 
         def one(i: int) -> RunResult:
             problems, took, figures = run(i)
@@ -1042,7 +1086,7 @@ def allocator_kill_session(rng: random.Random) -> Iterator[Callable[[int], RunRe
     sys.path.insert(0, str(REPO / "benchmarks"))
     from faults_allocator import allocator_kill_session as session
 
-    with session(rng) as (run, final):
+    with session(rng, dict(LABELS)) as (run, final):
         yield FinalCheck(run, final)
 
 
@@ -1054,7 +1098,8 @@ def _outcome_session(module: str, name: str) -> Callable[[random.Random], Any]:
     def session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
         sys.path.insert(0, str(REPO / "benchmarks"))
         make = getattr(__import__(module), name)
-        with make(rng) as run:
+        takes_labels = "labels" in inspect.signature(make).parameters
+        with make(rng, dict(LABELS)) if takes_labels else make(rng) as run:
 
             def one(i: int) -> RunResult:
                 problems, took = run(i)
@@ -1081,6 +1126,9 @@ allocator_swarm_node_restart_session = _outcome_session(
 
 
 # -- the scenarios of issue 15 ------------------------------------------------------------
+
+# KEY=VALUE labels (--label) on everything a session creates, for the sessions that label
+LABELS: dict[str, str] = {}
 
 SCENARIOS = [
     Scenario("api", "1,000 generated hostile and concurrent API requests", 1000, api_session),
@@ -1148,8 +1196,8 @@ SCENARIOS = [
     ),
     Scenario(
         "interrupted-commands",
-        "bench_rescale.py stopped by SIGTERM/SIGINT at a random moment",
-        5,
+        "bench_rescale, bench_allocator, bench_agent, faults.py stopped by SIGTERM/SIGINT",
+        8,
         interrupted_session,
     ),
     Scenario(
@@ -1193,7 +1241,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scenario", action="append", choices=[s.name for s in SCENARIOS])
     ap.add_argument("--runs", type=int, help="runs per scenario (default: the issue's count)")
     ap.add_argument("--seed", type=int, default=15)
+    ap.add_argument(
+        "--label", action="append", default=[], help="KEY=VALUE on everything it creates"
+    )
     args = ap.parse_args(argv)
+    LABELS.update(kv.split("=", 1) for kv in args.label)
     chosen = [
         s for s in SCENARIOS if ((s.name in args.scenario) if args.scenario else not s.on_request)
     ]
@@ -1207,6 +1259,17 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     import logging
+    import signal
+
+    from flowcon.interrupts import raise_interrupt_once
 
     logging.basicConfig(level=logging.CRITICAL)  # the server logs refused calls at DEBUG
-    sys.exit(main())
+    # SIGTERM as Ctrl-C: the running session's clean-up (its finally blocks) removes what it
+    # created; a second signal meanwhile is ignored so that clean-up runs to its end
+    signal.signal(signal.SIGTERM, raise_interrupt_once)
+    signal.signal(signal.SIGINT, raise_interrupt_once)
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as exc:
+        print(f"interrupted ({exc or 'SIGINT'}): what it created was removed", file=sys.stderr)
+        sys.exit(130)

@@ -137,6 +137,14 @@ def wait_running(client: Any, docker_client: Any, run_id: str, timeout: float) -
     return None
 
 
+def remove_networks(docker_client: Any, run_id: str) -> None:
+    """The job networks of one session (an allocator stopped mid-cancel leaves them)."""
+    with contextlib.suppress(Exception):
+        for net in docker_client.networks.list(filters={"label": f"flowcon.faults={run_id}"}):
+            with contextlib.suppress(Exception):
+                net.remove()
+
+
 def duplicate_ranks(containers: list[Any]) -> list[str]:
     """``job rank r: n running containers`` for every job rank run more than once."""
     from flowcon.contract import LABEL_JOB, LABEL_RANK
@@ -355,6 +363,7 @@ class KillSession:
         for job in self.submitted:
             with contextlib.suppress(Exception):
                 self.docker.volumes.get(Executor.volume_name(job)).remove(force=True)
+        remove_networks(self.docker, self.run_id)
 
     def _log_tail(self) -> str:
         return self.alloc.log.read_text(errors="replace")[-800:]
@@ -685,6 +694,8 @@ class EngineRestartSession:
         from flowcon.service.client import AllocatorClient
 
         self.client = AllocatorClient(self.alloc.url, TOKEN, timeout=10)
+
+    def start(self) -> None:
         for i in range(2):
             self.client.submit(rate_spec(f"{self.run_id}-j{i}"))
         if self._wait_running(60) is None:
@@ -775,6 +786,7 @@ def allocator_engine_restart_session(
     with tempfile.TemporaryDirectory(prefix="flowcon-faults-alloc-engine-") as tmp:
         sess = EngineRestartSession(rng, Path(tmp), dict(labels or {}), max_restarts)
         try:
+            sess.start()
             yield sess.one_restart
         finally:
             sess.close()
@@ -862,6 +874,8 @@ class SwarmNodeRestartSession:
         from flowcon.service.client import AllocatorClient
 
         self.client = AllocatorClient(self.alloc.url, TOKEN, timeout=10)
+
+    def start(self) -> None:
         for i in range(2):
             self.client.submit(rate_spec(f"{self.run_id}-j{i}"))
         if self._wait_running(120) is None:
@@ -970,6 +984,7 @@ def allocator_swarm_node_restart_session(
     with tempfile.TemporaryDirectory(prefix="flowcon-faults-swarm-node-") as tmp:
         sess = SwarmNodeRestartSession(rng, Path(tmp), dict(labels or {}))
         try:
+            sess.start()
             yield sess.one_restart
         finally:
             sess.close()
@@ -1015,9 +1030,10 @@ class CorruptCheckpointSession:
         self.client = AllocatorClient(self.alloc.url, TOKEN, timeout=10)
         self.jobs: list[str] = []
         self.keep = f"{self.run_id}-keep"
-        spec = rate_job_spec_1gpu(self.keep)
-        self.client.submit(spec)
-        self.jobs.append(self.keep)
+
+    def start(self) -> None:
+        self.jobs.append(self.keep)  # before the submit: close() cancels it either way
+        self.client.submit(rate_job_spec_1gpu(self.keep))
 
     def _container(self, job: str) -> Any | None:
         from flowcon.contract import LABEL_JOB
@@ -1112,6 +1128,7 @@ class CorruptCheckpointSession:
             for job in self.jobs:
                 with contextlib.suppress(Exception):
                     self.docker.volumes.get(Executor.volume_name(job)).remove(force=True)
+            remove_networks(self.docker, self.run_id)
             self.docker.close()
 
 
@@ -1130,6 +1147,7 @@ def allocator_corrupt_checkpoint_session(
     with tempfile.TemporaryDirectory(prefix="flowcon-faults-ckpt-") as tmp:
         sess = CorruptCheckpointSession(Path(tmp), dict(labels or {}))
         try:
+            sess.start()
             yield sess.one_run
         finally:
             sess.close()

@@ -14,6 +14,14 @@ def raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def raise_interrupt_once(signum: int, frame: FrameType | None) -> None:
+    """Like ``raise_interrupt``, and later SIGINT/SIGTERM are ignored: the cleanup the
+    first one starts (``finally`` blocks all the way up) runs to its end."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 @contextlib.contextmanager
 def cleanup_guard() -> Iterator[None]:
     """The cleanup runs to its end: a SIGINT/SIGTERM meanwhile is held, raised after."""

@@ -1,16 +1,20 @@
-"""Issue 15, "Interrupted commands": bench_rescale.py and bench_agent.py stopped mid-run by SIGTERM
+"""Issue 15, "Interrupted commands": bench_rescale.py, bench_agent.py, bench_allocator.py and
+faults.py stopped mid-run by SIGTERM
 (what ``timeout`` sends) or SIGINT (Ctrl-C), once it has created its job's containers,
 removes its containers, network and checkpoint volume before it exits (real engine)."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
 import uuid
+from types import ModuleType
 
 import docker.errors
 import pytest
@@ -142,3 +146,31 @@ def test_interrupted_bench_agent_leaves_nothing(docker_client, test_run_id, sig)
         for c in docker_client.containers.list(all=True, sparse=True, filters=selector):
             with contextlib.suppress(docker.errors.NotFound):
                 c.remove(force=True)
+
+
+def _faults() -> ModuleType:
+    path = REPO / "benchmarks" / "faults.py"
+    spec = importlib.util.spec_from_file_location("flowcon_bench_faults_interrupted", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize(
+    ("command", "seed"), [("bench_allocator", 1), ("faults", 2)], ids=["bench_allocator", "faults"]
+)
+def test_interrupted_command_leaves_nothing(labeled, command: str, seed: int) -> None:  # type: ignore[no-untyped-def]
+    """bench_allocator.py (a live allocator and its job containers) and faults.py itself
+    (its allocator-kill scenario: an allocator subprocess in its own session, rate-job
+    containers, networks, volumes), signalled once their first container exists: exit 130,
+    no traceback, nothing left (the interrupted-commands scenario's run). faults.py had no
+    handler: SIGTERM killed it with everything in place, and an interrupted allocator-kill
+    session left its jobs' networks."""
+    faults = _faults()
+    index = [name for name, _ in faults.interrupted_commands("x", "k=v")].index(command)
+    with faults.interrupted_session(random.Random(seed), labeled()) as run:
+        result = run(index)
+    assert result.violations == [], result.violations
+    assert result.recovery_s is not None and result.recovery_s < 60
