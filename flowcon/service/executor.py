@@ -321,20 +321,21 @@ class Executor:
 
         ``global_batch``: the job's global batch on the new placement (Elan III's hybrid
         scaling; the allocator picks it from the spec's range, ``flowcon.alloc.batch.
-        hybrid_batch``); None keeps ``spec.global_batch_size``. A batch outside the spec's
-        range, or one that cannot be split over the new GPUs, raises ``ExecutorError``
-        before anything stops. The containers this rescale starts get it as
-        FLOWCON_GLOBAL_BATCH_SIZE: a restart's resume from the checkpoint with it (the data
-        position is in samples), a stop-free scale-out's joiners, whose batch the job adopts
-        at the switch. A stop-free scale-in starts no container and cannot tell the running
-        ones a new batch: the job keeps its batch (logged) until its next scale-out or
-        restart; it is not restarted for it."""
+        hybrid_batch``); None: ``spec.run_batch``, else ``spec.global_batch_size``. A batch
+        outside the spec's range, or one that cannot be split over the new GPUs, raises
+        ``ExecutorError`` before anything stops. The containers this rescale starts get it
+        as FLOWCON_GLOBAL_BATCH_SIZE (and a range job FLOWCON_REFERENCE_BATCH_SIZE, the
+        submitted batch its LR is meant for): a restart's resume from the checkpoint with
+        it (the data position is in samples), a stop-free scale-out's joiners, whose batch
+        the job adopts at the switch. A stop-free scale-in starts no container and cannot
+        tell the running ones a new batch: the job keeps its batch (logged) until its next
+        scale-out or restart; it is not restarted for it."""
         if global_batch is not None:
             gpus = sum(len(g) for g in placement.values())
             why = batch_problem(spec, global_batch, gpus)
             if why is not None:
                 raise ExecutorError(f"job {spec.name}: global batch {global_batch} refused: {why}")
-            spec = replace(spec, global_batch_size=global_batch)
+            spec = replace(spec, run_batch=global_batch)
         current = self.backend.list_workers(self._selector(spec.name))
         current = [w for w in current if not w.left]
         state = JobState(spec.name, tuple(current))
@@ -395,7 +396,7 @@ class Executor:
             tuple(w.name for w in workers),
             mode=SCALING_RESTART,
             fallback=fallback,
-            global_batch=spec.global_batch_size,
+            global_batch=spec.run_batch or spec.global_batch_size,
         )
 
     def _pairs(self, placement: Placement) -> list[tuple[str, str]]:
@@ -498,7 +499,7 @@ class Executor:
             mode=SCALING_STOPFREE,
             joined=tuple(w.name for w in joined),
             left=tuple(w.name for w in plan.leave),
-            global_batch=spec.global_batch_size if joined else None,
+            global_batch=(spec.run_batch or spec.global_batch_size) if joined else None,
         )
 
     def _leave(self, leaving: Sequence[Worker]) -> str | None:

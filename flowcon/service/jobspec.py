@@ -160,7 +160,10 @@ class JobSpec:
     # both None (the batch stays global_batch_size) or both set, min <= global <= max
     batch_size_min: int | None = None
     batch_size_max: int | None = None
-    # assigned by the allocator (not a spec key): the job's master port on host networking,
+    # assigned by the allocator (not spec keys, not stored): the global batch the job's new
+    # containers run at, picked from the range (None: global_batch_size), and
+    run_batch: int | None = None
+    # the job's master port on host networking,
     # unique among live jobs, kept in the job's record (flowcon.service.workers)
     master_port: int | None = None
 

@@ -359,7 +359,7 @@ class ExecutorTarget:
         began = time.time()
         if state is None:
             if batch is not None:  # a (re)start at k GPUs runs at the batch picked for k
-                spec = replace(spec, global_batch_size=batch)
+                spec = replace(spec, run_batch=batch)
             self.executor.launch(spec, placement)
             self._resuming[rec.name] = (began, "start", None, SCALING_RESTART, 0)
             store.append_event("started", rec.name, placement=placement, **said)

@@ -21,7 +21,9 @@ epoch across scale events; ``samples`` (consumed since the start, after the step
 
 The global batch may change at a scale event (a joiner's FLOWCON_GLOBAL_BATCH_SIZE, or a
 restart with another one): ``HybridScaling`` moves the learning rate linearly to
-``LR * batch / first batch`` over FLOWCON_LR_RAMP_STEPS steps (Elan III).
+``LR * batch / reference`` over FLOWCON_LR_RAMP_STEPS steps (Elan III); the reference is
+FLOWCON_REFERENCE_BATCH_SIZE (set for a job with a batch range: the batch it was submitted
+with) or else the batch the job started with.
 
 Env: FLOWCON_ITERATIONS (default 1000), STEP_SLEEP (seconds, to slow the demo down), LR
 (default 0.01),
@@ -41,7 +43,7 @@ from flowcon.elastic.lr import HybridScaling
 
 SAMPLES = 4096
 FEATURES = 32
-# the learning rate for the global batch the job starts with (env LR; at 0.01 the loss of two
+# the learning rate for the reference batch (see above; env LR; at 0.01 the loss of two
 # runs with different initial weights differs by up to 50 %: tests/test_elastic_hybrid_loss.py
 # compares at 0.003, where they agree within 1 % after 7 epochs)
 LR = float(os.environ.get("LR") or 0.01)

@@ -141,6 +141,7 @@ def test_stopfree_joiners_carry_the_new_batch_a_scale_in_keeps_it() -> None:
     assert joiner[contract.ENV_JOIN] == "1"
     assert joiner[contract.ENV_GLOBAL_BATCH_SIZE] == "32"
     assert joiner[contract.ENV_LOCAL_BATCH_SIZE] == "16"
+    assert joiner[contract.ENV_REFERENCE_BATCH_SIZE] == "16"  # the submitted batch: LR's
     assert env(be.requests[0])[contract.ENV_GLOBAL_BATCH_SIZE] == "16"  # untouched
     # scale-in: nobody to tell, the job keeps its batch and is not restarted
     res = ex.rescale(s, {"node1": ["0"]}, global_batch=16)
@@ -162,6 +163,7 @@ def test_a_restart_starts_every_container_with_the_new_batch() -> None:
     assert len(new) == 2 and be.stopped == ["flowcon-br--node1-r0"]
     assert {env(r)[contract.ENV_GLOBAL_BATCH_SIZE] for r in new} == {"32"}
     assert {env(r)[contract.ENV_LOCAL_BATCH_SIZE] for r in new} == {"16"}
+    assert {env(r)[contract.ENV_REFERENCE_BATCH_SIZE] for r in new} == {"16"}
     # a stop-free job that cannot scale stop-free (its store host's GPU goes) restarts with it
     be2 = FakeBackend()
     ex2 = executor(be2)
@@ -225,4 +227,23 @@ def test_the_target_picks_the_batch_for_range_jobs_only(tmp_path) -> None:  # ty
     assert said == [("started", 32), ("rescaled_stop_free", 64), ("rescaled_stop_free", None)]
     assert be.stopped == []  # the scale-in to 1 GPU kept the batch, no restart
     assert all("global_batch" not in e.data for e in store.events(job="fixed"))
+    fixed_env = [env(r) for r in be.requests if r.job == "fixed"]
+    assert not any(contract.ENV_REFERENCE_BATCH_SIZE in e for e in fixed_env)
+    ranged_env = [env(r) for r in be.requests if r.job == "ranged"]
+    assert {e[contract.ENV_REFERENCE_BATCH_SIZE] for e in ranged_env} == {"16"}
     store.close()
+
+
+def test_hybrid_scaling_takes_the_submitted_batch_as_its_reference(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A range job launched at 32 (2 GPUs) but submitted at 16: its LR is meant for 16."""
+    from flowcon.elastic.lr import HybridScaling, reference_batch_from_env
+
+    assert reference_batch_from_env({}) is None
+    assert reference_batch_from_env({contract.ENV_REFERENCE_BATCH_SIZE: "16"}) == 16
+    with pytest.raises(ValueError, match="FLOWCON_REFERENCE_BATCH_SIZE"):
+        reference_batch_from_env({contract.ENV_REFERENCE_BATCH_SIZE: "0"})
+    monkeypatch.delenv(contract.ENV_REFERENCE_BATCH_SIZE, raising=False)
+    assert HybridScaling(0.1, 32, ramp_steps=0).lr(1) == pytest.approx(0.1)
+    monkeypatch.setenv(contract.ENV_REFERENCE_BATCH_SIZE, "16")
+    assert HybridScaling(0.1, 32, ramp_steps=0).lr(1) == pytest.approx(0.2)
+    assert HybridScaling(0.1, 32, reference_batch=32, ramp_steps=0).lr(1) == pytest.approx(0.1)
