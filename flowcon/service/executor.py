@@ -27,7 +27,9 @@ Environment of each container under ``launcher: flowcon`` (the others: see
     LOCAL_WORLD_SIZE    GPUs (workers) in this container
     GROUP_RANK, NODE_RANK, FLOWCON_NUM_NODES, MASTER_ADDR, MASTER_PORT
     FLOWCON_JOB, FLOWCON_NODE, FLOWCON_GPUS (this container's GPU ids), FLOWCON_PLACEMENT
-    FLOWCON_GLOBAL_BATCH_SIZE, FLOWCON_LOCAL_BATCH_SIZE (= global // WORLD_SIZE)
+    FLOWCON_GLOBAL_BATCH_SIZE, FLOWCON_LOCAL_BATCH_SIZE (= global // WORLD_SIZE; a job with
+        a batch range: the batch picked for its GPU count, ``rescale(global_batch=)``)
+    FLOWCON_REFERENCE_BATCH_SIZE (a job with a batch range: its submitted global batch)
     FLOWCON_ITERATIONS, FLOWCON_CHECKPOINT_DIR, FLOWCON_CHECKPOINT_EVERY
 
 (names in ``flowcon.contract``; the checkpoint is mounted at ``contract.CHECKPOINT_MOUNT``).
