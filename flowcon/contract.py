@@ -90,6 +90,10 @@ ENV_PLACEMENT: Final = "FLOWCON_PLACEMENT"  # node:gpu,gpu;node:gpu of the whole
 ENV_NUM_NODES: Final = "FLOWCON_NUM_NODES"
 ENV_GLOBAL_BATCH_SIZE: Final = "FLOWCON_GLOBAL_BATCH_SIZE"
 ENV_LOCAL_BATCH_SIZE: Final = "FLOWCON_LOCAL_BATCH_SIZE"
+# Set for a job with a batch range: the global batch it was submitted with (the spec's
+# global_batch_size), which its learning rate is meant for; FLOWCON_GLOBAL_BATCH_SIZE is the
+# batch picked for its GPU count (flowcon.elastic.lr.HybridScaling scales the LR by their ratio).
+ENV_REFERENCE_BATCH_SIZE: Final = "FLOWCON_REFERENCE_BATCH_SIZE"
 ENV_ITERATIONS: Final = "FLOWCON_ITERATIONS"
 ENV_CHECKPOINT_DIR: Final = "FLOWCON_CHECKPOINT_DIR"
 ENV_CHECKPOINT_EVERY: Final = "FLOWCON_CHECKPOINT_EVERY"

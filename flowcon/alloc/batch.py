@@ -182,3 +182,37 @@ def reset_batch(job: Job) -> None:
     """Back to the submitted batch (a new simulation run starts from it)."""
     if job.batch_range is not None:
         job.curve = job.batch_range.equivalent(job.batch_range.submitted)
+
+
+def hybrid_batch(submitted: int, submitted_gpus: int, low: int, high: int, gpus: int) -> int:
+    """The global batch for ``gpus`` GPUs of a job submitted at global batch ``submitted``
+    on ``submitted_gpus`` GPUs with the range [``low``, ``high``]: the live allocator's
+    rule (Elan, shared/papers/elan.txt, section III).
+
+    Elan's Algorithm 1 prefers weak scaling when GPUs are added (it keeps the per-GPU batch,
+    because throughput grows linearly that way) and bounds what the batch does to the
+    model; without the strong-scaling optimum ``N_opt`` of line 9 (the live profile has one
+    batch only) the rule here is its weak-scaling line 15 within the job's range: the
+    per-GPU batch of submission (``submitted / submitted_gpus``) times ``gpus``, never
+    above ``high`` nor below ``low`` (so never below the submitted batch at or above
+    ``submitted_gpus``), and a multiple of ``gpus`` where the range holds one (equal
+    shares), else at least ``gpus`` (every GPU gets a sample) when the range allows it.
+    A range that does not reach ``gpus`` gives ``high``; the caller decides whether such a
+    placement can run (``Executor.rescale`` refuses it).
+    """
+    if min(submitted, submitted_gpus, low, gpus) < 1 or high < low:
+        raise ValueError(
+            f"need positive batches and GPU counts and low <= high, got submitted={submitted} "
+            f"on {submitted_gpus} GPUs, range [{low}, {high}], gpus={gpus}"
+        )
+    per_gpu = max(1, submitted // submitted_gpus)
+    want = min(high, max(low, per_gpu * gpus))
+    if want % gpus == 0:
+        return want
+    down = want - want % gpus
+    if down >= max(low, gpus):
+        return down
+    up = down + gpus
+    if up <= high:
+        return up
+    return min(high, max(want, gpus))

@@ -47,12 +47,33 @@ def ramp_steps_from_env(env: Mapping[str, str] | None = None) -> int:
     return value
 
 
+def reference_batch_from_env(env: Mapping[str, str] | None = None) -> int | None:
+    """``FLOWCON_REFERENCE_BATCH_SIZE`` (the executor sets it for a job with a batch range:
+    the global batch it was submitted with, which its learning rate is meant for), or None
+    when unset."""
+    e = os.environ if env is None else env
+    raw = e.get(contract.ENV_REFERENCE_BATCH_SIZE, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        name = contract.ENV_REFERENCE_BATCH_SIZE
+        raise ValueError(f"environment {name}={raw!r} is not a positive integer")
+    return value
+
+
 class HybridScaling:
     """The job's global batch and its learning rate under Elan's progressive linear scaling.
 
     ``factor(step)`` is the multiplier of ``base_lr``: ``global_batch / reference_batch`` once a
-    ramp is over. Use ``lr(step)`` / ``apply(optimizer, step)`` directly, or multiply your own
-    schedule by ``factor(step)`` (e.g. inside a ``LambdaLR`` lambda).
+    ramp is over. ``reference_batch`` (the batch ``base_lr`` is meant for) defaults to
+    FLOWCON_REFERENCE_BATCH_SIZE when set (a job with a batch range may start at another
+    batch than it was submitted with), else to ``global_batch``. Use ``lr(step)`` /
+    ``apply(optimizer, step)`` directly, or multiply your own schedule by ``factor(step)``
+    (e.g. inside a ``LambdaLR`` lambda).
     """
 
     def __init__(
@@ -65,7 +86,9 @@ class HybridScaling:
     ) -> None:
         if global_batch < 1:
             raise ValueError(f"global batch must be positive, got {global_batch}")
-        ref = global_batch if reference_batch is None else reference_batch
+        if reference_batch is None:  # the submitted batch when the job has a range
+            reference_batch = reference_batch_from_env() or global_batch
+        ref = reference_batch
         if ref < 1:
             raise ValueError(f"reference batch must be positive, got {ref}")
         steps = ramp_steps_from_env() if ramp_steps is None else ramp_steps

@@ -305,6 +305,8 @@ class Elastic:
             rng=False,
             copy=False,  # read from the file for this restore only
         )
+        if batch_scaling is not None:
+            follow_batch(batch_scaling, self.env.global_batch_size, self.step + 1)
         per_rank = state.get("rng_ranks")
         if per_rank is not None:
             if self.rank < len(per_rank):
@@ -430,6 +432,23 @@ class Elastic:
     @property
     def exit_code(self) -> int:
         return EXIT_PREEMPTED if self.preempted and not self.finished else 0
+
+
+def follow_batch(batch_scaling: Any, global_batch: int, step: int) -> None:
+    """A restart with another global batch than the checkpoint's (the executor starts the
+    new containers with the batch picked for their GPU count): ``batch_scaling`` (a
+    ``HybridScaling``), restored at the checkpoint's batch, moves to ``global_batch`` from
+    ``step``, the first step after the resume, so the learning rate ramps as at a stop-free
+    switch (Elan III). The data position needs nothing: it counts samples."""
+    current = getattr(batch_scaling, "global_batch", None)
+    change = getattr(batch_scaling, "set_global_batch", None)
+    if (
+        isinstance(current, int)
+        and callable(change)
+        and global_batch >= 1
+        and current != global_batch
+    ):
+        change(global_batch, step)
 
 
 # ---------------------------------------------------------------- launching

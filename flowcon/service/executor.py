@@ -27,7 +27,9 @@ Environment of each container under ``launcher: flowcon`` (the others: see
     LOCAL_WORLD_SIZE    GPUs (workers) in this container
     GROUP_RANK, NODE_RANK, FLOWCON_NUM_NODES, MASTER_ADDR, MASTER_PORT
     FLOWCON_JOB, FLOWCON_NODE, FLOWCON_GPUS (this container's GPU ids), FLOWCON_PLACEMENT
-    FLOWCON_GLOBAL_BATCH_SIZE, FLOWCON_LOCAL_BATCH_SIZE (= global // WORLD_SIZE)
+    FLOWCON_GLOBAL_BATCH_SIZE, FLOWCON_LOCAL_BATCH_SIZE (= global // WORLD_SIZE; a job with
+        a batch range: the batch picked for its GPU count, ``rescale(global_batch=)``)
+    FLOWCON_REFERENCE_BATCH_SIZE (a job with a batch range: its submitted global batch)
     FLOWCON_ITERATIONS, FLOWCON_CHECKPOINT_DIR, FLOWCON_CHECKPOINT_EVERY
 
 (names in ``flowcon.contract``; the checkpoint is mounted at ``contract.CHECKPOINT_MOUNT``).
@@ -54,7 +56,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flowcon.contract import (
@@ -116,6 +118,9 @@ class RescaleResult:
     fallback: str | None = None  # why a stop-free job was checkpoint-restarted
     joined: tuple[str, ...] = ()  # stop-free: the containers started into the running job
     left: tuple[str, ...] = ()  # stop-free: the containers that left
+    # the global batch the containers this rescale started carry (FLOWCON_GLOBAL_BATCH_SIZE;
+    # a stop-free job adopts a joiner's at the switch); None: none started, batch unchanged
+    global_batch: int | None = None
 
     @property
     def total_seconds(self) -> float:
@@ -166,6 +171,23 @@ class JobState:
         if any(w.state in ("starting", "created") for w in ws):
             return "starting"
         return "mixed"
+
+
+def batch_problem(spec: JobSpec, global_batch: int, gpus: int) -> str | None:
+    """Why ``spec`` cannot run at global batch ``global_batch`` on ``gpus`` GPUs (None:
+    it can): outside the spec's ``batch_size_min``/``batch_size_max`` (a spec without them
+    runs at its ``global_batch_size`` only), or fewer samples than GPUs."""
+    rng = spec.batch_range
+    if rng is None and global_batch != spec.global_batch_size:
+        return (
+            f"the spec has no batch range (batch_size_min/batch_size_max): its global batch "
+            f"is global_batch_size {spec.global_batch_size}"
+        )
+    if rng is not None and not rng[0] <= global_batch <= rng[1]:
+        return f"outside the spec's range batch_size_min {rng[0]} .. batch_size_max {rng[1]}"
+    if global_batch < gpus:
+        return f"cannot be split over {gpus} GPUs"
+    return None
 
 
 def lost_workers_only(state: JobState) -> bool:
@@ -292,10 +314,30 @@ class Executor:
         declared = labels.get(LABEL_ELASTIC) == SCALING_STOPFREE
         return SCALING_STOPFREE if declared else SCALING_RESTART
 
-    def rescale(self, spec: JobSpec, placement: Placement) -> RescaleResult:
+    def rescale(
+        self, spec: JobSpec, placement: Placement, global_batch: int | None = None
+    ) -> RescaleResult:
         """Move ``spec`` onto ``placement``: stop-free for a job launched that way (only the
         joining containers start, only the leaving ones stop; ``flowcon.service.stopfree``),
-        else, or when stop-free cannot do it, checkpoint-restart; measures the stop time."""
+        else, or when stop-free cannot do it, checkpoint-restart; measures the stop time.
+
+        ``global_batch``: the job's global batch on the new placement (Elan III's hybrid
+        scaling; the allocator picks it from the spec's range, ``flowcon.alloc.batch.
+        hybrid_batch``); None: ``spec.run_batch``, else ``spec.global_batch_size``. A batch
+        outside the spec's range, or one that cannot be split over the new GPUs, raises
+        ``ExecutorError`` before anything stops. The containers this rescale starts get it
+        as FLOWCON_GLOBAL_BATCH_SIZE (and a range job FLOWCON_REFERENCE_BATCH_SIZE, the
+        submitted batch its LR is meant for): a restart's resume from the checkpoint with
+        it (the data position is in samples), a stop-free scale-out's joiners, whose batch
+        the job adopts at the switch. A stop-free scale-in starts no container and cannot
+        tell the running ones a new batch: the job keeps its batch (logged) until its next
+        scale-out or restart; it is not restarted for it."""
+        if global_batch is not None:
+            gpus = sum(len(g) for g in placement.values())
+            why = batch_problem(spec, global_batch, gpus)
+            if why is not None:
+                raise ExecutorError(f"job {spec.name}: global batch {global_batch} refused: {why}")
+            spec = replace(spec, run_batch=global_batch)
         current = self.backend.list_workers(self._selector(spec.name))
         current = [w for w in current if not w.left]
         state = JobState(spec.name, tuple(current))
@@ -303,6 +345,13 @@ class Executor:
             pairs = self._pairs(placement)
             plan = stopfree.plan_stopfree(current, pairs)
             if plan.fallback is None:
+                if global_batch is not None and not plan.join:
+                    log.info(
+                        "job %s: a stop-free scale-in cannot change the global batch: the "
+                        "job keeps its batch; %d applies from its next scale-out or restart",
+                        spec.name,
+                        global_batch,
+                    )
                 return self._rescale_stopfree(spec, plan, pairs)
             log.warning(
                 "job %s: stop-free rescale impossible (%s): checkpoint-restart instead",
@@ -349,6 +398,7 @@ class Executor:
             tuple(w.name for w in workers),
             mode=SCALING_RESTART,
             fallback=fallback,
+            global_batch=spec.run_batch or spec.global_batch_size,
         )
 
     def _pairs(self, placement: Placement) -> list[tuple[str, str]]:
@@ -451,6 +501,7 @@ class Executor:
             mode=SCALING_STOPFREE,
             joined=tuple(w.name for w in joined),
             left=tuple(w.name for w in plan.leave),
+            global_batch=(spec.run_batch or spec.global_batch_size) if joined else None,
         )
 
     def _leave(self, leaving: Sequence[Worker]) -> str | None:

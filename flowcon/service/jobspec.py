@@ -17,6 +17,8 @@ Example::
     image: flowcon/elastic-example:latest
     command: ["python3", "/opt/train.py"]
     global_batch_size: 64
+    batch_size_min: 32       # optional: the global batch may change within [min, max]
+    batch_size_max: 256      # at a scale event (flowcon.alloc.batch.hybrid_batch)
     iterations: 2000
     deadline: 30m            # or "2025-06-01T12:00:00+00:00", or 1800, or best_effort: true
     min_gpus: 1
@@ -154,9 +156,23 @@ class JobSpec:
     metric: MetricSpec | None = None
     launcher: str = DEFAULT_LAUNCHER  # LAUNCHERS; see flowcon.service.launchers and docs/jobs.md
     scaling: str | None = None  # SCALINGS, or None: decided from the image's label at launch
-    # assigned by the allocator (not a spec key): the job's master port on host networking,
+    # the global batch's permissible range (Saxena's batch-size dimension; docs/jobs.md):
+    # both None (the batch stays global_batch_size) or both set, min <= global <= max
+    batch_size_min: int | None = None
+    batch_size_max: int | None = None
+    # assigned by the allocator (not spec keys, not stored): the global batch the job's new
+    # containers run at, picked from the range (None: global_batch_size), and
+    run_batch: int | None = None
+    # the job's master port on host networking,
     # unique among live jobs, kept in the job's record (flowcon.service.workers)
     master_port: int | None = None
+
+    @property
+    def batch_range(self) -> tuple[int, int] | None:
+        """(batch_size_min, batch_size_max), or None when the global batch is fixed."""
+        if self.batch_size_min is None or self.batch_size_max is None:
+            return None
+        return self.batch_size_min, self.batch_size_max
 
     def gpu_counts_to_profile(self, available: int) -> list[int]:
         """GPU counts for the pre-run: 1, 2, 4, ... within [min_gpus, max_gpus] and the cluster."""
@@ -260,6 +276,25 @@ def _gpu_bounds(f: SpecFields) -> tuple[int, int | None]:
     return f.min_gpus, f.max_gpus
 
 
+def _batch_range(f: SpecFields) -> tuple[int | None, int | None]:
+    """(batch_size_min, batch_size_max): both None, or both set (an unset one is
+    global_batch_size) with min <= global_batch_size <= max and min splittable over
+    min_gpus (the rule ``_gpu_bounds`` applies to global_batch_size: every GPU gets a
+    sample at the smallest batch on the fewest GPUs)."""
+    if f.batch_size_min is None and f.batch_size_max is None:
+        return None, None
+    gbs = f.global_batch_size
+    low = gbs if f.batch_size_min is None else f.batch_size_min
+    high = gbs if f.batch_size_max is None else f.batch_size_max
+    if low > gbs:
+        raise JobSpecError("batch_size_min", f"{low} is above global_batch_size {gbs}")
+    if high < gbs:
+        raise JobSpecError("batch_size_max", f"{high} is below global_batch_size {gbs}")
+    if low < f.min_gpus:
+        raise JobSpecError("batch_size_min", f"{low} cannot be split over min_gpus {f.min_gpus}")
+    return low, high
+
+
 def _profile(raw_profile: Any, base_dir: str | Path) -> tuple[ThroughputProfile | None, bool]:
     """(profile, profile_auto): none or 'auto' is measured, a mapping or a file is given."""
     if raw_profile is None or raw_profile == "auto":
@@ -279,6 +314,8 @@ class SpecFields(Strict):
     image: str = Field(description=IMAGE_RULE)
     command: Any = Field(description="a string or a list of strings")
     global_batch_size: int = Field(ge=1, description="an integer >= 1")
+    batch_size_min: int | None = Field(None, ge=1, description="an integer >= 1, or null")
+    batch_size_max: int | None = Field(None, ge=1, description="an integer >= 1, or null")
     iterations: int = Field(ge=1, description="an integer >= 1")
     deadline: Any = Field(None, description="an ISO time or a duration like 30m")
     best_effort: bool = Field(False, description="true or false")
@@ -360,6 +397,7 @@ def parse_jobspec(
         )
     best_effort, deadline = _deadline(data, submit)
     min_gpus, max_gpus = _gpu_bounds(f)
+    batch_min, batch_max = _batch_range(f)
     if isinstance(f.profile, str) and f.profile != "auto":
         why = path_problem(f.profile)
         if why:
@@ -388,6 +426,8 @@ def parse_jobspec(
         **extra,
         launcher=f.launcher,
         scaling=f.scaling,
+        batch_size_min=batch_min,
+        batch_size_max=batch_max,
     )
 
 

@@ -40,6 +40,8 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
         "metric": spec.metric.as_dict() if spec.metric is not None else None,
         "launcher": spec.launcher,
         "scaling": spec.scaling,
+        "batch_size_min": spec.batch_size_min,
+        "batch_size_max": spec.batch_size_max,
         "master_port": spec.master_port,
     }
 
@@ -79,8 +81,15 @@ def spec_from_dict(data: Mapping[str, Any]) -> JobSpec:
         # node: adopted jobs keep that layout
         launcher=str(data.get("launcher") or "flowcon"),
         scaling=str(data["scaling"]) if data.get("scaling") else None,
+        batch_size_min=_int_or_none(data.get("batch_size_min")),
+        batch_size_max=_int_or_none(data.get("batch_size_max")),
         master_port=int(data["master_port"]) if data.get("master_port") else None,
     )
+
+
+def _int_or_none(value: Any) -> int | None:
+    """An optional integer of a stored spec (absent in records from before the key)."""
+    return None if value is None else int(value)
 
 
 def job_metric(spec: Mapping[str, Any]) -> MetricSpec | None:

@@ -10,9 +10,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from flowcon.alloc.batch import hybrid_batch
 from flowcon.alloc.model import Topology
 from flowcon.alloc.placement import BuddyPlacer
 from flowcon.contract import LABEL_MASTER_PORT, SCALING_RESTART, SCALING_STOPFREE
+from flowcon.service.jobspec import JobSpec
 from flowcon.service.jobspec_keys import MetricSpec
 from flowcon.service.planner import Planner
 from flowcon.service.records import spec_from_dict
@@ -20,6 +22,18 @@ from flowcon.service.store import ACTIVE_STATES, PENDING_STATES, JobRecord, Stor
 from flowcon.service.workers import live_master_port
 
 log = logging.getLogger(__name__)
+
+
+def batch_for(spec: JobSpec, gpus: int) -> int | None:
+    """The global batch of ``spec`` on ``gpus`` GPUs when its spec has a batch range
+    (``flowcon.alloc.batch.hybrid_batch``: Elan III's weak scaling from the per-GPU batch at
+    ``min_gpus``, within the range); None for a job without one (its batch never changes).
+    Admission is unchanged: it counts the job's work in iterations at the submitted batch
+    (docs/jobs.md, "batch_size_min, batch_size_max")."""
+    rng = spec.batch_range
+    if rng is None or gpus < 1:
+        return None
+    return hybrid_batch(spec.global_batch_size, spec.min_gpus, rng[0], rng[1], gpus)
 
 
 def topology_of(inventory: Any) -> Topology | None:
@@ -340,13 +354,18 @@ class ExecutorTarget:
                 self._note_containers(planner, rec.name, state)
             return
         spec = replace(spec_from_dict(rec.spec), master_port=self._master_port(store, rec))
+        batch = batch_for(spec, sum(len(g) for g in placement.values()))
+        said = {} if batch is None else {"global_batch": batch}  # in the job's events
         began = time.time()
         if state is None:
+            if batch is not None:  # a (re)start at k GPUs runs at the batch picked for k
+                spec = replace(spec, run_batch=batch)
             self.executor.launch(spec, placement)
             self._resuming[rec.name] = (began, "start", None, SCALING_RESTART, 0)
-            store.append_event("started", rec.name, placement=placement)
+            store.append_event("started", rec.name, placement=placement, **said)
         else:
-            res = self.executor.rescale(spec, placement)
+            # only a job with a batch range gets a batch: the others' rescale is unchanged
+            res = self.executor.rescale(spec, placement, **said)
             if res.mode == SCALING_STOPFREE:
                 self._resuming[rec.name] = (began, "rescale", None, res.mode, res.new_gpus)
                 store.append_event(
@@ -359,6 +378,7 @@ class ExecutorTarget:
                     joined=list(res.joined),
                     left=list(res.left),
                     placement=placement,
+                    **({} if batch is None else {"global_batch": res.global_batch}),
                 )
             else:
                 self._resuming[rec.name] = (
@@ -378,6 +398,7 @@ class ExecutorTarget:
                     placement=placement,
                     mode=res.mode,
                     fallback=res.fallback,
+                    **({} if batch is None else {"global_batch": res.global_batch}),
                 )
         now_state = self.executor.job(rec.name)
         self._note_containers(planner, rec.name, now_state)

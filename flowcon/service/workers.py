@@ -124,6 +124,7 @@ def worker_env(
 ) -> dict[str, str]:
     """The environment of ``slot``'s container: the spec's own, then torchrun's and FlowCon's."""
     world = world_size(slots)
+    batch = spec.run_batch or spec.global_batch_size
     env = dict(spec.env)
     env.update(
         {
@@ -139,12 +140,14 @@ def worker_env(
             contract.ENV_NUM_NODES: str(len(slots)),
             contract.ENV_MASTER_ADDR: master_addr,
             contract.ENV_MASTER_PORT: str(master_port),
-            contract.ENV_GLOBAL_BATCH_SIZE: str(spec.global_batch_size),
-            contract.ENV_LOCAL_BATCH_SIZE: str(max(1, spec.global_batch_size // world)),
+            contract.ENV_GLOBAL_BATCH_SIZE: str(batch),
+            contract.ENV_LOCAL_BATCH_SIZE: str(max(1, batch // world)),
             contract.ENV_ITERATIONS: str(spec.iterations),
             contract.ENV_CHECKPOINT_DIR: contract.CHECKPOINT_MOUNT,
         }
     )
     if checkpoint_every:
         env[contract.ENV_CHECKPOINT_EVERY] = str(checkpoint_every)
+    if spec.batch_range is not None:  # the batch the job's learning rate is meant for
+        env[contract.ENV_REFERENCE_BATCH_SIZE] = str(spec.global_batch_size)
     return env
