@@ -89,6 +89,11 @@ def _lines(ex: Executor, job: str) -> list[dict[str, Any]]:
     return out
 
 
+def _pids(c) -> set[str]:  # type: ignore[no-untyped-def]
+    """The host pids of the container's processes (the launcher and its worker)."""
+    return {str(p[1]) for p in c.top()["Processes"]}
+
+
 def _reference(client, labels: dict[str, str], out: Path) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """An uninterrupted 1-worker run of the same job (same image, same global batch): its
     final checkpoint."""
@@ -149,6 +154,16 @@ def test_example_job_1_2_4_2_1_across_the_nodes(
             timeout=240,
         )
 
+    def running() -> dict[str, tuple[str, str]]:
+        """container name -> (id, StartedAt) on both nodes."""
+        out = {}
+        for client in (swarm.manager, swarm.node2):
+            for c in _containers(client, "sw4"):
+                if c.status == "running":
+                    out[c.name] = (c.id, c.attrs["State"]["StartedAt"])
+        return out
+
+    pids = _pids(c0)
     events = []
     for placement, world in (
         ({"node1": ["0"], "node2": ["0"]}, 2),  # a joiner on the other node
@@ -156,10 +171,18 @@ def test_example_job_1_2_4_2_1_across_the_nodes(
         ({"node1": ["0"], "node2": ["0"]}, 2),  # one leaver on each node
         ({"node1": ["0"]}, 1),  # the other node's last worker leaves
     ):
+        before = running()
         res = ex.rescale(spec, placement)
         assert res.mode == "stopfree" and res.fallback is None, res
         events.append((res.joined, res.left))
         reach(world)
+        after = running()
+        # the workers that stay are the same containers, never restarted
+        kept = [n for n in before if n.split(".", 1)[0] not in res.left]  # task containers
+        for name in kept:
+            assert after.get(name) == before[name], (name, before, after)
+        assert len(after) == world, after
+    assert pids <= _pids(c0), (pids, _pids(c0))  # its launcher and worker: same processes
     assert [len(j) for j, _ in events] == [1, 2, 0, 0]
     assert [len(gone) for _, gone in events] == [0, 0, 2, 1]
     assert any("node2" in n for n in events[0][0]) and any("node2" in n for n in events[3][1])
