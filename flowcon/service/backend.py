@@ -212,6 +212,11 @@ class Backend(Protocol):
 
     def cleanup(self, job: str, volume: str | None) -> None: ...
 
+    def job_objects(self, selector: Mapping[str, str]) -> set[str]:
+        """The jobs (``flowcon.job``) of the networks and checkpoint volumes that carry
+        ``selector``'s labels, with or without a container."""
+        ...
+
     def read_logs(
         self, worker: Worker, after_ns: int = 0, tail: int | None = None
     ) -> list[LogLine]:

@@ -741,6 +741,13 @@ class Executor:
 
     # -- internals
 
+    def orphans(self) -> set[str]:
+        """Jobs whose network or checkpoint volume is left without any container (an
+        allocator killed between a removal's containers and its network and volume)."""
+        held = self.backend.job_objects(self._selector(None, None))
+        return held - set(self.jobs()) - {w.job for w in self.backend.list_workers(
+            self._selector(None, ROLE_PROFILE))}  # fmt: skip
+
     def remove_profiles(self) -> int:
         """Remove pre-run containers (and their throw-away volumes) an interrupted
         allocator left behind; returns how many containers went."""

@@ -286,6 +286,21 @@ class EngineBackend:
             raise ExecutorError(f"logs of {worker.name}: {exc}") from exc
         return log_lines_of(bytes(raw), after_ns)
 
+    def job_objects(self, selector: Mapping[str, str]) -> set[str]:
+        flt = {"label": [f"{k}={v}" for k, v in selector.items()]}
+        jobs: set[str] = set()
+        try:
+            for item in [
+                *self.client.networks.list(filters=flt),
+                *self.client.volumes.list(filters=flt),
+            ]:
+                job = (item.attrs.get("Labels") or {}).get(LABEL_JOB)
+                if job:
+                    jobs.add(str(job))
+        except engine_errors() as exc:
+            raise ExecutorError(f"listing job networks and volumes: {exc}") from exc
+        return jobs
+
     def cleanup(self, job: str, volume: str | None) -> None:
         import docker.errors
 

@@ -334,6 +334,21 @@ class SwarmBackend:
         lines.sort(key=lambda ln: ln.ts_ns)  # tasks' outputs arrive one after another
         return lines
 
+    def job_objects(self, selector: Mapping[str, str]) -> set[str]:
+        """The checkpoint volumes' jobs on every node this backend can reach (job services
+        use the host network: no network of their own)."""
+        flt = {"label": [f"{k}={v}" for k, v in selector.items()]}
+        jobs: set[str] = set()
+        for client in [self.client, *self.node_clients.values()]:
+            try:
+                for vol in client.volumes.list(filters=flt):
+                    job = (vol.attrs.get("Labels") or {}).get(LABEL_JOB)
+                    if job:
+                        jobs.add(str(job))
+            except engine_errors() as exc:
+                raise ExecutorError(f"listing checkpoint volumes: {exc}") from exc
+        return jobs
+
     def cleanup(self, job: str, volume: str | None) -> None:
         if not volume:
             return

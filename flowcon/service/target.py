@@ -174,6 +174,16 @@ class ExecutorTarget:
                 if ended is not None:  # finished while we were down: clean up
                     log.info("removing containers of %s job %s", ended.state, name)
                     self._remove(name)
+        try:
+            orphans = self.executor.orphans()
+        except Exception as exc:
+            orphans = set()
+            log.warning("cannot list job networks and volumes: %s", exc)
+        for name in sorted(orphans - active):
+            ended = store.get_job(name)
+            if ended is not None:  # ended, its removal cut short: its network and volume go
+                log.info("removing the network and volume of %s job %s", ended.state, name)
+                self._remove(name)
 
     def poll(self, store: Store) -> list[tuple[str, str, str]]:
         """Ended jobs as (name, completed|failed, reason); dead ones are restarted by the

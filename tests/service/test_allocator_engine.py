@@ -226,3 +226,44 @@ def test_dead_container_is_restarted_from_its_checkpoint(env, docker_client):
     client.cancel(name)
     wait_for(lambda: not containers(docker_client, rid, name), 30)
     assert alloc.store.get_job(name).state == "cancelled"
+
+
+def test_a_removal_cut_short_is_finished_at_restart(env, docker_client):  # type: ignore[no-untyped-def]
+    """Regression (the interrupted-commands fault scenario left a job network behind): an
+    allocator killed while removing a cancelled job, after its containers and before its
+    network and checkpoint volume, left those two for good. The next allocator removes
+    the network and volume of a job its store says ended; it never touches an active
+    job's, nor those of a job it does not know."""
+    from dataclasses import replace
+
+    from flowcon.service.executor import Executor
+    from flowcon.service.executor_engine import network_name
+    from flowcon.service.store import Store
+
+    cfg, start, rid = env
+    alloc = start()
+    client = AllocatorClient(alloc.url, alloc.token)
+    name = f"o{rid}"
+    client.submit(rate_job_spec(name, 10**6, None, PROFILE))
+    wait_for(lambda: [c for c in containers(docker_client, rid, name) if c.status == "running"])
+    docker_client.networks.get(network_name(name))
+    docker_client.volumes.get(Executor.volume_name(name))
+    alloc.stop()
+    # what a kill -9 mid-removal leaves: the store says cancelled, the containers are gone
+    st = Store(cfg.db_path)
+    rec = st.get_job(name)
+    assert rec is not None
+    st.put_job(replace(rec, state="cancelled", gpus=0))
+    st.close()
+    for c in containers(docker_client, rid, name):
+        c.remove(force=True)
+    start()
+
+    def gone() -> bool:
+        nets = docker_client.networks.list(names=[network_name(name)])
+        vols = docker_client.volumes.list(filters={"name": Executor.volume_name(name)})
+        return not [n for n in nets if n.name == network_name(name)] and not [
+            v for v in vols if v.name == Executor.volume_name(name)
+        ]
+
+    wait_for(gone, 20)
