@@ -4,6 +4,7 @@ on flowcon.elastic's stop-free runtime when that runtime is there."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import time
@@ -109,17 +110,23 @@ def _pids(c) -> set[str]:  # type: ignore[no-untyped-def]
     return {str(p[1]) for p in c.top()["Processes"]}
 
 
-@pytest.mark.docker
-@pytest.mark.slow
-def test_example_job_scales_1_2_1_without_restarting(executor: Executor, docker_client) -> None:  # type: ignore[no-untyped-def]
-    """The elastic-example image (label flowcon.elastic=stopfree, no ``scaling`` key) on
-    flowcon.elastic's stop-free runtime: 1 -> 2 -> 1 containers; the first container's id
-    and processes stay, the step counter goes on without a restart."""
-    if not (REPO / "flowcon" / "elastic" / "stopfree.py").exists():
-        pytest.skip("flowcon.elastic's stop-free runtime is not in this checkout")
+@pytest.fixture(scope="module")
+def example_image() -> str:
+    """This checkout's example image, built once for the module under its own tag."""
     build = REPO / "images" / "elastic-example" / "build.sh"
     res = subprocess.run(["bash", str(build), EXAMPLE], capture_output=True, text=True, timeout=900)
     assert res.returncode == 0, res.stderr[-2000:]
+    return EXAMPLE
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_example_job_scales_1_2_1_without_restarting(
+    executor: Executor, docker_client, example_image: str
+) -> None:  # type: ignore[no-untyped-def]
+    """The elastic-example image (label flowcon.elastic=stopfree, no ``scaling`` key) on
+    flowcon.elastic's stop-free runtime: 1 -> 2 -> 1 containers; the first container's id
+    and processes stay, the step counter goes on without a restart."""
     spec = step_job_spec(
         "sfex",
         image=EXAMPLE,
@@ -155,3 +162,73 @@ def test_example_job_scales_1_2_1_without_restarting(executor: Executor, docker_
     assert worlds[0] == 1 and 2 in worlds and worlds[-1] == 1
     found = docker_client.containers.list(all=True, filters={"label": "flowcon.job=sfex"})
     assert [c.name for c in found] == [c0.name]
+
+
+def _events(ex: Executor, job: str, kind: str) -> list[dict]:  # type: ignore[type-arg]
+    """The job's ``"event"`` lines of ``kind`` from every container it has now."""
+    out = []
+    for w in ex.backend.list_workers({"flowcon.job": job}):
+        for ln in ex.backend.logs(w):
+            if ln.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    obj = json.loads(ln)
+                    if isinstance(obj, dict) and obj.get("event") == kind:
+                        out.append(obj)
+    return out
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_killed_worker_container_is_replaced_while_the_job_goes_on(
+    executor: Executor, docker_client, example_image: str
+) -> None:  # type: ignore[no-untyped-def]
+    """Issue 10's ``kill -9`` of one worker on the engine: one of three containers of the
+    example job is killed (SIGKILL to its launcher and worker). The two others re-form from
+    their in-memory state and go on training without a restart (same containers, rank 0's
+    step counter repeats at most the steps since the last agreed state), ``reconcile``
+    reports the lost container and removes it, and the next rescale to the job's placement
+    starts a joiner in its place (stop-free)."""
+    spec = step_job_spec(
+        "sfk",
+        image=example_image,
+        command=["python3", "/opt/train.py"],
+        global_batch_size=32,
+        env={"STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"},
+    )
+    placement = {"node1": ["0", "1", "2"]}
+    executor.launch(spec, placement)
+    wait_for(lambda: any(m.get("world_size") == 3 for m in _metrics(executor, "sfk")), 180)
+    names = sorted(
+        c.name for c in docker_client.containers.list(filters={"label": "flowcon.job=sfk"})
+    )
+    assert len(names) == 3
+    host, victim = names[0], names[2]
+    kept = {n: docker_client.containers.get(n).attrs["State"]["StartedAt"] for n in names[:2]}
+    seen = len(_metrics(executor, "sfk"))
+    docker_client.containers.get(victim).kill()  # SIGKILL
+
+    def at_two() -> bool:
+        return sum(m.get("world_size") == 2 for m in _metrics(executor, "sfk")[seen:]) >= 10
+
+    wait_for(at_two, 60)
+    (rec,) = _events(executor, "sfk", "recovered")
+    assert rec["world_size"] == 2 and rec["failed"] == 1 and rec["lost_steps"] <= 1, rec
+    events = executor.reconcile()
+    assert [(e.kind, e.job) for e in events] == [("lost", "sfk")], events
+    assert victim in (events[0].detail or "")
+    for n, started in kept.items():  # the survivors were never restarted
+        c = docker_client.containers.get(n)
+        assert c.status == "running" and c.attrs["State"]["StartedAt"] == started, n
+    assert [w.name for w in executor.job("sfk").workers] == names[:2]  # type: ignore[union-attr]
+
+    res = executor.rescale(spec, placement)  # the allocator's next round: same GPUs
+    assert res.mode == "stopfree" and len(res.joined) == 1, res
+    seen = len(_metrics(executor, "sfk"))
+    wait_for(
+        lambda: sum(m.get("world_size") == 3 for m in _metrics(executor, "sfk")[seen:]) >= 5, 180
+    )
+    steps = [m["step"] for m in _metrics(executor, "sfk")]
+    # no step skipped; repeated only those since the last agreed state
+    assert set(steps) == set(range(steps[0], steps[-1] + 1)), steps
+    assert len(steps) - len(set(steps)) <= rec["lost_steps"], (rec, steps)
+    assert docker_client.containers.get(host).attrs["RestartCount"] == 0
