@@ -19,7 +19,9 @@ the ranks' shares partition it), so a benchmark can check that each sample is us
 epoch across scale events.
 
 Env: FLOWCON_ITERATIONS (default 1000), STEP_SLEEP (seconds, to slow the demo down),
-plus what the executor sets (WORLD_SIZE, RANK, FLOWCON_GLOBAL_BATCH_SIZE, ...).
+STEP_CPU (CPU seconds of extra compute per step, as a heavier model would spend: a CPU
+limit on the container stretches it, unlike a sleep), plus what the executor sets
+(WORLD_SIZE, RANK, FLOWCON_GLOBAL_BATCH_SIZE, ...).
 """
 
 from __future__ import annotations
@@ -43,6 +45,13 @@ def dataset() -> tuple[torch.Tensor, torch.Tensor]:
     return x, x @ w + 0.1 * torch.randn(SAMPLES, 1, generator=g)
 
 
+def compute(cpu_s: float) -> None:
+    """Spend ``cpu_s`` seconds of this thread's CPU time (wall time grows when throttled)."""
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        pass
+
+
 def train(run: elastic.Elastic) -> None:
     torch.manual_seed(0)  # identical initial weights on every rank
     x, y = dataset()
@@ -53,6 +62,7 @@ def train(run: elastic.Elastic) -> None:
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     sampler = ElasticSampler(SAMPLES, seed=0)
     pause = float(os.environ.get("STEP_SLEEP", "0") or 0)
+    busy = float(os.environ.get("STEP_CPU", "0") or 0)
     for step in run.steps(model, opt, run.env.iterations or 1000, sampler=sampler):
         gbs = run.env.global_batch_size  # read each step: a stop-free job may change it
         epoch, every = sampler.epoch, sampler.global_batch(gbs)  # all ranks' ids this step
@@ -63,6 +73,8 @@ def train(run: elastic.Elastic) -> None:
         loss.backward()
         opt.step()
         sampler.advance(gbs)
+        if busy:
+            compute(busy)
         if pause:
             time.sleep(pause)
         run.report(
