@@ -6,8 +6,12 @@ remaining workers alone"); EDL section 5.2 (shared/papers/edl.txt)."""
 from __future__ import annotations
 
 import json
+import os
+import statistics
 import subprocess
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +43,9 @@ STEP_CPU = 0.05
 STEP_SLEEP = 0.05
 THROTTLE_CPUS = 0.2  # the agent's lever: docker update --cpus 0.2
 RATE_TOLERANCE = 0.8  # the rate after >= 0.8 x the 2-worker rate measured before
-RATE_STEPS = 25  # step lines per rate measurement
+RATE_STEPS = 25  # step lines per rate window
+RATE_WINDOWS = 3  # windows before (the best is the reference) and, at most, after
+SETTLE_STEPS = 5  # step lines after a start or a switch left out of the windows
 # FLOWCON_CHECKPOINT_EVERY for the job (the allocator's ``checkpoint_every``): a checkpoint
 # gathers from every rank, and once counted in the voted step times it hid the straggler at
 # every checkpoint (never removed with this setting; tests/test_elastic_straggler_timing.py)
@@ -72,8 +78,36 @@ def _worker_id(c: Any) -> str:
 
 
 def _rate(steps: list[dict[str, Any]]) -> float:
-    """Steps per second over consecutive rank-0 step lines."""
-    return (steps[-1]["step"] - steps[0]["step"]) / (steps[-1]["ts"] - steps[0]["ts"])
+    """Steps per second over consecutive rank-0 step lines: 1 / the median step interval."""
+    gaps = [
+        (b["ts"] - a["ts"]) / (b["step"] - a["step"])
+        for a, b in zip(steps, steps[1:], strict=False)
+    ]
+    return 1.0 / float(statistics.median(gaps))
+
+
+def _windows(steps: list[dict[str, Any]], n: int) -> list[list[dict[str, Any]]]:
+    """The first ``n`` windows of RATE_STEPS intervals (RATE_STEPS + 1 lines, overlapping by
+    one line) of ``steps``."""
+    return [steps[i * RATE_STEPS : (i + 1) * RATE_STEPS + 1] for i in range(n)]
+
+
+def _wait(pred: Callable[[], Any], timeout: float, what: Callable[[], str]) -> Any:
+    """``wait_for`` that says what did not happen, with the host's load (a 2-core host
+    at a load of 30 slows every worker alike: none is a straggler then)."""
+    end = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > end:
+            load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+            pytest.fail(f"{what()} within {timeout:.0f} s (load average {load})")
+        time.sleep(0.5)
+
+
+def _at_least(lines: Callable[[], list[Any]], n: int) -> bool:
+    return len(lines()) >= n
 
 
 def _pids(c: Any) -> set[str]:
@@ -101,9 +135,15 @@ def test_a_cpu_throttled_worker_is_removed_and_the_job_runs_at_the_rate_of_the_r
     * "the remaining workers alone" is the job's step rate at 2 workers (w0 and w1, the
       same global batch, so the same per-worker share) measured before the scale-out, in
       this test; after the removal the job runs again on w0 and w1, and its rate must be at
-      least ``RATE_TOLERANCE`` (0.8) of that. Not 1.0: on this shared 2-core host (other
-      tests' containers, the engine itself) two windows of ~2 s of the same job differ by
-      10-15 %; a job still held back by a 0.2-CPU worker would run at less than half.
+      least ``RATE_TOLERANCE`` (0.8) of that. A rate is 1 / the median interval between
+      consecutive rank-0 step lines over a window of ``RATE_STEPS`` steps (a median: one
+      stall, such as the engine removing w2's container, does not decide). The reference
+      is the best of ``RATE_WINDOWS`` windows before; after the removal, up to as many
+      windows are measured until one reaches the bar. This 2-core host is shared with other
+      tests (load averages of 8-30 were seen during runs): a window that coincides with
+      their bursts runs at 0.6-0.7x, the next one at full speed again. The bar still tells
+      the outcomes apart: the job held back by the 0.2-CPU worker ran at 3.6-3.7 steps/s,
+      0.4x of the 8.6-9.5 of two workers alone, in every run.
     """
     build = REPO / "images" / "elastic-example" / "build.sh"
     res = subprocess.run(["bash", str(build), EXAMPLE], capture_output=True, text=True, timeout=900)
@@ -124,17 +164,18 @@ def test_a_cpu_throttled_worker_is_removed_and_the_job_runs_at_the_rate_of_the_r
     def at(world: int) -> list[dict[str, Any]]:
         return [m for m in _steps(_lines(c0)) if m.get("world_size") == world]
 
-    # the 2-worker rate: the last RATE_STEPS lines after a few to settle
-    wait_for(lambda: len(at(2)) >= RATE_STEPS + 5, timeout=120)
-    before = at(2)[-RATE_STEPS:]
-    rate_before = _rate(before)
+    # the 2-worker rate: the best of RATE_WINDOWS windows
+    need = SETTLE_STEPS + RATE_WINDOWS * RATE_STEPS + 1
+    _wait(lambda: len(at(2)) >= need, 120, lambda: f"{len(at(2))} steps at 2 workers")
+    rates_before = [_rate(w) for w in _windows(at(2)[SETTLE_STEPS:], RATE_WINDOWS)]
+    rate_before = max(rates_before)
     pids = {c.name: _pids(c) for c in (c0, c1)}
 
     out = executor.rescale(spec, {"node1": ["0", "1", "2"]})
     assert out.mode == "stopfree" and len(out.joined) == 1, out
     c2 = docker_client.containers.get(out.joined[0])
     straggler = _worker_id(c2)
-    wait_for(lambda: len(at(3)) >= 3, timeout=120)
+    _wait(lambda: len(at(3)) >= 3, 120, lambda: f"{len(at(3))} steps at 3 workers")
 
     hc = c2.attrs["HostConfig"]
     DockerEngine().set_cpus(
@@ -144,7 +185,11 @@ def test_a_cpu_throttled_worker_is_removed_and_the_job_runs_at_the_rate_of_the_r
     assert c2.attrs["HostConfig"]["NanoCpus"] == int(THROTTLE_CPUS * 1e9)
     throttled_at = time.time()
 
-    removed = wait_for(lambda: _events(_lines(c0), "straggler_removed"), timeout=60)
+    removed = _wait(
+        lambda: _events(_lines(c0), "straggler_removed"),
+        60,
+        lambda: f"no straggler_removed ({len(at(3))} steps at 3 workers)",
+    )
     ev = removed[0]
     assert ev["removed"] == straggler, (ev, straggler)
     assert len(ev["step_times"]) == 10
@@ -167,8 +212,15 @@ def test_a_cpu_throttled_worker_is_removed_and_the_job_runs_at_the_rate_of_the_r
     def after() -> list[dict[str, Any]]:
         return [m for m in at(2) if m["step"] > ev["step"]]
 
-    wait_for(lambda: len(after()) >= RATE_STEPS + 5, timeout=60)
-    rate_after = _rate(after()[-RATE_STEPS:])
+    rates_after: list[float] = []
+    while len(rates_after) < RATE_WINDOWS and (
+        not rates_after or max(rates_after) < RATE_TOLERANCE * rate_before
+    ):
+        need = SETTLE_STEPS + (len(rates_after) + 1) * RATE_STEPS + 1
+        _wait(partial(_at_least, after, need), 60, lambda: f"{len(after())} steps after")
+        window = after()[SETTLE_STEPS:][len(rates_after) * RATE_STEPS :][: RATE_STEPS + 1]
+        rates_after.append(_rate(window))
+    rate_after = max(rates_after)
     for c in (c0, c1):
         c.reload()
         assert c.status == "running" and c.attrs["RestartCount"] == 0
@@ -183,9 +235,12 @@ def test_a_cpu_throttled_worker_is_removed_and_the_job_runs_at_the_rate_of_the_r
                 "median_s": ev["median_s"],
                 "ratio_min": round(min(ev["step_times"]) / ev["median_s"], 2),
                 "detected_after_s": round(min(m["ts"] for m in removed) - throttled_at, 2),
-                "rate_2_before": round(rate_before, 2),
-                "rate_3": round(_rate(at(3)), 2),
-                "rate_2_after": round(rate_after, 2),
+                "rates_2_before": [round(r, 2) for r in rates_before],
+                # the 3-worker job held back by the throttled one (after the update)
+                "rate_3_throttled": round(
+                    _rate([m for m in at(3) if m["ts"] > throttled_at + 0.5]), 2
+                ),
+                "rates_2_after": [round(r, 2) for r in rates_after],
             }
         )
     )
