@@ -200,7 +200,7 @@ class Allocator:
             return []
         now = self.clock()
         ended = []
-        for name, state, reason in self.target.poll(self.store):
+        for name, state, reason in self.target.poll(self.store, self.metrics):
             at = None
             rec = self.store.get_job(name)
             metric = job_metric(rec.spec) if rec is not None else None

@@ -204,6 +204,7 @@ class ReconcileEvent:
     job: str
     kind: str  # completed | restarted | failed | unknown-job | left | lost
     detail: str = ""
+    reason: str = ""  # left: why (stopfree.left_reason: straggler, signal, ...)
 
 
 # ---------------------------------------------------------------- executor
@@ -576,8 +577,9 @@ class Executor:
             for w in [w for w in state.workers if w.left]:
                 # left on its own (straggler removal) or after a scale-in the executor did
                 # not see through: the job runs on without it; the next plan re-places it
+                reason = self._left_reason(w)
                 self.backend.remove(w)
-                events.append(ReconcileEvent(name, "left", w.name))
+                events.append(ReconcileEvent(name, "left", w.name, reason))
             status = state.status
             if status == "completed":
                 events.append(ReconcileEvent(name, "completed"))
@@ -631,6 +633,14 @@ class Executor:
         what = "preempted (exit 143)" if preempted else why
         log.warning("job %s: restarted from checkpoint after %s", name, what)
         return ReconcileEvent(name, "restarted", why)
+
+    def _left_reason(self, w: Worker) -> str:
+        """Why ``w`` left, from its last lines (before it is removed with them)."""
+        try:
+            lines = [ln.text for ln in self.backend.read_logs(w, tail=50)]
+        except Exception:  # the reason is a label; the event is reported anyway
+            lines = []
+        return stopfree.left_reason(lines)
 
     def _last_output(self, dead: Sequence[Worker]) -> str:
         """The last line a dead worker wrote (stdout or stderr; a Python traceback's last

@@ -119,6 +119,13 @@ class AllocatorMetrics:
             "Planning-loop iterations that failed (executor or engine errors included)",
             registry=self.registry,
         )
+        self._workers_left = Counter(
+            "flowcon_allocator_workers_left",
+            "Stop-free workers that left their job on their own (the job runs on without them;"
+            " the next plan re-places their share), by reason",
+            ["reason"],
+            registry=self.registry,
+        )
         register_build_info(self.registry, "allocator")
 
     def admission(self, admitted: bool) -> None:
@@ -126,6 +133,11 @@ class AllocatorMetrics:
 
     def measurement(self, outcome: str) -> None:
         self._measurements.labels(outcome).inc()
+
+    def worker_left(self, reason: str) -> None:
+        """A ``worker_left`` event was stored (``reason``: straggler, signal, withdrawn,
+        unknown; flowcon.service.stopfree.left_reason)."""
+        self._workers_left.labels(reason or "unknown").inc()
 
     def observe_round(self, seconds: float) -> None:
         self._round.observe(seconds)

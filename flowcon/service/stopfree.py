@@ -178,6 +178,31 @@ def step_lines(lines: Iterable[str]) -> list[StepLine]:
     return out
 
 
+# why a stop-free container left (the runtime's ``"event":"left"`` line, docs/elastic.md)
+LEFT_REASONS = ("straggler", "signal", "withdrawn")
+LEFT_UNKNOWN = "unknown"
+
+
+def left_reason(lines: Iterable[str]) -> str:
+    """Why a container that exited ``EXIT_LEFT`` left: the ``reason`` of its last ``left``
+    event line (``straggler``: removed by EDL 5.2's rule; ``signal``: told to leave, a
+    scale-in; ``withdrawn``: a joiner told to leave before it joined), else ``unknown``
+    (its log is gone, or a runtime other than flowcon.elastic's keeps the contract)."""
+    reason = LEFT_UNKNOWN
+    for ln in lines:
+        text = ln.strip()
+        if not text.startswith("{"):
+            continue
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and obj.get(contract.LINE_EVENT) == "left":
+            got = obj.get("reason")
+            reason = got if isinstance(got, str) and got in LEFT_REASONS else LEFT_UNKNOWN
+    return reason
+
+
 def switch_gap(lines: Sequence[StepLine], began: float, world: int) -> float | None:
     """The no-progress gap of a scale event begun at ``began`` (wall time): from the last
     step line before the first line at world size ``world`` after ``began`` to that line.

@@ -16,6 +16,7 @@ from flowcon.alloc.placement import BuddyPlacer
 from flowcon.contract import LABEL_MASTER_PORT, SCALING_RESTART, SCALING_STOPFREE
 from flowcon.service.jobspec import JobSpec
 from flowcon.service.jobspec_keys import MetricSpec
+from flowcon.service.metrics import AllocatorMetrics
 from flowcon.service.planner import Planner
 from flowcon.service.records import spec_from_dict
 from flowcon.service.store import ACTIVE_STATES, PENDING_STATES, JobRecord, Store
@@ -185,9 +186,13 @@ class ExecutorTarget:
                 log.info("removing the network and volume of %s job %s", ended.state, name)
                 self._remove(name)
 
-    def poll(self, store: Store) -> list[tuple[str, str, str]]:
+    def poll(
+        self, store: Store, metrics: AllocatorMetrics | None = None
+    ) -> list[tuple[str, str, str]]:
         """Ended jobs as (name, completed|failed, reason); dead ones are restarted by the
-        executor from their checkpoint and logged here."""
+        executor from their checkpoint and logged here. A stop-free worker that left on its
+        own is stored as a ``worker_left`` event and counted in ``metrics``
+        (``flowcon_allocator_workers_left_total{reason}``)."""
         active = [r.name for r in store.active_jobs()]
         out: list[tuple[str, str, str]] = []
         try:
@@ -209,7 +214,10 @@ class ExecutorTarget:
             elif ev.kind == "left":
                 # a stop-free worker left (straggler removal): the job runs on with fewer
                 # GPUs until the next round re-places that share
-                store.append_event("worker_left", ev.job, container=ev.detail)
+                reason = ev.reason or "unknown"
+                store.append_event("worker_left", ev.job, container=ev.detail, reason=reason)
+                if metrics is not None:
+                    metrics.worker_left(reason)
             elif ev.kind == "unknown-job" and ev.job not in self._unknown_logged:
                 self._unknown_logged.add(ev.job)
                 rec = store.get_job(ev.job)

@@ -26,8 +26,9 @@ FLOWCON_REFERENCE_BATCH_SIZE (set for a job with a batch range: the batch it was
 with) or else the batch the job started with.
 
 Env: FLOWCON_ITERATIONS (default 1000), STEP_SLEEP (seconds, to slow the demo down), LR
-(default 0.01),
-plus what the executor sets (WORLD_SIZE, RANK, FLOWCON_GLOBAL_BATCH_SIZE, ...).
+(default 0.01), STEP_CPU (CPU seconds of extra compute per step, as a heavier model would
+spend: a CPU limit on the container stretches it, unlike a sleep), plus what the executor
+sets (WORLD_SIZE, RANK, FLOWCON_GLOBAL_BATCH_SIZE, ...).
 """
 
 from __future__ import annotations
@@ -56,6 +57,13 @@ def dataset() -> tuple[torch.Tensor, torch.Tensor]:
     return x, x @ w + 0.1 * torch.randn(SAMPLES, 1, generator=g)
 
 
+def compute(cpu_s: float) -> None:
+    """Spend ``cpu_s`` seconds of this thread's CPU time (wall time grows when throttled)."""
+    end = time.thread_time() + cpu_s
+    while time.thread_time() < end:
+        pass
+
+
 def train(run: elastic.Elastic) -> None:
     torch.manual_seed(0)  # identical initial weights on every rank
     x, y = dataset()
@@ -69,6 +77,7 @@ def train(run: elastic.Elastic) -> None:
     # reference of LR
     scaling = HybridScaling(LR, run.env.global_batch_size)
     pause = float(os.environ.get("STEP_SLEEP", "0") or 0)
+    busy = float(os.environ.get("STEP_CPU", "0") or 0)
     steps = run.steps(
         model, opt, run.env.iterations or 1000, sampler=sampler, batch_scaling=scaling
     )
@@ -89,6 +98,8 @@ def train(run: elastic.Elastic) -> None:
         loss.backward()
         opt.step()
         sampler.advance(gbs)
+        if busy:
+            compute(busy)
         if pause:
             time.sleep(pause)
         run.report(

@@ -24,6 +24,7 @@ EXPECTED = {
     "flowcon_allocator_measurements": "counter",
     "flowcon_allocator_round_seconds": "histogram",
     "flowcon_allocator_round_errors": "counter",
+    "flowcon_allocator_workers_left": "counter",
     "flowcon_build_info": "gauge",
 }
 
@@ -37,6 +38,7 @@ def test_names_types_and_no_total_on_gauges(tmp_path: Path) -> None:
         m.measurement("refined")
         m.observe_round(0.01)
         m.round_error()
+        m.worker_left("straggler")
         text = m.render().decode()
     finally:
         store.close()
@@ -49,5 +51,6 @@ def test_names_types_and_no_total_on_gauges(tmp_path: Path) -> None:
     assert "flowcon_allocator_gpus 8.0" in text
     assert 'flowcon_allocator_admissions_total{decision="dropped"} 1.0' in text
     assert "flowcon_allocator_round_errors_total 1.0" in text
+    assert 'flowcon_allocator_workers_left_total{reason="straggler"} 1.0' in text
     (info,) = fams["flowcon_build_info"].samples
     assert info.labels["component"] == "allocator" and info.value == 1
