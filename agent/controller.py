@@ -67,6 +67,7 @@ class Controller:
             engine, config, host_cpus, self.itval, self._threads, dry_run, self.counters
         )
         self.pool = WorkerPool(engine, config, host_cpus, self.executor, saved)
+        self.executor.before_updates = self._save  # write-ahead of each round's updates
         # Hooks set by the daemon.
         self.on_itval: Callable[[float], None] = lambda _v: None
         self.after_round: Callable[[list[dict[str, Any]]], None] = lambda _views: None

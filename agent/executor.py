@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +59,9 @@ class Tracked:
     # HostConfig CPU fields as the agent's own updates left them (agent/foreign.py):
     # a different value seen later was set by someone else
     expected: dict[str, int | str] = field(default_factory=dict)
+    # ``expected`` as the update in flight will leave it, persisted before it is sent
+    # (write-ahead): after a kill -9 mid-round the engine may show either
+    pending: dict[str, int | str] = field(default_factory=dict)
     # why the agent keeps its hands off this container (someone else changed its CPU
     # settings); None: it is managed as its labels say
     hands_off: str | None = None
@@ -98,6 +101,9 @@ class Executor:
         self.threads = threads
         self.dry_run = dry_run
         self.fallback: str | None = None  # why cpuset fell back to weights (logged once)
+        # called once a round before its updates are sent, with every changing
+        # container's ``pending`` set (the controller persists the state there)
+        self.before_updates: Callable[[], None] = lambda: None
 
     def _controls(
         self, managed: dict[str, Tracked], limits: dict[str, float]
@@ -136,6 +142,17 @@ class Executor:
         rest = [c for c in result.decisions if c not in first]
         new_limits = {cid: d.limit for cid, d in result.decisions.items()}
         controls = self._controls({c: managed[c] for c in new_limits}, new_limits)
+        if not self.dry_run:
+            # Write-ahead: the values the updates will set are persisted before they are
+            # sent, so an agent killed mid-round knows them for its own when it resumes.
+            changing = [
+                cid for cid in new_limits if not self._unchanged(managed[cid], controls[cid])
+            ]
+            for cid in changing:
+                t = managed[cid]
+                t.pending = merge_expected(t.expected, self._body(t, controls[cid]))
+            if changing:
+                self.before_updates()
 
         def apply(cid: str) -> str | None:
             t = managed[cid]
@@ -174,29 +191,39 @@ class Executor:
             target.unlimited == (t.applied_cpus >= self.host_cpus)
         )
 
-    def _engine_set(self, t: Tracked, ctl: CpuControl) -> dict[str, int | str]:
-        """Send the update; returns its request body (the same pure function the engine
-        adapter builds it with), what the container's settings should now show."""
+    def _body(self, t: Tracked, ctl: CpuControl) -> dict[str, int | str]:
+        """The update request's body (the same pure functions the engine adapter builds it
+        with): what the container's settings will show once it is sent."""
+        original = t.original or CpuSettings()
+        previous = t.applied_mode if t.applied_cpus is not None else None
+        if ctl.mode == "quota" and previous in (None, "quota"):
+            return dict(cpu_body(ctl.target, original))
+        return control_body(ctl, original, self.host_cpus, previous)
+
+    def _engine_set(self, t: Tracked, ctl: CpuControl) -> None:
+        """Send the update."""
         original = t.original or CpuSettings()
         previous = t.applied_mode if t.applied_cpus is not None else None
         if ctl.mode == "quota" and previous in (None, "quota"):
             self.engine.set_cpus(t.monitor.cid, ctl.target, original)  # as before modes
-            return dict(cpu_body(ctl.target, original))
-        self.engine.set_control(t.monitor.cid, ctl, original, self.host_cpus, previous)
-        return control_body(ctl, original, self.host_cpus, previous)
+        else:
+            self.engine.set_control(t.monitor.cid, ctl, original, self.host_cpus, previous)
 
     def _set(self, t: Tracked, ctl: CpuControl) -> str:
         if self._unchanged(t, ctl):
             return "unchanged"
         if not self.dry_run:
+            body = self._body(t, ctl)
             try:
-                t.expected = merge_expected(t.expected, self._engine_set(t, ctl))
+                self._engine_set(t, ctl)
             except ContainerGone:
                 return "vanished"
             except EngineError as exc:
                 log.warning("update of %s failed: %s", t.name, exc)
                 self.counters.engine_error("update")
                 return "failed"
+            t.expected = merge_expected(t.expected, body)
+            t.pending = {}
             self.counters.cpu_update()
         t.applied_cpus = ctl.target.cpus
         t.applied_mode = ctl.mode

@@ -108,6 +108,11 @@ class WorkerPool:
             _resume(t, saved)
             log.info("resumed container=%s list=%s limit=%.3f", info.name, t.list, t.limit)
             diff = foreign_fields(t.expected, info.cpu) if info.cpu else {}
+            if diff and t.pending and info.cpu and not foreign_fields(t.pending, info.cpu):
+                # the agent's own update, sent just before it was stopped (write-ahead)
+                log.info("resumed container=%s: its last update was the agent's own", info.name)
+                t.expected, diff = dict(t.pending), {}
+            t.pending = {}
             if diff and t.applied_cpus is not None:  # changed while the agent was away
                 self.hand_off_changed(t, info.cpu or CpuSettings(), diff)
         if policy.managed and t.original is None:
@@ -243,6 +248,7 @@ def _resume(t: Tracked, saved: ContainerRecord) -> None:
     tracker.g = g.get("g")
     t.monitor.log_since_ns = saved.log_since_ns
     t.expected = dict(saved.expected or {})
+    t.pending = dict(saved.pending or {})
 
 
 def _applied_mode(raw: str | None) -> AppliedMode:
@@ -316,5 +322,6 @@ def container_record(cid: str, t: Tracked) -> ContainerRecord:
         log_since_ns=t.monitor.log_since_ns,
         view=container_view(cid, t),
         expected=dict(t.expected),
+        pending=dict(t.pending),
         hands_off=t.hands_off,
     )

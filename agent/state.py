@@ -44,6 +44,10 @@ class ContainerRecord:
     view: dict[str, Any] = field(default_factory=dict)  # last figures, for `flowcon status`
     # HostConfig CPU fields as the agent's updates left them (agent/foreign.py)
     expected: dict[str, Any] = field(default_factory=dict)
+    # the same fields as the update being sent will leave them, written before it is sent:
+    # a restart that finds these values knows the change was its own (killed before it
+    # could record it as ``expected``)
+    pending: dict[str, Any] = field(default_factory=dict)
     # why the agent keeps its hands off this container (someone else changed its CPU
     # settings); None: managed as its labels say. Kept until the container restarts.
     hands_off: str | None = None

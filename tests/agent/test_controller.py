@@ -573,6 +573,52 @@ def test_changes_while_the_agent_was_away_are_found_on_resume(tmp_path: Path) ->
     assert nano(eng, "b") == HOST * 10**9  # b alone now: the whole host
 
 
+class Killed(BaseException):
+    """The agent killed (SIGKILL): nothing after this point runs, not even a finally."""
+
+
+@pytest.mark.parametrize("control", ["quota", "weights"])
+def test_an_update_sent_just_before_a_kill_is_the_agents_own(tmp_path: Path, control: str) -> None:
+    """Regression (the agent-kill fault scenario, 11 of 20 runs): the agent sent a round's
+    update and was killed before it saved the new values as ``expected``; the restarted
+    agent took its own update for someone else's change and let every such container go
+    ("foreign change ... NanoCpus 400000000 -> 718000000"). The values an update will set
+    are now saved before it is sent (``pending``)."""
+    eng = FakeEngine()
+    eng.add("a", ON)
+    eng.add("b", ON)
+    ctl = make(eng, tmp_path, control=control)
+    ctl.resync()  # a and b recorded with their expected settings
+    sent = len(eng.updates)
+    real = eng.update_cpu
+
+    def update_then_die(cid: str, body: dict[str, int | str]) -> None:
+        real(cid, body)  # the engine applied it ...
+        if cid != "c":  # (c is new: it has no record to compare with)
+            raise Killed  # ... and the agent died before recording it
+
+    eng.update_cpu = update_then_die  # type: ignore[method-assign]
+    eng.add("c", ON)  # a third job: Algorithm 1 gives a and b new limits
+    with pytest.raises(Killed):
+        ctl.on_start("c")
+    assert len(eng.updates) in (sent + 1, sent + 2)  # c's, and one of a's and b's
+    assert {cid for cid, _ in eng.updates[sent:]} & {"a", "b"}
+    eng.update_cpu = real  # type: ignore[method-assign]
+
+    ctl2 = make(eng, tmp_path, control=control)
+    ctl2.resync()
+    assert ctl2.counters.foreign_total() == 0
+    assert all(t.managed and t.hands_off is None for t in ctl2.tracked.values())
+    ctl2.round()
+    shares = {cid: t.limit for cid, t in ctl2.tracked.items()}
+    assert sorted(shares) == ["a", "b", "c"] and sum(shares.values()) == pytest.approx(1.0)
+    # someone else's change while the agent is down is still someone else's
+    foreign_update(eng, "a", nano_cpus=10**9 + 1)
+    ctl3 = make(eng, tmp_path, control=control)
+    ctl3.resync()
+    assert ctl3.tracked["a"].hands_off and ctl3.counters.foreign_total() == 1
+
+
 def test_a_change_before_any_limit_becomes_the_original(tmp_path: Path) -> None:
     eng = FakeEngine()
     eng.add("a", ON)
