@@ -696,10 +696,7 @@ class EngineRestartSession:
         self.client = AllocatorClient(self.alloc.url, TOKEN, timeout=10)
 
     def start(self) -> None:
-        for i in range(2):
-            self.client.submit(rate_spec(f"{self.run_id}-j{i}"))
-        if self._wait_running(60) is None:
-            raise RuntimeError("the jobs never ran on the private engine")
+        submit_rate_jobs(self.client, self.run_id, self._wait_running, 60, "the private engine")
 
     def _containers(self) -> list[Any]:
         return run_containers(self.docker, self.run_id)
@@ -776,6 +773,16 @@ def rate_spec(name: str) -> dict[str, Any]:
     from flowcon.service.ratejob import rate_job_spec
 
     return rate_job_spec(name, 10**7, None, PROFILE)
+
+
+def submit_rate_jobs(
+    client: Any, run_id: str, wait: Callable[[float], float | None], timeout: float, where: str
+) -> None:
+    """Two rate jobs (``<run id>-j0``, ``-j1``), then wait until they run."""
+    for i in range(2):
+        client.submit(rate_spec(f"{run_id}-j{i}"))
+    if wait(timeout) is None:
+        raise RuntimeError(f"the jobs never ran on {where}")
 
 
 @contextmanager
@@ -876,10 +883,7 @@ class SwarmNodeRestartSession:
         self.client = AllocatorClient(self.alloc.url, TOKEN, timeout=10)
 
     def start(self) -> None:
-        for i in range(2):
-            self.client.submit(rate_spec(f"{self.run_id}-j{i}"))
-        if self._wait_running(120) is None:
-            raise RuntimeError("the jobs never ran on the swarm")
+        submit_rate_jobs(self.client, self.run_id, self._wait_running, 120, "the swarm")
 
     def _engines(self) -> list[Any]:
         return [self.manager, self.node2]

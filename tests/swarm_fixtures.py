@@ -80,6 +80,19 @@ def step_job_spec(name: str, iterations: int = 10000, **overrides: Any) -> Any:
     return parse_jobspec(raw)
 
 
+def step_metrics(ex: Any, job: str) -> list[dict[str, Any]]:
+    """The step lines of the job's rank-0 container (``flowcon.report`` JSON with a
+    ``step`` and no ``event``: step, world_size, the script's values)."""
+    from flowcon.service.stopfree import json_objects
+
+    return [o for o in json_objects(ex.logs(job)) if "event" not in o and "step" in o]
+
+
+def host_pids(container: Any) -> set[str]:
+    """The host pids of a container's processes (a launcher and its worker)."""
+    return {str(p[1]) for p in container.top()["Processes"]}
+
+
 def wait_for(pred: Callable[[], Any], timeout: float = 30.0, every: float = 0.25) -> Any:
     """Poll until ``pred()`` is truthy; returns its value or fails the test."""
     end = time.monotonic() + timeout

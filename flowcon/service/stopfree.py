@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from flowcon import contract
 from flowcon.service.backend import Worker
@@ -155,9 +156,8 @@ class StepLine:
     world: int | None
 
 
-def step_lines(lines: Iterable[str]) -> list[StepLine]:
-    """The step lines (``flowcon.report`` JSON with ``step`` and ``ts``, no ``event``)."""
-    out = []
+def json_objects(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """The lines that are JSON objects, parsed (others skipped)."""
     for ln in lines:
         text = ln.strip()
         if not text.startswith("{"):
@@ -166,7 +166,15 @@ def step_lines(lines: Iterable[str]) -> list[StepLine]:
             obj = json.loads(text)
         except ValueError:
             continue
-        if not isinstance(obj, dict) or contract.LINE_EVENT in obj:
+        if isinstance(obj, dict):
+            yield obj
+
+
+def step_lines(lines: Iterable[str]) -> list[StepLine]:
+    """The step lines (``flowcon.report`` JSON with ``step`` and ``ts``, no ``event``)."""
+    out = []
+    for obj in json_objects(lines):
+        if contract.LINE_EVENT in obj:
             continue
         step, ts = obj.get(contract.LINE_STEP), obj.get(contract.LINE_TS)
         if isinstance(step, bool) or not isinstance(step, int):
@@ -189,15 +197,8 @@ def left_reason(lines: Iterable[str]) -> str:
     scale-in; ``withdrawn``: a joiner told to leave before it joined), else ``unknown``
     (its log is gone, or a runtime other than flowcon.elastic's keeps the contract)."""
     reason = LEFT_UNKNOWN
-    for ln in lines:
-        text = ln.strip()
-        if not text.startswith("{"):
-            continue
-        try:
-            obj = json.loads(text)
-        except ValueError:
-            continue
-        if isinstance(obj, dict) and obj.get(contract.LINE_EVENT) == "left":
+    for obj in json_objects(lines):
+        if obj.get(contract.LINE_EVENT) == "left":
             got = obj.get("reason")
             reason = got if isinstance(got, str) and got in LEFT_REASONS else LEFT_UNKNOWN
     return reason

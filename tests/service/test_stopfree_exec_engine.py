@@ -4,8 +4,6 @@ on flowcon.elastic's stop-free runtime when that runtime is there."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import subprocess
 import time
 from pathlib import Path
@@ -15,9 +13,10 @@ import pytest
 from flowcon import contract
 from flowcon.service.executor import Executor
 from flowcon.service.executor_engine import network_name
+from flowcon.service.stopfree import json_objects
 
 pytest.register_assert_rewrite("swarm_fixtures")  # it is also loaded as a plugin below
-from swarm_fixtures import step_job_spec, wait_for  # noqa: E402
+from swarm_fixtures import host_pids, step_job_spec, step_metrics, wait_for  # noqa: E402
 
 pytest_plugins = ("swarm_fixtures",)
 
@@ -92,24 +91,6 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = "flowcon/elastic-example:stopfree-exec-test"
 
 
-def _metrics(ex: Executor, job: str) -> list[dict]:  # type: ignore[type-arg]
-    out = []
-    for ln in ex.logs(job):
-        if ln.startswith("{"):
-            try:
-                obj = json.loads(ln)
-            except ValueError:
-                continue
-            if "event" not in obj and "step" in obj:
-                out.append(obj)
-    return out
-
-
-def _pids(c) -> set[str]:  # type: ignore[no-untyped-def]
-    """The host pids of the container's processes (the launcher and its worker)."""
-    return {str(p[1]) for p in c.top()["Processes"]}
-
-
 @pytest.fixture(scope="module")
 def example_image() -> str:
     """This checkout's example image, built once for the module under its own tag."""
@@ -137,12 +118,12 @@ def test_example_job_scales_1_2_1_without_restarting(
     assert executor.scaling_of(spec) == "stopfree"  # from the image's label
     (host,) = executor.launch(spec, {"node1": ["0"]})
     c0 = docker_client.containers.get(host.id)
-    wait_for(lambda: len(_metrics(executor, "sfex")) >= 3, timeout=180)
-    pids = _pids(c0)
+    wait_for(lambda: len(step_metrics(executor, "sfex")) >= 3, timeout=180)
+    pids = host_pids(c0)
     started = c0.attrs["State"]["StartedAt"]
 
     def at(world: int) -> list[dict]:  # type: ignore[type-arg]
-        return [m for m in _metrics(executor, "sfex") if m.get("world_size") == world]
+        return [m for m in step_metrics(executor, "sfex") if m.get("world_size") == world]
 
     out = executor.rescale(spec, {"node1": ["0", "1"]})
     assert out.mode == "stopfree" and out.joined == ("flowcon-sfex--node1-w1",)
@@ -150,15 +131,15 @@ def test_example_job_scales_1_2_1_without_restarting(
     back = executor.rescale(spec, {"node1": ["0"]})
     assert back.mode == "stopfree" and back.fallback is None, back
     seen = len(at(2))
-    wait_for(lambda: [m for m in _metrics(executor, "sfex")[-3:] if m.get("world_size") == 1]
+    wait_for(lambda: [m for m in step_metrics(executor, "sfex")[-3:] if m.get("world_size") == 1]
              and len(at(2)) == seen, timeout=120)  # fmt: skip
     c0.reload()
     assert c0.id == host.id and c0.status == "running" and c0.attrs["RestartCount"] == 0
     assert c0.attrs["State"]["StartedAt"] == started
-    assert pids <= _pids(c0), (pids, _pids(c0))  # the launcher and its worker: same pids
-    steps = [m["step"] for m in _metrics(executor, "sfex")]
+    assert pids <= host_pids(c0), (pids, host_pids(c0))  # the launcher and its worker: same pids
+    steps = [m["step"] for m in step_metrics(executor, "sfex")]
     assert steps == sorted(steps) and len(set(steps)) == len(steps), steps  # no restart
-    worlds = [m.get("world_size") for m in _metrics(executor, "sfex")]
+    worlds = [m.get("world_size") for m in step_metrics(executor, "sfex")]
     assert worlds[0] == 1 and 2 in worlds and worlds[-1] == 1
     found = docker_client.containers.list(all=True, filters={"label": "flowcon.job=sfex"})
     assert [c.name for c in found] == [c0.name]
@@ -166,15 +147,12 @@ def test_example_job_scales_1_2_1_without_restarting(
 
 def _events(ex: Executor, job: str, kind: str) -> list[dict]:  # type: ignore[type-arg]
     """The job's ``"event"`` lines of ``kind`` from every container it has now."""
-    out = []
-    for w in ex.backend.list_workers({"flowcon.job": job}):
-        for ln in ex.backend.logs(w):
-            if ln.startswith("{"):
-                with contextlib.suppress(ValueError):
-                    obj = json.loads(ln)
-                    if isinstance(obj, dict) and obj.get("event") == kind:
-                        out.append(obj)
-    return out
+    return [
+        obj
+        for w in ex.backend.list_workers({"flowcon.job": job})
+        for obj in json_objects(ex.backend.logs(w))
+        if obj.get("event") == kind
+    ]
 
 
 @pytest.mark.docker
@@ -197,18 +175,18 @@ def test_a_killed_worker_container_is_replaced_while_the_job_goes_on(
     )
     placement = {"node1": ["0", "1", "2"]}
     executor.launch(spec, placement)
-    wait_for(lambda: any(m.get("world_size") == 3 for m in _metrics(executor, "sfk")), 180)
+    wait_for(lambda: any(m.get("world_size") == 3 for m in step_metrics(executor, "sfk")), 180)
     names = sorted(
         c.name for c in docker_client.containers.list(filters={"label": "flowcon.job=sfk"})
     )
     assert len(names) == 3
     host, victim = names[0], names[2]
     kept = {n: docker_client.containers.get(n).attrs["State"]["StartedAt"] for n in names[:2]}
-    seen = len(_metrics(executor, "sfk"))
+    seen = len(step_metrics(executor, "sfk"))
     docker_client.containers.get(victim).kill()  # SIGKILL
 
     def at_two() -> bool:
-        return sum(m.get("world_size") == 2 for m in _metrics(executor, "sfk")[seen:]) >= 10
+        return sum(m.get("world_size") == 2 for m in step_metrics(executor, "sfk")[seen:]) >= 10
 
     wait_for(at_two, 60)
     (rec,) = _events(executor, "sfk", "recovered")
@@ -223,11 +201,12 @@ def test_a_killed_worker_container_is_replaced_while_the_job_goes_on(
 
     res = executor.rescale(spec, placement)  # the allocator's next round: same GPUs
     assert res.mode == "stopfree" and len(res.joined) == 1, res
-    seen = len(_metrics(executor, "sfk"))
+    seen = len(step_metrics(executor, "sfk"))
     wait_for(
-        lambda: sum(m.get("world_size") == 3 for m in _metrics(executor, "sfk")[seen:]) >= 5, 180
+        lambda: sum(m.get("world_size") == 3 for m in step_metrics(executor, "sfk")[seen:]) >= 5,
+        180,
     )
-    steps = [m["step"] for m in _metrics(executor, "sfk")]
+    steps = [m["step"] for m in step_metrics(executor, "sfk")]
     # no step skipped; repeated only those since the last agreed state
     assert set(steps) == set(range(steps[0], steps[-1] + 1)), steps
     assert len(steps) - len(set(steps)) <= rec["lost_steps"], (rec, steps)

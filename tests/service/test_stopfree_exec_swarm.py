@@ -5,7 +5,6 @@ SIGUSR1); skips when the swarm is unavailable."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,14 @@ from flowcon import contract
 from flowcon.service.executor import Executor
 
 pytest.register_assert_rewrite("swarm_fixtures")  # it is also loaded as a plugin below
-from swarm_fixtures import ELASTIC_IMAGE, step_job_spec, swarm_executor_for, wait_for  # noqa: E402
+from swarm_fixtures import (  # noqa: E402
+    ELASTIC_IMAGE,
+    host_pids,
+    step_job_spec,
+    step_metrics,
+    swarm_executor_for,
+    wait_for,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -75,25 +81,6 @@ GBS = 32
 SAMPLES = 4096  # images/elastic-example/train.py: 128 steps an epoch at GBS 32
 
 
-def _lines(ex: Executor, job: str) -> list[dict[str, Any]]:
-    """The rank-0 step lines (``flowcon.report``: step, world_size, epoch, sample_ids)."""
-    out = []
-    for ln in ex.logs(job):
-        if ln.startswith("{"):
-            try:
-                obj = json.loads(ln)
-            except ValueError:
-                continue
-            if "event" not in obj and "step" in obj:
-                out.append(obj)
-    return out
-
-
-def _pids(c) -> set[str]:  # type: ignore[no-untyped-def]
-    """The host pids of the container's processes (the launcher and its worker)."""
-    return {str(p[1]) for p in c.top()["Processes"]}
-
-
 def _reference(client, labels: dict[str, str], out: Path) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     """An uninterrupted 1-worker run of the same job (same image, same global batch): its
     final checkpoint."""
@@ -142,15 +129,17 @@ def test_example_job_1_2_4_2_1_across_the_nodes(
     )
     assert ex.scaling_of(spec) == "stopfree"
     (host,) = ex.launch(spec, {"node1": ["0"]})
-    wait_for(lambda: len(_lines(ex, "sw4")) >= 5, timeout=180)
+    wait_for(lambda: len(step_metrics(ex, "sw4")) >= 5, timeout=180)
     (c0,) = _containers(swarm.manager, "sw4")
     started = c0.attrs["State"]["StartedAt"]
 
     def reach(world: int, steps: int = 20) -> None:
         """Wait until rank 0 ran ``steps`` steps at ``world`` after the last event."""
-        begin = len(_lines(ex, "sw4"))
+        begin = len(step_metrics(ex, "sw4"))
         wait_for(
-            lambda: sum(m.get("world_size") == world for m in _lines(ex, "sw4")[begin:]) >= steps,
+            lambda: (
+                sum(m.get("world_size") == world for m in step_metrics(ex, "sw4")[begin:]) >= steps
+            ),
             timeout=240,
         )
 
@@ -163,7 +152,7 @@ def test_example_job_1_2_4_2_1_across_the_nodes(
                     out[c.name] = (c.id, c.attrs["State"]["StartedAt"])
         return out
 
-    pids = _pids(c0)
+    pids = host_pids(c0)
     events = []
     for placement, world in (
         ({"node1": ["0"], "node2": ["0"]}, 2),  # a joiner on the other node
@@ -182,13 +171,13 @@ def test_example_job_1_2_4_2_1_across_the_nodes(
         for name in kept:
             assert after.get(name) == before[name], (name, before, after)
         assert len(after) == world, after
-    assert pids <= _pids(c0), (pids, _pids(c0))  # its launcher and worker: same processes
+    assert pids <= host_pids(c0), (pids, host_pids(c0))  # its launcher and worker: same processes
     assert [len(j) for j, _ in events] == [1, 2, 0, 0]
     assert [len(gone) for _, gone in events] == [0, 0, 2, 1]
     assert any("node2" in n for n in events[0][0]) and any("node2" in n for n in events[3][1])
     wait_for(lambda: ex.job("sw4").status == "completed", timeout=300)  # type: ignore[union-attr]
 
-    lines = _lines(ex, "sw4")
+    lines = step_metrics(ex, "sw4")
     steps = [m["step"] for m in lines]
     assert steps == list(range(1, ITERATIONS + 1)), "rank 0 restarted or skipped steps"
     worlds = [m["world_size"] for m in lines]
