@@ -35,7 +35,7 @@ import contextlib  # noqa: E402
 from flowcon.alloc.model import Job, ThroughputCurve, Topology  # noqa: E402
 from flowcon.alloc.policy import ElasticFlowPolicy  # noqa: E402
 from flowcon.interrupts import cleanup_guard, raise_interrupt  # noqa: E402
-from flowcon.service.client import AllocatorClient  # noqa: E402
+from flowcon.service.client import AllocatorClient, ClientError  # noqa: E402
 from flowcon.service.config import load_config  # noqa: E402
 from flowcon.service.daemon import Allocator  # noqa: E402
 from flowcon.service.ratejob import rate_job_spec  # noqa: E402
@@ -126,20 +126,27 @@ def run_live(
     names = {n: f"b{run_id}-{n}" for n, *_ in trace}
     answers: dict[str, dict] = {}
     t0 = time.time() + 1.0
+    stopping = threading.Event()  # interrupted: the submitter ends quietly
     try:
 
         def submit_all() -> None:
             for n, t, curve, its, dl in trace:
-                time.sleep(max(0.0, t0 + t - time.time()))
+                if stopping.wait(max(0.0, t0 + t - time.time())):
+                    return
                 # deadline as an absolute time so both runs use the same one
-                answers[n] = api.submit(rate_job_spec(names[n], its, _iso(t0 + t + dl), curve))
+                try:
+                    answers[n] = api.submit(rate_job_spec(names[n], its, _iso(t0 + t + dl), curve))
+                except ClientError:
+                    if stopping.is_set():  # the allocator was stopped under it
+                        return
+                    raise
                 print(
                     f"  t={time.time() - t0:5.1f}s submit {n}: {answers[n]['decision']} "
                     f"({answers[n]['reason']})",
                     flush=True,
                 )
 
-        th = threading.Thread(target=submit_all)
+        th = threading.Thread(target=submit_all, daemon=True)
         th.start()
         th.join()
         end = t0 + max(t + dl for _, t, _, _, dl in trace) + 3 * slot
@@ -200,6 +207,7 @@ def run_live(
             )
         return out, stats
     finally:
+        stopping.set()
         with cleanup_guard():
             alloc.stop(stop_jobs=True)
             _sweep(client_docker, f"flowcon.bench={run_id}")
