@@ -191,21 +191,30 @@ class Executor:
             target.unlimited == (t.applied_cpus >= self.host_cpus)
         )
 
+    @staticmethod
+    def _update_of(t: Tracked, ctl: CpuControl) -> tuple[CpuSettings, AppliedMode | None, bool]:
+        """(originals, the mode applied so far, whether the update is a plain CPU limit as
+        before control modes) of the update ``ctl`` needs."""
+        previous = t.applied_mode if t.applied_cpus is not None else None
+        return (
+            t.original or CpuSettings(),
+            previous,
+            ctl.mode == "quota" and previous in (None, "quota"),
+        )
+
     def _body(self, t: Tracked, ctl: CpuControl) -> dict[str, int | str]:
         """The update request's body (the same pure functions the engine adapter builds it
         with): what the container's settings will show once it is sent."""
-        original = t.original or CpuSettings()
-        previous = t.applied_mode if t.applied_cpus is not None else None
-        if ctl.mode == "quota" and previous in (None, "quota"):
+        original, previous, plain = self._update_of(t, ctl)
+        if plain:
             return dict(cpu_body(ctl.target, original))
         return control_body(ctl, original, self.host_cpus, previous)
 
     def _engine_set(self, t: Tracked, ctl: CpuControl) -> None:
         """Send the update."""
-        original = t.original or CpuSettings()
-        previous = t.applied_mode if t.applied_cpus is not None else None
-        if ctl.mode == "quota" and previous in (None, "quota"):
-            self.engine.set_cpus(t.monitor.cid, ctl.target, original)  # as before modes
+        original, previous, plain = self._update_of(t, ctl)
+        if plain:
+            self.engine.set_cpus(t.monitor.cid, ctl.target, original)
         else:
             self.engine.set_control(t.monitor.cid, ctl, original, self.host_cpus, previous)
 

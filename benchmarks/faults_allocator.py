@@ -137,6 +137,28 @@ def wait_running(client: Any, docker_client: Any, run_id: str, timeout: float) -
     return None
 
 
+def settled_problems(client: Any, running: list[Any], poller: StepPoller, tag: str) -> list[str]:
+    """What a restart scenario checks once every job runs again: no job failed or lost,
+    no rank run twice, no job restarted more than one checkpoint interval behind (after
+    one more poll of the new containers' first lines)."""
+    problems = [
+        f"{tag}: job {j['name']} is {j['state']}: {j['reason']}"
+        for j in client.jobs()
+        if j["state"] not in ("admitted", "running")
+    ]
+    problems += [f"{tag}: {p}" for p in duplicate_ranks(running)]
+    time.sleep(1.0)
+    return problems + [f"{tag}: {p}" for p in poller.regressions()]
+
+
+def cancel_all(client: Any) -> None:
+    """Cancel every job the allocator lists (a session's clean-up; errors ignored)."""
+    with contextlib.suppress(Exception):
+        for j in client.jobs():
+            with contextlib.suppress(Exception):
+                client.cancel(j["name"])
+
+
 def remove_networks(docker_client: Any, run_id: str) -> None:
     """The job networks of one session (an allocator stopped mid-cancel leaves them)."""
     with contextlib.suppress(Exception):
@@ -733,22 +755,14 @@ class EngineRestartSession:
             stale = [c.name for c in self._containers() if _started_at(c) < restarted_at]
             if stale:
                 problems.append(f"{kind} {i}: not started again after the engine: {stale}")
-        for j in self.client.jobs():
-            if j["state"] not in ("admitted", "running"):
-                problems.append(f"{kind} {i}: job {j['name']} is {j['state']}: {j['reason']}")
-        problems += [f"{kind} {i}: {p}" for p in duplicate_ranks(self._containers())]
-        time.sleep(1.0)
-        problems += [f"{kind} {i}: {p}" for p in self.poller.regressions()]
+        problems += settled_problems(self.client, self._containers(), self.poller, f"{kind} {i}")
         return problems, took
 
     def close(self) -> None:
         from private_engine import teardown_private
 
         try:
-            with contextlib.suppress(Exception):
-                for j in self.client.jobs():
-                    with contextlib.suppress(Exception):
-                        self.client.cancel(j["name"])
+            cancel_all(self.client)
             self.alloc.stop()
             self.poller.stop()
             with contextlib.suppress(Exception):
@@ -940,22 +954,13 @@ class SwarmNodeRestartSession:
         restarted = [cid[:12] for cid, t in node1.items() if cid in after and after[cid] != t]
         if restarted:
             problems.append(f"run {i}: node 1's containers restarted: {restarted}")
-        for j in self.client.jobs():
-            if j["state"] not in ("admitted", "running"):
-                problems.append(f"run {i}: job {j['name']} is {j['state']}: {j['reason']}")
-        problems += [
-            f"run {i}: {p}" for p in duplicate_ranks(run_containers(self._engines(), self.run_id))
-        ]
-        time.sleep(1.0)
-        problems += [f"run {i}: {p}" for p in self.poller.regressions()]
+        running = run_containers(self._engines(), self.run_id)
+        problems += settled_problems(self.client, running, self.poller, f"run {i}")
         return problems, took
 
     def close(self) -> None:
         try:
-            with contextlib.suppress(Exception):
-                for j in self.client.jobs():
-                    with contextlib.suppress(Exception):
-                        self.client.cancel(j["name"])
+            cancel_all(self.client)
             self.alloc.stop()
             self.poller.stop()
             sel = {"label": f"flowcon.faults={self.run_id}"}

@@ -8,13 +8,14 @@ backends import this module and ``flowcon.service.workers`` only, never the exec
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from flowcon.contract import (
     EXIT_LEFT,
     LABEL_GPUS,
+    LABEL_JOB,
     LABEL_NODE,
     LABEL_RANK,
     LABEL_SCALING,
@@ -68,6 +69,12 @@ def _root_cause(exc: BaseException) -> str:
 def volume_labels(labels: Mapping[str, str]) -> dict[str, str]:
     """A job's checkpoint volume carries its worker's labels less the per-worker ones."""
     return {k: v for k, v in labels.items() if k not in PER_WORKER_LABELS}
+
+
+def jobs_labelled(items: Iterable[Any]) -> set[str]:
+    """The ``flowcon.job`` labels of engine objects (networks, volumes)."""
+    jobs = ((item.attrs.get("Labels") or {}).get(LABEL_JOB) for item in items)
+    return {str(job) for job in jobs if job}
 
 
 def engine_errors() -> tuple[type[BaseException], ...]:

@@ -27,6 +27,7 @@ from flowcon.service.backend import (
     connect_engine,
     engine_errors,
     engine_since,
+    jobs_labelled,
     log_lines_of,
     volume_labels,
 )
@@ -288,18 +289,14 @@ class EngineBackend:
 
     def job_objects(self, selector: Mapping[str, str]) -> set[str]:
         flt = {"label": [f"{k}={v}" for k, v in selector.items()]}
-        jobs: set[str] = set()
         try:
-            for item in [
-                *self.client.networks.list(filters=flt),
-                *self.client.volumes.list(filters=flt),
-            ]:
-                job = (item.attrs.get("Labels") or {}).get(LABEL_JOB)
-                if job:
-                    jobs.add(str(job))
+            nets, vols = (
+                self.client.networks.list(filters=flt),
+                self.client.volumes.list(filters=flt),
+            )
         except engine_errors() as exc:
             raise ExecutorError(f"listing job networks and volumes: {exc}") from exc
-        return jobs
+        return jobs_labelled([*nets, *vols])
 
     def cleanup(self, job: str, volume: str | None) -> None:
         import docker.errors

@@ -32,6 +32,7 @@ from flowcon.service.backend import (
     connect_engine,
     engine_errors,
     engine_since,
+    jobs_labelled,
     log_lines_of,
     volume_labels,
 )
@@ -341,10 +342,7 @@ class SwarmBackend:
         jobs: set[str] = set()
         for client in [self.client, *self.node_clients.values()]:
             try:
-                for vol in client.volumes.list(filters=flt):
-                    job = (vol.attrs.get("Labels") or {}).get(LABEL_JOB)
-                    if job:
-                        jobs.add(str(job))
+                jobs |= jobs_labelled(client.volumes.list(filters=flt))
             except engine_errors() as exc:
                 raise ExecutorError(f"listing checkpoint volumes: {exc}") from exc
         return jobs

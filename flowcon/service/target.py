@@ -384,6 +384,8 @@ class ExecutorTarget:
         else:
             # only a job with a batch range gets a batch: the others' rescale is unchanged
             res = self.executor.rescale(spec, placement, **said)
+            # the batch the started containers carry (None: unchanged), range jobs only
+            told = {} if batch is None else {"global_batch": res.global_batch}
             if res.mode == SCALING_STOPFREE:
                 self._resuming[rec.name] = (began, "rescale", None, res.mode, res.new_gpus)
                 store.append_event(
@@ -396,7 +398,7 @@ class ExecutorTarget:
                     joined=list(res.joined),
                     left=list(res.left),
                     placement=placement,
-                    **({} if batch is None else {"global_batch": res.global_batch}),
+                    **told,
                 )
             else:
                 self._resuming[rec.name] = (
@@ -416,7 +418,7 @@ class ExecutorTarget:
                     placement=placement,
                     mode=res.mode,
                     fallback=res.fallback,
-                    **({} if batch is None else {"global_batch": res.global_batch}),
+                    **told,
                 )
         now_state = self.executor.job(rec.name)
         self._note_containers(planner, rec.name, now_state)
