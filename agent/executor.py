@@ -113,7 +113,7 @@ class Executor:
         inputs = {
             cid: ControlInput(
                 to_cpus(limits[cid], self.host_cpus, t.policy.cpus_min, t.policy.cpus_max),
-                t.monitor.thread_aware,
+                t.policy.thread_aware(t.monitor.thread_aware),
                 t.policy.cpus_max,
             )
             for cid, t in sorted(managed.items(), key=lambda kv: kv[1].name)

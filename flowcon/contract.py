@@ -25,6 +25,12 @@ LABEL_METRIC_GOAL: Final = "flowcon.metric.goal"
 LABEL_METRIC_REGEX: Final = "flowcon.metric.regex"
 LABEL_CPUS_MIN: Final = "flowcon.cpus.min"
 LABEL_CPUS_MAX: Final = "flowcon.cpus.max"
+# Whether the job sizes its thread pool from its CPU quota (``flowcon.report`` does):
+# ``adaptive`` says so before its first metric line, ``fixed`` that it never does; without
+# the label the agent learns it from the ``threads`` key of the job's metric lines.
+LABEL_THREADS: Final = "flowcon.threads"
+THREADS_ADAPTIVE: Final = "adaptive"
+THREADS_FIXED: Final = "fixed"
 # The allocator's job a container belongs to: the agent measures its throughput even when
 # its CPU limit is not managed, and reports it for that job.
 LABEL_JOB: Final = "flowcon.job"

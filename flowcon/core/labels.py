@@ -17,6 +17,8 @@ JOB = contract.LABEL_JOB
 METRIC = contract.LABEL_METRIC
 GOAL = contract.LABEL_METRIC_GOAL
 REGEX = contract.LABEL_METRIC_REGEX
+THREADS = contract.LABEL_THREADS
+THREAD_MODES = (contract.THREADS_ADAPTIVE, contract.THREADS_FIXED)
 
 # What a Swarm task's container carries instead of its service's labels.
 SERVICE_ID = "com.docker.swarm.service.id"
@@ -42,10 +44,18 @@ class Policy:
     regex: MetricRegex | None = None
     cpus_min: float | None = None
     cpus_max: float | None = None
+    threads: str | None = None  # flowcon.threads: adaptive | fixed; None: learnt from lines
 
     @property
     def monitored(self) -> bool:
         return self.managed or self.job is not None
+
+    def thread_aware(self, seen_threads: bool) -> bool:
+        """Whether the job resizes its pool to its quota: the label when it says so, else
+        whether its metric lines carry ``threads`` (``seen_threads``)."""
+        if self.threads is None:
+            return seen_threads
+        return self.threads == contract.THREADS_ADAPTIVE
 
 
 def parse_bool(key: str, raw: str) -> bool:
@@ -108,4 +118,7 @@ def parse_policy(labels: Mapping[str, str]) -> Policy | None:
     cpus_max = _cpus(labels, CPUS_MAX)
     if cpus_min is not None and cpus_max is not None and cpus_min > cpus_max:
         raise LabelError(f"{CPUS_MIN}={cpus_min} is above {CPUS_MAX}={cpus_max}")
-    return Policy(managed, job, metric, goal, regex, cpus_min, cpus_max)
+    threads = (labels.get(THREADS) or "").strip() or None
+    if threads is not None and threads not in THREAD_MODES:
+        raise LabelError(f"{THREADS}={labels[THREADS]!r}: use {' or '.join(THREAD_MODES)}")
+    return Policy(managed, job, metric, goal, regex, cpus_min, cpus_max, threads)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import io
 import logging
 import os
 import signal
@@ -31,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from flowcon import contract
 from flowcon.core.metric_lines import LineKind, parse_line
 from flowcon.replay.cpu import CgroupCpu, CpuReading, stats_reading
 from flowcon.replay.growth import read_agent_growth
@@ -339,11 +341,21 @@ class Replay:
             wait = min(self.sample_interval, max(0.0, next_start - (time.time() - self.t0)))
             time.sleep(max(0.05, wait))
 
-    def _labels(self, job: Job) -> dict[str, str]:
+    def _labels(self, job: Job, env: dict[str, str]) -> dict[str, str]:
         labels = dict(self.extra_labels)
         labels.update({REPLAY_LABEL: self.run_id, JOB_LABEL: job.name, METRIC_LABEL: "loss"})
         if self.policy == "flowcon" or self.observe:
             labels[ENABLE_LABEL] = "true"
+        from flowcon.engine.images import model_of
+        from flowcon.report import adapt_from_env
+
+        if model_of(job.image) is not None:
+            # the shipped training images report through flowcon.report, which resizes
+            # the pool unless FLOWCON_ADAPT_THREADS=0: say so before their first line
+            adapts = adapt_from_env(env, err=io.StringIO())
+            labels[contract.LABEL_THREADS] = (
+                contract.THREADS_ADAPTIVE if adapts else contract.THREADS_FIXED
+            )
         return labels
 
     def _launch(self, job: Job, rec: JobRecord) -> None:
@@ -351,14 +363,15 @@ class Replay:
 
         name = f"flowcon-replay-{self.run_id}-{job.name}"  # growth parsing relies on it
         rec.submitted = round(time.time() - self.t0, 3)
+        env = self.scenario.job_environment(job, self.host_cpus)
         try:
             container = self.client.containers.run(
                 job.image,
                 command=list(job.command) if job.command else None,
                 name=name,
                 detach=True,
-                labels=self._labels(job),
-                environment=self.scenario.job_environment(job, self.host_cpus),
+                labels=self._labels(job, env),
+                environment=env,
                 network_mode="none",  # training jobs never download; no bridge needed
             )
         except docker.errors.DockerException as exc:

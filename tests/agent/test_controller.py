@@ -476,6 +476,22 @@ def test_hybrid_quota_once_the_lines_say_threads(tmp_path: Path) -> None:
     assert eng.c["plain"].cpu == CpuSettings(nano_cpus=HOST * 10**9, cpu_shares=1024)
 
 
+def test_hybrid_quota_from_the_start_for_a_job_labelled_adaptive(tmp_path: Path) -> None:
+    """A job that sizes its pool from the quota it sees at start (the training images'
+    ``threads: quota``) must start under a quota, not under weights until its first line."""
+    eng = FakeEngine()
+    eng.add("aware", {**ON, "flowcon.threads": "adaptive"})
+    eng.add("fixed", {**ON, "flowcon.threads": "fixed"})
+    ctl = make(eng, tmp_path, control="hybrid")
+    ctl.resync()
+    assert ctl.tracked["aware"].applied_mode == "quota"
+    assert eng.c["aware"].cpu.nano_cpus == 2 * 10**9
+    assert ctl.tracked["fixed"].applied_mode == "weights"
+    eng.emit("fixed", '{"step": 1, "loss": 3.0, "threads": 2}')  # the label wins
+    ctl.round()
+    assert ctl.tracked["fixed"].applied_mode == "weights"
+
+
 def test_state_keeps_the_mode_and_old_records_mean_quota(tmp_path: Path) -> None:
     eng = FakeEngine()
     eng.add("a", ON, cpu=CpuSettings(cpuset_cpus="0,2"))

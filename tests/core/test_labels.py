@@ -82,11 +82,25 @@ def test_full_labels() -> None:
         {"flowcon.enable": "true", "flowcon.cpus.max": "nan"},
         {"flowcon.enable": "true", "flowcon.cpus.max": "-1"},
         {"flowcon.enable": "true", "flowcon.cpus.min": "2", "flowcon.cpus.max": "1"},
+        {"flowcon.enable": "true", "flowcon.threads": "yes"},
     ],
 )
 def test_bad_labels(labels: dict[str, str]) -> None:
     with pytest.raises(LabelError):
         parse_policy(labels)
+
+
+def test_threads_label_overrides_what_the_lines_say() -> None:
+    on = {"flowcon.enable": "true"}
+    plain = parse_policy(on)
+    adaptive = parse_policy({**on, "flowcon.threads": "adaptive"})
+    fixed = parse_policy({**on, "flowcon.threads": " fixed "})
+    assert plain is not None and adaptive is not None and fixed is not None
+    assert (plain.thread_aware(False), plain.thread_aware(True)) == (False, True)
+    assert (adaptive.thread_aware(False), adaptive.thread_aware(True)) == (True, True)
+    assert (fixed.thread_aware(False), fixed.thread_aware(True)) == (False, False)
+    with pytest.raises(LabelError, match="flowcon.threads='yes'"):
+        parse_policy({**on, "flowcon.threads": "yes"})
 
 
 def test_metric_lines() -> None:

@@ -197,3 +197,23 @@ def test_control_mode_reaches_the_agent_config(tmp_path: Path) -> None:
     scenario = load_scenario(str(Path(__file__).resolve().parents[2] / "scenarios" / "fixed.yaml"))
     replay = Replay(None, scenario, "flowcon", tmp_path, agent_config={"control": "weights"})
     assert replay.agent_settings()["control"] == "weights"
+
+
+def test_shipped_images_say_whether_they_adapt_their_threads(tmp_path: Path) -> None:
+    """The shipped training images resize their pool (flowcon.report) unless
+    FLOWCON_ADAPT_THREADS=0: the replay labels them so that hybrid control gives them a
+    quota from the start, as they size their pool from the quota they see at start."""
+    from dataclasses import replace
+
+    scenario = load_scenario(str(Path(__file__).resolve().parents[2] / "scenarios" / "fixed.yaml"))
+    replay = Replay(None, scenario, "flowcon", tmp_path)
+    job = scenario.jobs[0]
+    env = scenario.job_environment(job, 2)
+    assert replay._labels(job, env)["flowcon.threads"] == "adaptive"
+    pinned = replace(scenario, adapt_threads=False)
+    replay = Replay(None, pinned, "flowcon", tmp_path)
+    assert replay._labels(job, pinned.job_environment(job, 2))["flowcon.threads"] == "fixed"
+    # the job's own environment decides (its FLOWCON_ADAPT_THREADS wins over the scenario's)
+    assert replay._labels(job, {"FLOWCON_ADAPT_THREADS": "1"})["flowcon.threads"] == "adaptive"
+    other = replace(job, image="example/own-script:1")
+    assert "flowcon.threads" not in replay._labels(other, env)
