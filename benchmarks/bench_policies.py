@@ -15,8 +15,15 @@ on the paper's generated workload, side by side with its Tables III/IV.
    within the arrival window, drop ratio, scheduled-job scaling (SJS) efficiency, average
    JCT (minutes), next to the paper's figures where it has them.
 
+3. The same Saxena workloads in the paper's own world (``--saxena-world paper|tables|both``;
+   flowcon.sim.saxena_paper): the Table I categories with throughput from the paper's JSA
+   model (Table II fit), GPU counts 1..k_max = 10, no placement, high rate k_max * lambda
+   on 40 GPUs (x GPUs / 40 on 400).
+
 The last stdout line is one JSON object: {"traces": {trace: {world: {policy: ratio}}},
-"saxena": {"<gpus>/<pattern>/<mode>": {policy: metrics}}, "paper": ..., "target": ...}.
+"saxena": {"<gpus>/<pattern>/<mode>": {policy: metrics}}, "paper": ..., "target": ...,
+"saxena_paper_world": {like "saxena"}, "target_paper_world": {like "target"}}; "saxena"
+and "target" are the A100-table world's.
 """
 
 from __future__ import annotations
@@ -33,12 +40,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from flowcon.alloc.model import Topology  # noqa: E402
-from flowcon.alloc.policy import POLICIES, make_policy  # noqa: E402
+from flowcon.alloc.policy import POLICIES, SAXENA, make_policy  # noqa: E402
+from flowcon.alloc.saxena import SaxenaPolicy  # noqa: E402
 from flowcon.sim.cli import DEFAULT_THROUGHPUTS, SHARED, run_simulation  # noqa: E402
 from flowcon.sim.engine import Simulator  # noqa: E402
 from flowcon.sim.loaders import load_throughputs  # noqa: E402
 from flowcon.sim.saxena_metrics import saxena_metrics  # noqa: E402
-from flowcon.sim.saxena_workload import PATTERNS, saxena_workload  # noqa: E402
+from flowcon.sim.saxena_paper import K_MAX, PAPER_CATEGORIES, paper_tables  # noqa: E402
+from flowcon.sim.saxena_workload import CATEGORIES, PATTERNS, saxena_workload  # noqa: E402
 
 TRACES = {"195job": "16x8", "cluster01": "64x8"}
 WORLDS = ("ours", "published")
@@ -80,6 +89,11 @@ PAPER: dict[str, dict[str, dict[str, float | None]]] = {
 # +60 %. Average JCT with queueing ~10x (40 GPUs) and ~6x (400 GPUs) lower.
 PAPER_COMPLETED_RATIO = {"40/low/drop": 1.97, "40/bursty/drop": 2.19, "400/bursty/drop": 1.60}
 TARGET = {"workload": "40/bursty/drop", "completed_ratio": 1.5, "drop_ratio": 2.0}
+SAXENA_WORLDS = ("tables", "paper")
+# the paper's world (flowcon.sim.saxena_paper): the high rate is k_max * lambda on its 40
+# GPUs (section IV-A), scaled with the cluster (GPUs / 40) for 400 GPUs, i.e. load
+# k_max / 40 in saxena_workload's terms
+PAPER_LOAD = K_MAX / 40
 
 
 def run_traces(traces: list[str], worlds: list[str], policies: list[str]) -> dict[str, Any]:
@@ -110,9 +124,18 @@ def _mean(values: list[float | None]) -> float | None:
 
 
 def run_saxena(
-    gpus_list: list[int], patterns: list[str], modes: list[str], seeds: int, load: float
+    gpus_list: list[int],
+    patterns: list[str],
+    modes: list[str],
+    seeds: int,
+    load: float,
+    world: str = "tables",
 ) -> dict[str, Any]:
-    tables = load_throughputs(DEFAULT_THROUGHPUTS)
+    """``world``: ``tables`` (the A100 throughput tables, power-of-two counts, buddy
+    placement, policy k_max 8) or ``paper`` (the paper's analytic JSA model, counts
+    1..k_max = 10, no placement: the paper's simulator counts GPUs only)."""
+    paper = world == "paper"
+    tables = paper_tables() if paper else load_throughputs(DEFAULT_THROUGHPUTS)
     out: dict[str, Any] = {}
     for gpus in gpus_list:
         spec, minutes, period = SETUPS[gpus]
@@ -121,7 +144,8 @@ def run_saxena(
             workloads = [
                 saxena_workload(
                     tables, pattern=pattern, gpus=gpus, minutes=minutes, period=period,
-                    seed=s, load=load,
+                    seed=s, load=load * PAPER_LOAD if paper else load,
+                    categories=PAPER_CATEGORIES if paper else CATEGORIES,
                 )
                 for s in range(seeds)
             ]  # fmt: skip
@@ -132,7 +156,10 @@ def run_saxena(
                     name = pol if mode == "drop" else f"{pol}-queue"
                     runs = []
                     for jobs in workloads:
-                        res = Simulator(jobs, topo, make_policy(name), slot=60.0).run()
+                        policy = (
+                            SaxenaPolicy(*SAXENA[name], k_max=K_MAX) if paper else make_policy(name)
+                        )
+                        res = Simulator(jobs, topo, policy, slot=60.0, place=not paper).run()
                         runs.append(saxena_metrics(res, horizon=minutes * 60.0))
                     out[key][pol] = {
                         m: _mean([r[m] for r in runs])
@@ -144,7 +171,7 @@ def run_saxena(
                             "avg_jct_min",
                         )
                     }
-                print(f"  saxena {key} done", file=sys.stderr)
+                print(f"  saxena ({world}) {key} done", file=sys.stderr)
     return out
 
 
@@ -163,8 +190,13 @@ def print_traces(res: dict[str, Any]) -> None:
             print(f"{p:20s}" + "".join(f"{worlds[w][p]:11.3f}" for w in worlds))
 
 
-def print_saxena(res: dict[str, Any]) -> None:
-    print("\nSaxena workloads (mean over seeds; completed = within the arrival window;")
+def print_saxena(res: dict[str, Any], world: str = "tables") -> None:
+    what = {
+        "tables": "A100 throughput tables, not the paper's world",
+        "paper": "the paper's world model: JSA model of Table I/II, k_max 10, rate k_max*lambda",
+    }[world]
+    print(f"\nSaxena workloads, world {world!r} ({what})")
+    print("(mean over seeds; completed = within the arrival window;")
     print("paper = Tables III/IV simulator columns, Random-BS baseline)")
     hdr = f"{'workload':18s}{'policy':11s}{'jobs':>7s}{'done':>7s}{'drop%':>7s}{'SJS%':>7s}"
     print(hdr + f"{'JCT min':>9s}{'paper drop%':>12s}{'paper SJS%':>11s}{'paper JCT':>10s}")
@@ -225,6 +257,12 @@ def main() -> None:
     ap.add_argument("--modes", nargs="*", default=list(MODES), choices=list(MODES))
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--load", type=float, default=1.0, help="offered load of the high rate")
+    ap.add_argument(
+        "--saxena-world",
+        default="both",
+        choices=[*SAXENA_WORLDS, "both"],
+        help="tables: A100 tables; paper: the paper's analytic world (load x k_max/40)",
+    )
     a = ap.parse_args()
     if a.quick:
         a.traces, a.gpus = ["195job"], [40]
@@ -233,22 +271,40 @@ def main() -> None:
         ap.error(f"unknown policy {unknown[0]!r}")
     t0 = time.perf_counter()
     traces = {} if a.no_traces else run_traces(a.traces, a.worlds, a.policies)
-    saxena = {} if a.no_saxena else run_saxena(a.gpus, a.patterns, a.modes, a.seeds, a.load)
+    worlds = list(SAXENA_WORLDS) if a.saxena_world == "both" else [a.saxena_world]
+    by_world: dict[str, dict[str, Any]] = {
+        w: {} if a.no_saxena or w not in worlds else run_saxena(
+            a.gpus, a.patterns, a.modes, a.seeds, a.load, world=w
+        )
+        for w in SAXENA_WORLDS
+    }  # fmt: skip
     if traces:
         print_traces(traces)
-    if saxena:
-        print_saxena(saxena)
-    target = check_target(saxena)
-    if target:
-        print(
-            f"\nTarget ({target['workload']}): saxena-dp completes "
-            f"{target['measured_completed_ratio']}x Random-BS (goal >= 1.5x), drops "
-            f"{target['measured_drop_ratio']}x fewer (goal >= 2x): "
-            + ("met" if target["met"] else "NOT met")
-        )
+    targets: dict[str, dict[str, Any] | None] = {}
+    for w in SAXENA_WORLDS:
+        if by_world[w]:
+            print_saxena(by_world[w], w)
+        targets[w] = target = check_target(by_world[w])
+        if target:
+            fewer = target["measured_drop_ratio"]
+            print(
+                f"\nTarget ({target['workload']}, world {w!r}): saxena-dp completes "
+                f"{target['measured_completed_ratio']}x Random-BS (goal >= 1.5x), drops "
+                + ("none (Random-BS some)" if fewer is None else f"{fewer}x fewer")
+                + " (goal >= 2x): "
+                + ("met" if target["met"] else "NOT met")
+            )
     print(f"\n({time.perf_counter() - t0:.0f} s)")
     ref = {"tables": PAPER, "completed_ratio": PAPER_COMPLETED_RATIO}
-    print(json.dumps({"traces": traces, "saxena": saxena, "paper": ref, "target": target}))
+    out = {
+        "traces": traces,
+        "saxena": by_world["tables"],
+        "paper": ref,
+        "target": targets["tables"],
+        "saxena_paper_world": by_world["paper"],
+        "target_paper_world": targets["paper"],
+    }
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

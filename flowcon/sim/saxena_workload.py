@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from flowcon.alloc.batch import make_range
@@ -37,6 +37,7 @@ class Category:
     high: int
     minutes: float  # single-GPU job length at the best feasible batch
     gpus: int | None = None  # fixed GPU count (no elasticity)
+    max_per_gpu: int | None = None  # the category's per-GPU batch limit (None: the caller's)
 
 
 CATEGORIES = (
@@ -47,14 +48,21 @@ CATEGORIES = (
 )
 
 
-def base_rate_per_minute() -> float:
+def base_rate_per_minute(categories: Sequence[Category] = CATEGORIES) -> float:
     """lambda: the completion rate of a random job on one GPU."""
-    return 1.0 / (sum(c.minutes for c in CATEGORIES) / len(CATEGORIES))
+    return 1.0 / (sum(c.minutes for c in categories) / len(categories))
 
 
-def arrival_rate(pattern: str, minute: float, gpus: int, load: float, period: float) -> float:
+def arrival_rate(
+    pattern: str,
+    minute: float,
+    gpus: int,
+    load: float,
+    period: float,
+    categories: Sequence[Category] = CATEGORIES,
+) -> float:
     """Jobs per minute at ``minute`` under ``pattern``."""
-    high = base_rate_per_minute() * gpus * load
+    high = base_rate_per_minute(categories) * gpus * load
     if pattern == "high":
         return high
     if pattern == "low":
@@ -65,14 +73,20 @@ def arrival_rate(pattern: str, minute: float, gpus: int, load: float, period: fl
 
 
 def arrivals(
-    pattern: str, minutes: float, gpus: int, rng: random.Random, load: float, period: float
+    pattern: str,
+    minutes: float,
+    gpus: int,
+    rng: random.Random,
+    load: float,
+    period: float,
+    categories: Sequence[Category] = CATEGORIES,
 ) -> list[float]:
     """Poisson arrival times (minutes) with a piecewise constant rate: a draw that crosses
     a phase boundary restarts there (memoryless)."""
     out: list[float] = []
     t = 0.0
     while t < minutes:
-        rate = arrival_rate(pattern, t, gpus, load, period)
+        rate = arrival_rate(pattern, t, gpus, load, period, categories)
         end = min(minutes, (math.floor(t / period) + 1) * period)
         nxt = t + rng.expovariate(rate)
         if nxt >= end:
@@ -93,24 +107,29 @@ def saxena_workload(
     seed: int = 0,
     load: float = 1.0,
     max_per_gpu: int = 64,
+    categories: Sequence[Category] = CATEGORIES,
 ) -> list[Job]:
     """The jobs (best-effort, no deadline) arriving over ``minutes``; every draw comes from
-    one ``random.Random(seed)``, so a seed gives the same workload everywhere."""
+    one ``random.Random(seed)``, so a seed gives the same workload everywhere.
+    ``categories``: the job mix (default: the A100-table mapping above; the paper's own
+    world, flowcon.sim.saxena_paper, passes its Table I categories and tables); a
+    category's own ``max_per_gpu`` overrides the argument."""
     if pattern not in PATTERNS:
         raise ValueError(f"pattern must be one of {', '.join(PATTERNS)}, got {pattern!r}")
     if gpus < 1 or minutes <= 0 or period <= 0 or load <= 0:
         raise ValueError("gpus, minutes, period and load must be positive")
-    missing = [c.model for c in CATEGORIES if c.model not in tables]
+    missing = [c.model for c in categories if c.model not in tables]
     if missing:
         raise ValueError(f"no throughput table for model {missing[0]!r}")
     rng = random.Random(seed)
     jobs: list[Job] = []
-    for i, minute in enumerate(arrivals(pattern, minutes, gpus, rng, load, period)):
-        cat = rng.choice(CATEGORIES)
+    for i, minute in enumerate(arrivals(pattern, minutes, gpus, rng, load, period, categories)):
+        cat = rng.choice(categories)
         rows = tables[cat.model]
-        probe = make_range(rows, cat.low, cat.high, _first(rows, cat), max_per_gpu)
+        limit = cat.max_per_gpu or max_per_gpu
+        probe = make_range(rows, cat.low, cat.high, _first(rows, cat), limit)
         submitted = rng.choice(probe.batches)
-        brange = make_range(rows, cat.low, cat.high, submitted, max_per_gpu)
+        brange = make_range(rows, cat.low, cat.high, submitted, limit)
         samples = cat.minutes * 60.0 * brange.base_rate()
         jobs.append(
             Job(
