@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 # The size classes of the published simulator's node-set lists (its ``node_g``), in the
 # order its log searches them.
@@ -129,18 +130,18 @@ def published_rank_keys(
     event's allocation, ``jobs`` in its runnable order. Jobs of a node or more are placed
     first (largest first), then each smaller class, largest first; ties keep the given
     order. None: a job it could not place (published: an assertion; never seen)."""
-    g = gpus_per_node
     ordered = sorted((j for j in jobs if j[1] > 0), key=lambda j: -j[1])
-    layout = ElasticLayout(num_nodes, g)
-    placed: set[str] = set()
-    for job, n in ordered:  # a node or more, in size order
-        if n >= g and layout.place(job, n):
-            placed.add(job)
-    for c in reversed(CLASSES):
-        if c >= g:
-            continue
-        for job, n in ordered:
-            if n == c and layout.place(job, n):
-                placed.add(job)
+    keys = _layout(tuple(n for _, n in ordered), num_nodes, gpus_per_node)
+    return dict(zip((job for job, _ in ordered), keys, strict=True))
+
+
+@lru_cache(maxsize=4096)
+def _layout(
+    sizes: tuple[int, ...], num_nodes: int, gpus_per_node: int
+) -> tuple[RankKey | None, ...]:
+    """Rank keys for jobs of ``sizes`` (descending), in that order: the layout depends on
+    the sizes alone (consecutive events often repeat them)."""
+    layout = ElasticLayout(num_nodes, gpus_per_node)
+    placed = [n in CLASSES and layout.place(str(i), n) for i, n in enumerate(sizes)]
     keys = layout.ranks()
-    return {job: keys.get(job) if job in placed else None for job, n in jobs if n > 0}
+    return tuple(keys[str(i)] if ok else None for i, ok in enumerate(placed))
