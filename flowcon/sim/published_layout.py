@@ -1,9 +1,11 @@
 """Where the published ElasticFlow simulator (pkusys/ElasticFlow, its ``elastic`` placement
 scheme) lays out the jobs of one scheduling event on the GPUs, and which GPU ranks it
 records for each: the key of its trainer cache (``--world published``, see
-``flowcon/sim/world.py``). Re-implemented from a reading of its code; the paper (ASPLOS'23,
-section 6.1, "scaling and migration overheads") only says that a job restarting on GPUs
-it used before pays less.
+``flowcon/sim/world.py``). Re-implemented from a reading of its code. The ElasticFlow paper
+(ASPLOS'23) keeps CUDA contexts and NCCL process groups alive to make rescaling cheap
+(section 5), says its simulator charges an overhead to each job on each scheduling event
+(section 6.1) and measures those overheads (section 6.6); the cheaper charge for GPUs used
+before, and how that simulator decides it, are only in its code.
 
 What the published simulator does at every event, as modelled here:
 
