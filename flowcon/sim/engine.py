@@ -18,6 +18,7 @@ from flowcon.alloc.batch import reset_batch
 from flowcon.alloc.model import Job, Topology
 from flowcon.alloc.placement import BuddyPlacer, Placement
 from flowcon.alloc.policy import ClusterState, Policy
+from flowcon.sim.published_layout import RankKey, published_rank_keys
 from flowcon.sim.world import OURS, World
 
 _EPS = 1e-6
@@ -55,6 +56,12 @@ class SimResult:
     extra: dict[str, float] = field(default_factory=dict)
 
 
+def _runnable_key(job: Job) -> tuple[float, float, str]:
+    """The published simulator's runnable order before its spare-GPU pass: deadline."""
+    d = math.inf if job.deadline is None else job.deadline
+    return (d, job.submit_time, job.job_id)
+
+
 def _boundary(t: float, slot: float) -> float:
     """First slot boundary >= t."""
     return math.ceil(t / slot - 1e-9) * slot
@@ -72,7 +79,7 @@ class _Run:
     busy_until: dict[str, float] = field(default_factory=dict)  # job -> its overhead's end
     timeline: list[tuple[float, int, float, int]] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
-    used_sets: set[tuple[int, int]] = field(default_factory=set)  # (offset, GPUs) since restart
+    used_sets: set[RankKey] = field(default_factory=set)  # published trainer cache
 
 
 class Simulator:
@@ -251,37 +258,20 @@ class Simulator:
 
     def _charge_all(self, r: _Run, t: float, alloc: dict[str, int]) -> None:
         """Published ElasticFlow: every running job pays at every decision, only the base
-        charge when its GPU set was used before since the last periodic restart. Its GPU
-        set is where the published simulator lays it out: whole nodes for a job of a node
-        or more, else packed inside its node behind the jobs before it (a job that leaves
-        shifts the ones after it onto a new set)."""
+        charge when the GPU ranks it gets in that simulator's layout were used before
+        since the last periodic restart (``flowcon.sim.published_layout``: the jobs laid
+        out afresh in its runnable order, approximated by deadline order)."""
         n_dec = len(r.latencies) - 1
         restart = n_dec > 0 and n_dec % self.world.restart_period() == 0
-        total = self.topology.total_gpus
-        for jid, key in self._gpu_sets(r, alloc).items():
-            reused = key in r.used_sets
-            r.used_sets.add(key)
-            r.busy_until[jid] = t + self.world.event_overhead(key[1], restart, reused, total)
-        if restart:
-            r.used_sets.clear()
-
-    def _gpu_sets(self, r: _Run, alloc: dict[str, int]) -> dict[str, tuple[int, int]]:
-        g = self.topology.gpus_per_node
-        out: dict[str, tuple[int, int]] = {}
-        by_node: dict[int, list[tuple[int, str, int]]] = {}
-        for jid, n in alloc.items():
-            p = r.placements.get(jid)
-            off = p[0][0] * g + p[0][1] if p else -1
-            if n >= g or off < 0:
-                out[jid] = (off, n)
-            else:
-                by_node.setdefault(off // g, []).append((off, jid, n))
-        for node, jobs in by_node.items():
-            pos = node * g
-            for _, jid, n in sorted(jobs):
-                out[jid] = (pos, n)
-                pos += n
-        return out
+        jobs = r.state.jobs
+        order = sorted(alloc, key=lambda j: _runnable_key(jobs[j]))
+        topo = self.topology
+        keys = published_rank_keys([(j, alloc[j]) for j in order], topo.nodes, topo.gpus_per_node)
+        charges = self.world.event_charges(
+            {j: (alloc[j], k) for j, k in keys.items()}, r.used_sets, restart, topo.total_gpus
+        )
+        for jid, secs in charges.items():
+            r.busy_until[jid] = t + secs
 
     def _record(self, r: _Run, t: float, alloc: dict[str, int]) -> float:
         """4. Metrics at ``t``; returns the earliest completion under this allocation."""
