@@ -15,7 +15,8 @@ on the paper's generated workload, side by side with its Tables III/IV.
    within the arrival window, drop ratio, scheduled-job scaling (SJS) efficiency, average
    JCT (minutes), next to the paper's figures where it has them.
 
-3. The same Saxena workloads in the paper's own world (``--saxena-world paper|tables|both``;
+3. The same Saxena workloads in the paper's own world (``--saxena-world``: tables, paper,
+   paper-per-gpu, both = tables and paper, all = the three (default);
    flowcon.sim.saxena_paper): the Table I categories with throughput from the paper's JSA
    model (Table II fit), GPU counts 1..k_max = 10, no placement, high rate k_max * lambda
    on 40 GPUs (x GPUs / 40 on 400). ``paper-per-gpu``: the same world with the high rate
@@ -136,8 +137,9 @@ def run_saxena(
     world: str = "tables",
 ) -> dict[str, Any]:
     """``world``: ``tables`` (the A100 throughput tables, power-of-two counts, buddy
-    placement, policy k_max 8) or ``paper`` (the paper's analytic JSA model, counts
-    1..k_max = 10, no placement: the paper's simulator counts GPUs only)."""
+    placement, policy k_max 8), ``paper`` (the paper's analytic JSA model, counts
+    1..k_max = 10, no placement: the paper's simulator counts GPUs only; high rate
+    k_max * lambda) or ``paper-per-gpu`` (the same model, high rate lambda x GPUs)."""
     paper = world.startswith("paper")
     scale = PAPER_LOAD if world == "paper" else 1.0  # paper-per-gpu: lambda x GPUs
     tables = paper_tables() if paper else load_throughputs(DEFAULT_THROUGHPUTS)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from flowcon.alloc.admission import AdmissionDecision
 from flowcon.alloc.baseline_steps import LeaseClock, keep_running
 from flowcon.alloc.baselines_static import fill_static, static_gpus
-from flowcon.alloc.model import Job
+from flowcon.alloc.model import Job, deadline_order_key
 
 if TYPE_CHECKING:  # policy.py imports this module
     from flowcon.alloc.policy import ClusterState
@@ -113,10 +113,7 @@ class ChronusPolicy:
 
 
 def _deadline_order(jobs: Iterable[Job]) -> list[Job]:
-    return sorted(
-        jobs,
-        key=lambda j: (math.inf if j.deadline is None else j.deadline, j.submit_time, j.job_id),
-    )
+    return sorted(jobs, key=deadline_order_key)
 
 
 def _run_time(job: Job, total: int) -> float:

@@ -192,6 +192,12 @@ class Job:
         return floor_power_of_two(cap)
 
 
+def deadline_order_key(job: Job) -> tuple[float, float, str]:
+    """Earliest deadline first (no deadline last), then submission, then id: the order
+    EDF, Chronus and the published simulator (its admission and runnable list) take jobs in."""
+    return (math.inf if job.deadline is None else job.deadline, job.submit_time, job.job_id)
+
+
 _SPEC = re.compile(r"^\s*(?:(\d+)\s*[x*]\s*)?(\d+)\s*[x*]\s*(\d+)\s*$")
 
 

@@ -26,7 +26,6 @@ the policy's own wakeup), not because a job arrived, finished or changed.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -38,7 +37,7 @@ from flowcon.alloc.baselines_static import Stateless
 from flowcon.alloc.baselines_static import TiresiasPolicy as TiresiasPolicy
 from flowcon.alloc.baselines_static import fill_static as fill_static
 from flowcon.alloc.baselines_static import static_gpus as static_gpus
-from flowcon.alloc.model import Job, floor_power_of_two
+from flowcon.alloc.model import Job, deadline_order_key, floor_power_of_two
 
 
 @dataclass
@@ -203,10 +202,7 @@ def _still_guarantees(state: ClusterState, shares: Mapping[str, int]) -> bool:
 
 
 def _edf_order(jobs: Sequence[Job]) -> list[Job]:
-    return sorted(
-        jobs,
-        key=lambda j: (math.inf if j.deadline is None else j.deadline, j.submit_time, j.job_id),
-    )
+    return sorted(jobs, key=deadline_order_key)
 
 
 def _edf_allocate(jobs: Sequence[Job], total: int) -> dict[str, int]:

@@ -28,7 +28,7 @@ from flowcon.alloc.admission import (
     _Profile,
     _Run,
 )
-from flowcon.alloc.model import Job, floor_power_of_two, powers_of_two
+from flowcon.alloc.model import Job, deadline_order_key, floor_power_of_two, powers_of_two
 from flowcon.alloc.policy import ClusterState, EDFPolicy, ElasticFlowPolicy, _edf_order
 
 
@@ -178,7 +178,7 @@ class ElasticFlowPublished(ElasticFlowPolicy):
         everyone.update((j.job_id, j) for j in jobs)
         new = {j.job_id for j in jobs}
         failed: str | None = None
-        for j in sorted(everyone.values(), key=_deadline_key):
+        for j in sorted(everyone.values(), key=deadline_order_key):
             if not j.needs_guarantee or j.remaining <= 0:
                 continue
             ok, why = fresh._try(j, everyone, now)
@@ -194,7 +194,3 @@ class ElasticFlowPublished(ElasticFlowPolicy):
             AdmissionDecision(not j.needs_guarantee, reason if j.needs_guarantee else None)
             for j in jobs
         ]
-
-
-def _deadline_key(j: Job) -> tuple[float, float, str]:
-    return (float("inf") if j.deadline is None else j.deadline, j.submit_time, j.job_id)

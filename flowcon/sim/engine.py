@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from flowcon.alloc.batch import reset_batch
-from flowcon.alloc.model import Job, Topology
+from flowcon.alloc.model import Job, Topology, deadline_order_key
 from flowcon.alloc.placement import BuddyPlacer, Placement
 from flowcon.alloc.policy import ClusterState, Policy
 from flowcon.sim.published_layout import RankKey, published_rank_keys
@@ -54,12 +54,6 @@ class SimResult:
     wall_seconds: float = 0.0
     decisions: int = 0
     extra: dict[str, float] = field(default_factory=dict)
-
-
-def _runnable_key(job: Job) -> tuple[float, float, str]:
-    """The published simulator's runnable order before its spare-GPU pass: deadline."""
-    d = math.inf if job.deadline is None else job.deadline
-    return (d, job.submit_time, job.job_id)
 
 
 def _boundary(t: float, slot: float) -> float:
@@ -264,7 +258,7 @@ class Simulator:
         n_dec = len(r.latencies) - 1
         restart = n_dec > 0 and n_dec % self.world.restart_period() == 0
         jobs = r.state.jobs
-        order = sorted(alloc, key=lambda j: _runnable_key(jobs[j]))
+        order = sorted(alloc, key=lambda j: deadline_order_key(jobs[j]))
         topo = self.topology
         keys = published_rank_keys([(j, alloc[j]) for j in order], topo.nodes, topo.gpus_per_node)
         charges = self.world.event_charges(

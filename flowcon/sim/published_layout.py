@@ -63,15 +63,15 @@ class ElasticLayout:
         for c in classes:
             self.lists[c].sort(key=lambda s: s.used)
 
-    def _join(self, s: _NodeSet, job: str, n: int, own: int) -> None:
+    def _join(self, s: _NodeSet, job: str, n: int) -> None:
         """``job`` joins set ``s``; the set moves to the class of its free GPUs (the
-        job's own class ``own`` when full)."""
+        job's own class ``n`` when full)."""
         s.used += n
         s.jobs.append((job, n))
         free = len(s.nodes) * self.gpus_per_node - s.used
-        c = self._class_of(free) if free > 0 else own
+        c = self._class_of(free) if free > 0 else n
         self.lists[c].append(s)
-        self._sort(own, c)
+        self._sort(n, c)
 
     def place(self, job: str, n: int) -> bool:
         """Place ``job`` on ``n`` GPUs; False: no room the published way, or no class of
@@ -82,7 +82,7 @@ class ElasticLayout:
         if own:
             s = own.pop(0)
             if s.used + n <= s.capacity:
-                self._join(s, job, n, n)
+                self._join(s, job, n)
                 return True
             own.append(s)
         for c in reversed(CLASSES):  # fill in sets of larger classes, largest first
@@ -93,14 +93,14 @@ class ElasticLayout:
                 continue
             s = other.pop(0)
             if s.used + n <= s.capacity:
-                self._join(s, job, n, n)
+                self._join(s, job, n)
                 return True
             other.append(s)
         need = -(-n // self.gpus_per_node)
         if need > len(self.free_nodes):
             return False
         nodes, self.free_nodes = self.free_nodes[:need], self.free_nodes[need:]
-        self._join(_NodeSet(nodes, need * self.gpus_per_node), job, n, n)
+        self._join(_NodeSet(nodes, need * self.gpus_per_node), job, n)
         return True
 
     def ranks(self) -> dict[str, RankKey]:
@@ -144,6 +144,6 @@ def _layout(
     """Rank keys for jobs of ``sizes`` (descending), in that order: the layout depends on
     the sizes alone (consecutive events often repeat them)."""
     layout = ElasticLayout(num_nodes, gpus_per_node)
-    placed = [n in CLASSES and layout.place(str(i), n) for i, n in enumerate(sizes)]
+    placed = [layout.place(str(i), n) for i, n in enumerate(sizes)]
     keys = layout.ranks()
     return tuple(keys[str(i)] if ok else None for i, ok in enumerate(placed))
