@@ -433,6 +433,16 @@ class StopFree(Elastic):
         self._wrapped = ElasticDDP(model, self.comm, **ddp_kwargs)
         return self._wrapped
 
+    def report(self, **metrics: Any) -> None:
+        """A metric line from rank 0 (see ``Elastic.report``), except for a step whose
+        collective failed (a peer died): its gradients were not averaged and the loop redoes
+        it after the recovery, so its line would count it twice while the ``recovered``
+        event's ``lost_steps`` (completed steps rolled back) says 0. Found by the engine
+        ``kill -9`` test: a kill during rank 0's all-reduce printed that step twice."""
+        if self.comm.failed is not None and "event" not in metrics:
+            return
+        super().report(**metrics)
+
     def event(self, name: str, **fields: Any) -> None:
         """An ``event`` metric line from this worker, whatever its rank."""
         line = {"event": name, "worker": self.worker_id, **fields}
