@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,15 @@ BASE_IMAGE = os.environ.get("FLOWCON_BASE_IMAGE", "flowcon/base:bookworm")
 # leftovers, never the containers of another pytest run on the same engine.
 SESSION_ID = uuid.uuid4().hex[:12]
 SESSION_LABEL = f"{TEST_LABEL}.session"
+
+# The Ctrl-C tests send SIGINT to a child `flowcon`/benchmark process. A shell that starts
+# pytest in the background without job control (`.ci/run &` from a script) starts it with
+# SIGINT ignored, every child inherits that, and Python then installs no KeyboardInterrupt
+# handler: the child never sees the Ctrl-C and the test times out (3 such failures in a CI
+# run started that way, 2026-11-26). A handler, unlike SIG_IGN, is reset to the default at
+# exec, so the children start as under a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def remove_labeled(client, label: str) -> None:  # type: ignore[no-untyped-def]
