@@ -217,6 +217,15 @@ def _free_runs(
     keys, vals = used.keys, used.vals
     i = bisect.bisect_right(keys, now_k) - 1
     j = bisect.bisect_left(keys, end_k, max(i, 0))
+    # by_used is non-increasing in the reserved count, so the steps buy one level when the
+    # most and the least reserved step buy the same one: that is one run (the usual case)
+    # (negative counts never occur; they would index by_used from its end, so not here)
+    if i >= 0:
+        lo = min(vals[i:j])
+        if lo >= 0 and by_used[lo] == by_used[max(vals[i:j])]:
+            return [now_k, end_k], [by_used[lo]]
+    elif j == 0 or (min(vals[:j]) >= 0 and by_used[0] == by_used[max(vals[:j])]):
+        return [now_k, end_k], [by_used[0]]  # 0 reserved before keys[0]
     if i >= 0:
         ks = keys[i:j]
         ks[0] = now_k
@@ -348,6 +357,10 @@ def _reserve(
     return runs
 
 
+# (now, remaining, deadline, curve, free-run starts, levels, the plan made from them)
+_Memo = tuple[float, float, float, _Curve, list[int], list[int], _Plan | None]
+
+
 class SlotLedger:
     """Minimum satisfactory shares of the admitted hard-deadline jobs on an absolute slot grid
     (slot k = [origin + k*slot, origin + (k+1)*slot)). Decisions are expected at slot
@@ -374,6 +387,8 @@ class SlotLedger:
         self._order: list[tuple[float, float, str]] = []  # (deadline, submit, id)
         self._curves: dict[tuple[int, int], tuple[object, _Curve]] = {}
         self._deadline: dict[str, float] = {}
+        # job id -> (now, remaining, deadline, curve, starts, levs, plan) of its last filling
+        self._memo: dict[str, _Memo] = {}
 
     # -- grid -----------------------------------------------------------------------------
     def slot_index(self, t: float) -> int:
@@ -441,8 +456,35 @@ class SlotLedger:
         c = self._curve(job)
         if not c.levels:
             return None
+        starts, levs = _free_runs(c.by_used, used, now_k, horizon[0])
+        # the rest is a function of (deadline, now, remaining, curve, starts, levs) and the
+        # ledger's constants: the same inputs as this job's previous filling give its plan
+        memo = self._memo.get(job.job_id)
+        if (
+            memo is not None
+            and memo[0] == now
+            and memo[1] == remaining
+            and memo[2] == job.deadline
+            and memo[3] is c
+            and memo[4] == starts
+            and memo[5] == levs
+        ):
+            return memo[6]
+        plan = self._plan_runs(remaining, c, horizon, now_k, starts, levs)
+        self._memo[job.job_id] = (now, remaining, job.deadline, c, starts, levs, plan)
+        return plan
+
+    def _plan_runs(
+        self,
+        remaining: float,
+        c: _Curve,
+        horizon: tuple[int, float, float, tuple[tuple[int, float], ...]],
+        now_k: int,
+        starts: list[int],
+        levs: list[int],
+    ) -> _Plan | None:
+        """``_fill`` after the free runs: lines 13-19 and the reservation."""
         end_k, w_first, w_last, partial = horizon
-        starts, levs = _free_runs(c.by_used, used, now_k, end_k)
         segs = _segments(starts, levs, now_k, end_k, w_first, w_last, self.slot)
         tps = c.tps
         secs = _level_seconds(segs, len(c.levels))
@@ -495,6 +537,7 @@ class SlotLedger:
         other._plans = dict(self._plans)  # plans are replaced, never changed in place
         other._order = list(self._order)
         other._deadline = dict(self._deadline)
+        other._memo = dict(self._memo)
         return other
 
     def gpu_seconds_to_finish(self, job: Job, remaining: float, from_t: float) -> float | None:
@@ -543,6 +586,7 @@ class SlotLedger:
             return
         self._apply(plan, -1, self._used)
         d = self._deadline.pop(job_id)
+        self._memo.pop(job_id, None)
         self._order.remove(self._key(job_id, d))
 
     def _key(self, job_id: str, deadline: float) -> tuple[float, float, str]:
