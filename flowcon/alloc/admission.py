@@ -24,9 +24,10 @@ import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from itertools import compress
 
-from flowcon.alloc.model import Job, powers_of_two
+from flowcon.alloc.model import Job, ThroughputCurve, powers_of_two
 
 _EPS = 1e-9
 
@@ -76,6 +77,7 @@ class _Plan:
     runs: list[_Run]
     breaks: list[int]  # absolute slot indices where the reservation changes value
     partial: tuple[tuple[int, float], ...] = ()  # (slot, seconds) for slots shorter than one
+    _full: tuple[float, float] | None = field(default=None, repr=False, compare=False)
 
     def at(self, k: int) -> int:
         for a, b, g, _ in self.runs:
@@ -87,6 +89,15 @@ class _Plan:
 
     def provides(self, k: int, slot: float) -> float:
         """Iterations the reservation delivers from absolute slot ``k`` to its end."""
+        runs = self.runs
+        if runs and k <= runs[0][0]:  # the whole plan: the same sum for every such k
+            full = self._full
+            if full is None or full[0] != slot:
+                full = self._full = (slot, self._provides(runs[0][0], slot))
+            return full[1]
+        return self._provides(k, slot)
+
+    def _provides(self, k: int, slot: float) -> float:
         total = 0.0
         for a, b, _, tp in self.runs:
             if b <= k:
@@ -98,8 +109,8 @@ class _Plan:
                     total += (w - slot) * tp
         return total
 
-    @property
-    def peak(self) -> int:
+    @cached_property
+    def peak(self) -> int:  # runs are never changed once the plan is made
         return max([g for _, _, g, _ in self.runs], default=0)
 
     def gpus(self) -> tuple[int, ...]:
@@ -220,19 +231,20 @@ def _free_runs(
     # by_used is non-increasing in the reserved count, so the steps buy one level when the
     # most and the least reserved step buy the same one: that is one run (the usual case)
     # (negative counts never occur; they would index by_used from its end, so not here)
+    vs = vals[i:j] if i >= 0 else vals[:j]
     if i >= 0:
-        lo = min(vals[i:j])
-        if lo >= 0 and by_used[lo] == by_used[max(vals[i:j])]:
+        lo = min(vs)
+        if lo >= 0 and by_used[lo] == by_used[max(vs)]:
             return [now_k, end_k], [by_used[lo]]
-    elif j == 0 or (min(vals[:j]) >= 0 and by_used[0] == by_used[max(vals[:j])]):
+    elif j == 0 or (min(vs) >= 0 and by_used[0] == by_used[max(vs)]):
         return [now_k, end_k], [by_used[0]]  # 0 reserved before keys[0]
     if i >= 0:
         ks = keys[i:j]
         ks[0] = now_k
-        lis = list(map(by_used.__getitem__, vals[i:j]))
+        lis = list(map(by_used.__getitem__, vs))
     else:
         ks = [now_k, *keys[:j]]
-        lis = [by_used[0], *map(by_used.__getitem__, vals[:j])]
+        lis = [by_used[0], *map(by_used.__getitem__, vs)]
     # keep a step where its level differs from the previous one (C-level loops: this runs
     # once per progressive filling, over every step of the horizon)
     changed = list(map(operator.ne, lis[1:], lis[:-1]))
@@ -389,6 +401,7 @@ class SlotLedger:
         self._deadline: dict[str, float] = {}
         # job id -> (now, remaining, deadline, curve, starts, levs, plan) of its last filling
         self._memo: dict[str, _Memo] = {}
+        self._job_curves: dict[str, tuple[ThroughputCurve, int | None, _Curve]] = {}
 
     # -- grid -----------------------------------------------------------------------------
     def slot_index(self, t: float) -> int:
@@ -407,6 +420,15 @@ class SlotLedger:
 
     # -- curves ---------------------------------------------------------------------------
     def _curve(self, job: Job) -> _Curve:
+        # the job's own last answer while its curve and GPU limit are the ones it was for
+        mine = self._job_curves.get(job.job_id)
+        if mine is not None and mine[0] is job.curve and mine[1] == job.max_gpus:
+            return mine[2]
+        c = self._curve_of(job)
+        self._job_curves[job.job_id] = (job.curve, job.max_gpus, c)
+        return c
+
+    def _curve_of(self, job: Job) -> _Curve:
         cap = job.gpu_cap(self.total_gpus)
         key = (id(job.curve), cap)
         cached = self._curves.get(key)
@@ -538,6 +560,7 @@ class SlotLedger:
         other._order = list(self._order)
         other._deadline = dict(self._deadline)
         other._memo = dict(self._memo)
+        other._job_curves = dict(self._job_curves)
         return other
 
     def gpu_seconds_to_finish(self, job: Job, remaining: float, from_t: float) -> float | None:
@@ -587,6 +610,7 @@ class SlotLedger:
         self._apply(plan, -1, self._used)
         d = self._deadline.pop(job_id)
         self._memo.pop(job_id, None)
+        self._job_curves.pop(job_id, None)
         self._order.remove(self._key(job_id, d))
 
     def _key(self, job_id: str, deadline: float) -> tuple[float, float, str]:
