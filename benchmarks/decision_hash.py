@@ -20,6 +20,7 @@ import sys
 import time
 
 from flowcon.sim.cli import SHARED, run_simulation
+from flowcon.sim.engine import SimResult
 
 CLUSTERS = {
     "195job": "16x8",
@@ -40,10 +41,10 @@ CASES: list[tuple[str, str, tuple[str, ...]]] = [
 ]
 
 
-def outcome_hash(results: object) -> str:
+def outcome_hash(results: SimResult) -> str:
     """sha256 over the per-job outcomes of a ``SimResult``."""
     h = hashlib.sha256()
-    for r in getattr(results, "results"):
+    for r in results.results:
         row = (
             r.job.job_id,
             r.admitted,
@@ -72,6 +73,7 @@ def main() -> int:
             t0, c0 = time.perf_counter(), time.process_time()
             res, s = run_simulation(str(path), CLUSTERS[trace], policy, world=world)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            assert isinstance(res, SimResult)
             row = {"case": name, "hash": outcome_hash(res), "admitted": s.get("admitted")}
             print(json.dumps(row), flush=True)
             print(f"{name}: wall {wall:.2f} s, cpu {cpu:.2f} s", file=sys.stderr, flush=True)

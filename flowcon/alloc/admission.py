@@ -25,7 +25,7 @@ import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import compress
+from itertools import compress, repeat
 
 from flowcon.alloc.model import Job, ThroughputCurve, powers_of_two
 
@@ -167,7 +167,7 @@ class _Profile:
         i = self._split(a)
         j = self._split(b)
         vals = self.vals
-        vals[i:j] = [v + g for v in vals[i:j]]
+        vals[i:j] = map(operator.add, vals[i:j], repeat(g))  # v + g for each
 
     def segments(self, a: int, b: int) -> list[tuple[int, int, int]]:
         """(start, end, value) steps covering [a, b)."""
@@ -238,6 +238,14 @@ def _free_runs(
             return [now_k, end_k], [by_used[lo]]
     elif j == 0 or (min(vs) >= 0 and by_used[0] == by_used[max(vs)]):
         return [now_k, end_k], [by_used[0]]  # 0 reserved before keys[0]
+    return _free_runs_steps(by_used, keys, vs, i, j, now_k, end_k)
+
+
+def _free_runs_steps(
+    by_used: list[int], keys: list[int], vs: list[int], i: int, j: int, now_k: int, end_k: int
+) -> tuple[list[int], list[int]]:
+    """``_free_runs`` step by step (``vs``: the values of keys[i:j], or keys[:j] when the
+    horizon starts before the first key, i = -1): every step's level, merged."""
     if i >= 0:
         ks = keys[i:j]
         ks[0] = now_k
