@@ -189,7 +189,10 @@ class ElasticFlowPolicy(_LedgerMixin):
         if self.rank == "paper":
             ledger = self._get_ledger(state)
             return distribute_spare_paper(jobs, base, state.total_gpus, state.slot, now, ledger)
-        return distribute_spare(jobs, base, state.total_gpus, state.slot, self._spare_memo)
+        memo = self._spare_memo
+        if len(memo) > 2 * len(jobs) + 1024:  # keep it to the jobs still here
+            self._spare_memo = memo = {j.job_id: memo[j.job_id] for j in jobs if j.job_id in memo}
+        return distribute_spare(jobs, base, state.total_gpus, state.slot, memo)
 
     def next_wakeup(self, now: float, state: ClusterState) -> float | None:
         return self._get_ledger(state).next_change(now)

@@ -195,3 +195,24 @@ def test_fill_memo_keys_on_the_instant_inside_a_slot() -> None:
     assert ledger._fill(job, 0, 13.0, _Profile()) == SlotLedger(8, SLOT)._fill(
         job, 0, 13.0, _Profile()
     )
+
+
+def test_policy_spare_memo_is_pruned_to_present_jobs() -> None:
+    """The policy's ``distribute_spare`` memo forgets jobs that left once it grows past
+    twice the jobs present plus 1,024, and the allocation is the same as without it."""
+    from flowcon.alloc.policy import ClusterState, ElasticFlowPolicy
+
+    curve = ThroughputCurve({1: 1.0, 2: 1.8, 4: 3.0})
+    pol = ElasticFlowPolicy(overhead=0.0)
+    state = ClusterState(total_gpus=8, slot=SLOT)
+    jobs = [Job(f"j{i}", 0.0, 5000.0, None, curve) for i in range(3)]
+    for j in jobs:
+        pol.on_submit(j, 0.0, state)
+        state.jobs[j.job_id] = j
+    first = pol.schedule(0.0, state)
+    kept = dict(pol._spare_memo)
+    assert set(kept) == {j.job_id for j in jobs}
+    stale = next(iter(kept.values()))
+    pol._spare_memo.update({f"gone{i}": stale for i in range(1100)})
+    assert pol.schedule(0.0, state) == first == distribute_spare(jobs, {}, 8, SLOT)
+    assert set(pol._spare_memo) == set(kept)
