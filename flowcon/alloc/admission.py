@@ -24,9 +24,10 @@ import math
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import compress
+from functools import cached_property
+from itertools import compress, repeat
 
-from flowcon.alloc.model import Job, powers_of_two
+from flowcon.alloc.model import Job, ThroughputCurve, powers_of_two
 
 _EPS = 1e-9
 
@@ -76,6 +77,7 @@ class _Plan:
     runs: list[_Run]
     breaks: list[int]  # absolute slot indices where the reservation changes value
     partial: tuple[tuple[int, float], ...] = ()  # (slot, seconds) for slots shorter than one
+    _full: tuple[float, float] | None = field(default=None, repr=False, compare=False)
 
     def at(self, k: int) -> int:
         for a, b, g, _ in self.runs:
@@ -87,6 +89,15 @@ class _Plan:
 
     def provides(self, k: int, slot: float) -> float:
         """Iterations the reservation delivers from absolute slot ``k`` to its end."""
+        runs = self.runs
+        if runs and k <= runs[0][0]:  # the whole plan: the same sum for every such k
+            full = self._full
+            if full is None or full[0] != slot:
+                full = self._full = (slot, self._provides(runs[0][0], slot))
+            return full[1]
+        return self._provides(k, slot)
+
+    def _provides(self, k: int, slot: float) -> float:
         total = 0.0
         for a, b, _, tp in self.runs:
             if b <= k:
@@ -98,8 +109,8 @@ class _Plan:
                     total += (w - slot) * tp
         return total
 
-    @property
-    def peak(self) -> int:
+    @cached_property
+    def peak(self) -> int:  # runs are never changed once the plan is made
         return max([g for _, _, g, _ in self.runs], default=0)
 
     def gpus(self) -> tuple[int, ...]:
@@ -156,7 +167,7 @@ class _Profile:
         i = self._split(a)
         j = self._split(b)
         vals = self.vals
-        vals[i:j] = [v + g for v in vals[i:j]]
+        vals[i:j] = map(operator.add, vals[i:j], repeat(g))  # v + g for each
 
     def segments(self, a: int, b: int) -> list[tuple[int, int, int]]:
         """(start, end, value) steps covering [a, b)."""
@@ -217,13 +228,31 @@ def _free_runs(
     keys, vals = used.keys, used.vals
     i = bisect.bisect_right(keys, now_k) - 1
     j = bisect.bisect_left(keys, end_k, max(i, 0))
+    # by_used is non-increasing in the reserved count, so the steps buy one level when the
+    # most and the least reserved step buy the same one: that is one run (the usual case)
+    # (negative counts never occur; they would index by_used from its end, so not here)
+    vs = vals[i:j] if i >= 0 else vals[:j]
+    if i >= 0:
+        lo = min(vs)
+        if lo >= 0 and by_used[lo] == by_used[max(vs)]:
+            return [now_k, end_k], [by_used[lo]]
+    elif j == 0 or (min(vs) >= 0 and by_used[0] == by_used[max(vs)]):
+        return [now_k, end_k], [by_used[0]]  # 0 reserved before keys[0]
+    return _free_runs_steps(by_used, keys, vs, i, j, now_k, end_k)
+
+
+def _free_runs_steps(
+    by_used: list[int], keys: list[int], vs: list[int], i: int, j: int, now_k: int, end_k: int
+) -> tuple[list[int], list[int]]:
+    """``_free_runs`` step by step (``vs``: the values of keys[i:j], or keys[:j] when the
+    horizon starts before the first key, i = -1): every step's level, merged."""
     if i >= 0:
         ks = keys[i:j]
         ks[0] = now_k
-        lis = list(map(by_used.__getitem__, vals[i:j]))
+        lis = list(map(by_used.__getitem__, vs))
     else:
         ks = [now_k, *keys[:j]]
-        lis = [by_used[0], *map(by_used.__getitem__, vals[:j])]
+        lis = [by_used[0], *map(by_used.__getitem__, vs)]
     # keep a step where its level differs from the previous one (C-level loops: this runs
     # once per progressive filling, over every step of the horizon)
     changed = list(map(operator.ne, lis[1:], lis[:-1]))
@@ -348,6 +377,10 @@ def _reserve(
     return runs
 
 
+# (now, remaining, deadline, curve, free-run starts, levels, the plan made from them)
+_Memo = tuple[float, float, float, _Curve, list[int], list[int], _Plan | None]
+
+
 class SlotLedger:
     """Minimum satisfactory shares of the admitted hard-deadline jobs on an absolute slot grid
     (slot k = [origin + k*slot, origin + (k+1)*slot)). Decisions are expected at slot
@@ -374,6 +407,9 @@ class SlotLedger:
         self._order: list[tuple[float, float, str]] = []  # (deadline, submit, id)
         self._curves: dict[tuple[int, int], tuple[object, _Curve]] = {}
         self._deadline: dict[str, float] = {}
+        # job id -> (now, remaining, deadline, curve, starts, levs, plan) of its last filling
+        self._memo: dict[str, _Memo] = {}
+        self._job_curves: dict[str, tuple[ThroughputCurve, int | None, _Curve]] = {}
 
     # -- grid -----------------------------------------------------------------------------
     def slot_index(self, t: float) -> int:
@@ -392,6 +428,15 @@ class SlotLedger:
 
     # -- curves ---------------------------------------------------------------------------
     def _curve(self, job: Job) -> _Curve:
+        # the job's own last answer while its curve and GPU limit are the ones it was for
+        mine = self._job_curves.get(job.job_id)
+        if mine is not None and mine[0] is job.curve and mine[1] == job.max_gpus:
+            return mine[2]
+        c = self._curve_of(job)
+        self._job_curves[job.job_id] = (job.curve, job.max_gpus, c)
+        return c
+
+    def _curve_of(self, job: Job) -> _Curve:
         cap = job.gpu_cap(self.total_gpus)
         key = (id(job.curve), cap)
         cached = self._curves.get(key)
@@ -441,8 +486,35 @@ class SlotLedger:
         c = self._curve(job)
         if not c.levels:
             return None
+        starts, levs = _free_runs(c.by_used, used, now_k, horizon[0])
+        # the rest is a function of (deadline, now, remaining, curve, starts, levs) and the
+        # ledger's constants: the same inputs as this job's previous filling give its plan
+        memo = self._memo.get(job.job_id)
+        if (
+            memo is not None
+            and memo[0] == now
+            and memo[1] == remaining
+            and memo[2] == job.deadline
+            and memo[3] is c
+            and memo[4] == starts
+            and memo[5] == levs
+        ):
+            return memo[6]
+        plan = self._plan_runs(remaining, c, horizon, now_k, starts, levs)
+        self._memo[job.job_id] = (now, remaining, job.deadline, c, starts, levs, plan)
+        return plan
+
+    def _plan_runs(
+        self,
+        remaining: float,
+        c: _Curve,
+        horizon: tuple[int, float, float, tuple[tuple[int, float], ...]],
+        now_k: int,
+        starts: list[int],
+        levs: list[int],
+    ) -> _Plan | None:
+        """``_fill`` after the free runs: lines 13-19 and the reservation."""
         end_k, w_first, w_last, partial = horizon
-        starts, levs = _free_runs(c.by_used, used, now_k, end_k)
         segs = _segments(starts, levs, now_k, end_k, w_first, w_last, self.slot)
         tps = c.tps
         secs = _level_seconds(segs, len(c.levels))
@@ -495,6 +567,8 @@ class SlotLedger:
         other._plans = dict(self._plans)  # plans are replaced, never changed in place
         other._order = list(self._order)
         other._deadline = dict(self._deadline)
+        other._memo = dict(self._memo)
+        other._job_curves = dict(self._job_curves)
         return other
 
     def gpu_seconds_to_finish(self, job: Job, remaining: float, from_t: float) -> float | None:
@@ -543,6 +617,8 @@ class SlotLedger:
             return
         self._apply(plan, -1, self._used)
         d = self._deadline.pop(job_id)
+        self._memo.pop(job_id, None)
+        self._job_curves.pop(job_id, None)
         self._order.remove(self._key(job_id, d))
 
     def _key(self, job_id: str, deadline: float) -> tuple[float, float, str]:

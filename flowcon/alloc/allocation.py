@@ -171,8 +171,37 @@ def _job_steps(
     return out
 
 
+# what a job's steps from zero GPUs are made of: its curve, GPU limits, tie-break fields,
+# the cluster size and the slot
+_ZeroSource = tuple[ThroughputCurve, int | None, int, float | None, bool, float, int, float]
+# job id -> (its _ZeroSource, its tier, its chain from zero GPUs, that chain's top)
+_Zero = tuple[_ZeroSource, tuple[int, float, float, str], list[tuple[float, int]], float]
+SpareMemo = dict[str, _Zero]
+
+
+def _from_zero(job: Job, total_gpus: int, slot: float, memo: SpareMemo) -> _Zero:
+    """The memo's entry for a job that holds no GPU, made afresh when anything it is made
+    of changed: ``_chain_from_zero``'s chain and ``_tier``, as ``distribute_spare`` makes
+    them for such a job."""
+    src: _ZeroSource = (
+        job.curve, job.max_gpus, job.min_gpus, job.deadline, job.soft_deadline,
+        job.submit_time, total_gpus, slot,
+    )  # fmt: skip
+    m = memo.get(job.job_id)
+    if m is None or m[0] != src:
+        cap = job.gpu_cap(total_gpus)
+        table = _steps(job.curve, cap, slot)
+        chain, top = _chain_from_zero(job.curve, cap, slot, _next_step(job, 0, cap), table)
+        m = memo[job.job_id] = (src, _tier(job), chain, top)
+    return m
+
+
 def distribute_spare(
-    jobs: Sequence[Job], base: Mapping[str, int], total_gpus: int, slot: float
+    jobs: Sequence[Job],
+    base: Mapping[str, int],
+    total_gpus: int,
+    slot: float,
+    memo: SpareMemo | None = None,
 ) -> dict[str, int]:
     """Algorithm 2's greedy loop: start from ``base`` (minimum shares), hand out the rest.
 
@@ -181,7 +210,10 @@ def distribute_spare(
     same floating-point operations on the same operands as computing them afresh. The
     loop's heap is replaced by one sort of every job's steps in the heap's own pop order
     (``_job_steps``, ``_merge``); ``flowcon.alloc.reference.distribute_spare_reference``
-    is the loop as written and the tests hold the two equal."""
+    is the loop as written and the tests hold the two equal.
+
+    ``memo`` (kept by the caller between calls): the tier and the chain of a job that holds
+    no GPU, reused while everything they are made of is the same (the same values)."""
     alloc = {j.job_id: int(base.get(j.job_id, 0)) for j in jobs}
     spare = total_gpus - sum(alloc.values())
     if spare < 0:
@@ -196,31 +228,42 @@ def distribute_spare(
         r = job.remaining
         if r <= 0:
             continue
-        cap = job.gpu_cap(total_gpus)
-        curve = job.curve
-        table = _steps(curve, cap, slot)
-        # the cached chain unless R caps a step
-        if cur > 0:
-            chain, top = _chain(curve, cap, slot, cur, table)
-        else:
-            chain, top = _chain_from_zero(curve, cap, slot, _next_step(job, 0, cap), table)
-        if r >= top:
-            if chain:
-                tier = _tier(job)
-                items.extend([(k, tier, idx, n) for k, n in chain])
-            continue
-        nxt = _next_step(job, cur, cap)
-        if nxt is None:
-            continue
-        pr = _return(curve.at, r, cur, nxt, slot)
-        if pr > 0:
-            tier = _tier(job)
-            steps = _job_steps(curve, cap, slot, (-pr, nxt), r, table)
-            items.extend([(k, tier, idx, n) for k, n in steps])
+        if cur <= 0 and memo is not None:
+            _, tier0, chain0, top0 = _from_zero(job, total_gpus, slot, memo)
+            if r >= top0:  # as below: the cached chain
+                items.extend([(k, tier0, idx, n) for k, n in chain0])
+                continue
+        items.extend(_entries(job, idx, cur, r, total_gpus, slot))
     _merge(items, held, spare)
     for idx, job in enumerate(jobs):
         alloc[job.job_id] = held[idx]
     return alloc
+
+
+def _entries(job: Job, idx: int, cur: int, r: float, total_gpus: int, slot: float) -> list[_Entry]:
+    """One job's steps for ``_merge`` (``distribute_spare``): the cached chain unless its
+    remaining work ``r`` caps a step."""
+    cap = job.gpu_cap(total_gpus)
+    curve = job.curve
+    table = _steps(curve, cap, slot)
+    if cur > 0:
+        chain, top = _chain(curve, cap, slot, cur, table)
+    else:
+        chain, top = _chain_from_zero(curve, cap, slot, _next_step(job, 0, cap), table)
+    if r >= top:
+        if not chain:
+            return []
+        tier = _tier(job)
+        return [(k, tier, idx, n) for k, n in chain]
+    nxt = _next_step(job, cur, cap)
+    if nxt is None:
+        return []
+    pr = _return(curve.at, r, cur, nxt, slot)
+    if not pr > 0:
+        return []
+    tier = _tier(job)
+    steps = _job_steps(curve, cap, slot, (-pr, nxt), r, table)
+    return [(k, tier, idx, n) for k, n in steps]
 
 
 # (order key, tie-break tier, index of the job, the GPU count this step brings it to)

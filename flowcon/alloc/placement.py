@@ -18,8 +18,10 @@ seconds of lost progress.
 from __future__ import annotations
 
 import heapq
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import compress, repeat
 
 from flowcon.alloc.model import Topology, is_power_of_two
 
@@ -86,7 +88,7 @@ class _Grid:
         counts = self.idle.get(n)
         if not counts:
             return None
-        cands = [b for b, c in enumerate(counts) if c == n]
+        cands = list(compress(range(len(counts)), map(operator.eq, counts, repeat(n))))
         if not cands:
             return None
         s = 2 * n

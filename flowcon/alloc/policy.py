@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from flowcon.alloc.admission import AdmissionDecision, SlotLedger
-from flowcon.alloc.allocation import distribute_spare, distribute_spare_paper
+from flowcon.alloc.allocation import SpareMemo, distribute_spare, distribute_spare_paper
 from flowcon.alloc.baselines_static import GandivaPolicy as GandivaPolicy
 from flowcon.alloc.baselines_static import Stateless
 from flowcon.alloc.baselines_static import TiresiasPolicy as TiresiasPolicy
@@ -164,6 +164,7 @@ class ElasticFlowPolicy(_LedgerMixin):
         self.lossless_replan = lossless_replan
         self.sticky = sticky
         self._ledger = None
+        self._spare_memo: SpareMemo = {}  # distribute_spare's per-job chains
 
     def on_submit(self, job: Job, now: float, state: ClusterState) -> AdmissionDecision:
         return self._admit(job, now, state)
@@ -177,7 +178,8 @@ class ElasticFlowPolicy(_LedgerMixin):
         behind = ledger.behind(state.jobs, now)
         if behind and ledger.refresh(behind, state.jobs, now) and self.lossless_replan:
             ledger.replan(state.jobs, now, lossless=True)
-        return {jid: ledger.share(jid, now) for jid in state.jobs}
+        shares = ledger.shares(now)  # ledger.share of each, the slot looked up once
+        return {jid: shares.get(jid, 0) for jid in state.jobs}
 
     def schedule(self, now: float, state: ClusterState) -> dict[str, int]:
         base = self.min_shares(now, state)
@@ -187,7 +189,10 @@ class ElasticFlowPolicy(_LedgerMixin):
         if self.rank == "paper":
             ledger = self._get_ledger(state)
             return distribute_spare_paper(jobs, base, state.total_gpus, state.slot, now, ledger)
-        return distribute_spare(jobs, base, state.total_gpus, state.slot)
+        memo = self._spare_memo
+        if len(memo) > 2 * len(jobs) + 1024:  # keep it to the jobs still here
+            self._spare_memo = memo = {j.job_id: memo[j.job_id] for j in jobs if j.job_id in memo}
+        return distribute_spare(jobs, base, state.total_gpus, state.slot, memo)
 
     def next_wakeup(self, now: float, state: ClusterState) -> float | None:
         return self._get_ledger(state).next_change(now)

@@ -153,9 +153,10 @@ class Simulator:
             if n <= 0:
                 continue
             job = state.jobs[jid]
-            start = max(last_t, busy_until.get(jid, last_t))
+            busy = busy_until.get(jid, last_t)
+            start = busy if busy > last_t else last_t  # max(last_t, busy)
             rate = job.curve.at(n)
-            run = max(0.0, t - start)
+            run = t - start if t - start > 0.0 else 0.0  # max(0.0, t - start)
             need = job.remaining / rate if rate > 0 else math.inf
             res = results[jid]
             if need <= run + 1e-9:
@@ -280,7 +281,8 @@ class Simulator:
             if t1 > 0:
                 ce += rate / t1
             if rate > 0:
-                fin = max(t, busy_until.get(jid, t)) + job.remaining / rate
+                busy = busy_until.get(jid, t)
+                fin = (busy if busy > t else t) + job.remaining / rate  # max(t, busy)
                 if fin < first_fin:
                     first_fin = fin
         total = self.topology.total_gpus

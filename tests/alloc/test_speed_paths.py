@@ -1,0 +1,218 @@
+"""The shortcuts of the speed step (issue 12) against the paths they skip: each must give
+the very same answer, so that simulated decisions stay identical.
+
+- ``_free_runs``: one run when the least and the most reserved step buy the same level
+  (``by_used`` is non-increasing), else ``_free_runs_steps`` step by step.
+- ``SlotLedger._fill``'s memo: a job's previous plan when (now, remaining, deadline, curve,
+  free runs) are the same; a ledger without the memo must decide and plan the same.
+- ``_Plan.provides`` for a slot at or before the plan's start: the whole plan's sum, cached.
+- ``distribute_spare``'s memo of idle jobs' chains (ElasticFlow Algorithm 2's loop):
+  the same allocation as without it, across calls with progress and changed jobs.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flowcon.alloc.admission import SlotLedger, _free_runs, _free_runs_steps, _Plan, _Profile
+from flowcon.alloc.allocation import SpareMemo, distribute_spare
+from flowcon.alloc.model import Job, ThroughputCurve, floor_power_of_two
+
+SLOT = 60.0
+
+
+@st.composite
+def curves(draw: st.DrawFn, total: int) -> ThroughputCurve:
+    counts = draw(st.lists(st.integers(1, total), min_size=1, max_size=6, unique=True))
+    return ThroughputCurve({n: draw(st.floats(0.5, 64.0)) for n in counts})
+
+
+@st.composite
+def profiles(draw: st.DrawFn, total: int) -> _Profile:
+    keys = sorted(draw(st.lists(st.integers(-5, 60), max_size=12, unique=True)))
+    vals = [draw(st.integers(0, 2 * total + 1)) for _ in keys]
+    return _Profile(keys, vals)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.data())
+def test_free_runs_shortcut_matches_steps(data: st.DataObject) -> None:
+    total = data.draw(st.sampled_from([1, 2, 4, 8, 16, 64]))
+    ledger = SlotLedger(total, SLOT)
+    job = Job("j", 0.0, 100.0, 1e4, data.draw(curves(total)))
+    by_used = ledger._curve(job).by_used
+    used = data.draw(profiles(total))
+    now_k = data.draw(st.integers(-8, 60))
+    end_k = now_k + data.draw(st.integers(1, 40))
+    keys, vals = used.keys, used.vals
+    i = bisect.bisect_right(keys, now_k) - 1
+    j = bisect.bisect_left(keys, end_k, max(i, 0))
+    vs = vals[i:j] if i >= 0 else vals[:j]
+    slow = _free_runs_steps(by_used, keys, vs, i, j, now_k, end_k)
+    assert _free_runs(by_used, used, now_k, end_k) == slow
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 40), st.integers(1, 200)), max_size=12))
+def test_plan_provides_whole_plan_cached(runs: list[tuple[int, int, int]]) -> None:
+    start = 10
+    rs = []
+    a = start
+    for gap, length, g in runs:
+        a += gap
+        rs.append((a, a + length, g, g * 0.37))
+        a += length
+    partial = ((start, 17.5), (a - 1, 3.25)) if rs else ()
+    plan = _Plan(start, rs, [], partial)
+    for k in (start - 3, start, start + 1, a - 1, a + 2):
+        for _ in range(2):  # the second call uses the cached whole-plan sum
+            assert plan.provides(k, SLOT) == plan._provides(k, SLOT)
+
+
+class _NoMemo(dict):  # type: ignore[type-arg]
+    """A memo that never remembers: every filling made afresh."""
+
+    def get(self, key: object, default: object = None) -> object:
+        return default
+
+
+@st.composite
+def arrivals(draw: st.DrawFn) -> tuple[int, list[tuple[float, Job]]]:
+    total = draw(st.sampled_from([4, 8, 16]))
+    shared = draw(st.lists(curves(total), min_size=1, max_size=3))
+    out: list[tuple[float, Job]] = []
+    t = 0.0
+    for i in range(draw(st.integers(1, 14))):
+        t += draw(st.sampled_from([0.0, 0.0, 13.0, SLOT, 2 * SLOT, 7 * SLOT]))  # 0: batches
+        c = draw(st.sampled_from(shared))
+        work = c.at(1) * SLOT * draw(st.floats(0.2, 30.0))
+        deadline = t + SLOT * draw(st.integers(1, 40)) + draw(st.sampled_from([0.0, 13.0]))
+        job = Job(f"j{i}", t, work, deadline, c)
+        if draw(st.booleans()):
+            job.max_gpus = draw(st.sampled_from([1, 2, 4]))
+        out.append((t, job))
+    return total, out
+
+
+@settings(max_examples=200, deadline=None)
+@given(arrivals(), st.floats(0.0, 1.0), st.floats(0.0, 40.0))
+def test_fill_memo_decides_and_plans_the_same(
+    case: tuple[int, list[tuple[float, Job]]], speed: float, overhead: float
+) -> None:
+    total, arr = case
+    fast = SlotLedger(total, SLOT, overhead=overhead)
+    slow = SlotLedger(total, SLOT, overhead=overhead)
+    slow._memo = _NoMemo()
+    jobs: dict[str, Job] = {}
+    last = 0.0
+    for t, job in arr:
+        for j in jobs.values():  # progress of the admitted jobs (same objects for both)
+            j.done_iterations = min(j.iterations, j.done_iterations + speed * (t - last) * 3)
+        last = t
+        jobs[job.job_id] = job
+        a = fast.try_admit(job, jobs, t)
+        b = slow.try_admit(job, jobs, t)
+        assert (a.admitted, a.reason) == (b.admitted, b.reason)
+        if not a.admitted:
+            del jobs[job.job_id]
+        assert fast.plans() == slow.plans()
+        assert fast.shares(t) == slow.shares(t)
+        behind = fast.behind(jobs, t)
+        assert behind == slow.behind(jobs, t)
+        assert fast.refresh(behind, jobs, t) == slow.refresh(behind, jobs, t)
+        assert fast.plans() == slow.plans()
+        assert fast.next_change(t) == slow.next_change(t)
+        # the same instant with other remaining work: probes (Algorithm 2's re-filling)
+        # and a re-plan after progress that did not move the clock
+        nxt = (t // SLOT + 1) * SLOT
+        for j in jobs.values():
+            for rem in (j.remaining, j.remaining * 0.5):
+                assert fast.gpu_seconds_to_finish(j, rem, nxt) == slow.gpu_seconds_to_finish(
+                    j, rem, nxt
+                )
+            j.done_iterations = min(j.iterations, j.done_iterations + speed * 7.0)
+        assert fast.replan(jobs, t, lossless=True) == slow.replan(jobs, t, lossless=True)
+        assert fast.plans() == slow.plans()
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list[Job], int]:
+    total = draw(st.sampled_from([8, 16, 64]))
+    shared = draw(st.lists(curves(total), min_size=1, max_size=3))
+    jobs = []
+    for i in range(draw(st.integers(1, 8))):
+        c = draw(st.sampled_from(shared))
+        its = c.at(1) * SLOT * draw(st.sampled_from([0.3, 1.0, 2.5, 40.0]))
+        kind = draw(st.integers(0, 2))
+        deadline = None if kind == 2 else draw(st.floats(100.0, 1e5))
+        job = Job(f"j{i}", float(draw(st.integers(0, 3))), its, deadline, c)
+        job.soft_deadline = kind == 1
+        job.min_gpus = draw(st.sampled_from([1, 1, 2, 3]))
+        jobs.append(job)
+    return jobs, total
+
+
+@settings(max_examples=300, deadline=None)
+@given(clusters(), st.lists(st.tuples(st.floats(0.0, 0.5), st.integers(0, 5)), max_size=5))
+def test_distribute_spare_memo_gives_the_same(
+    c: tuple[list[Job], int], rounds: list[tuple[float, int]]
+) -> None:
+    jobs, total = c
+    memo: SpareMemo = {}
+    for progress, change in [(0.0, 0), *rounds]:
+        for j in jobs:
+            j.done_iterations = min(j.iterations, j.done_iterations + progress * j.iterations)
+        if change == 1:  # a changed job: its memo entry must be remade
+            jobs[0].min_gpus = 2 if jobs[0].min_gpus == 1 else 1
+        elif change == 2:
+            jobs[-1].max_gpus = 2
+        base: dict[str, int] = {}
+        left = total
+        for k, j in enumerate(jobs):
+            n = floor_power_of_two(min(left, k % 3)) if k % 2 else 0
+            base[j.job_id] = n
+            left -= n
+        assert distribute_spare(jobs, base, total, SLOT, memo) == distribute_spare(
+            jobs, base, total, SLOT
+        )
+
+
+def test_fill_memo_keys_on_the_instant_inside_a_slot() -> None:
+    """Two instants in one slot give the same free runs but another first slot (its
+    seconds, the plan's ``partial``): the memo must not answer the second from the first."""
+    curve = ThroughputCurve({1: 1.0, 2: 1.9, 4: 3.5})
+    job = Job("j", 0.0, 900.0, 1000.0, curve)
+    ledger = SlotLedger(8, SLOT)
+    first = ledger._fill(job, 0, 0.0, _Profile())
+    second = ledger._fill(job, 0, 13.0, _Profile())
+    fresh = SlotLedger(8, SLOT)._fill(job, 0, 13.0, _Profile())
+    assert second == fresh
+    assert first != second  # (partial differs)
+    job.done_iterations = 100.0  # same instant, less work: a plan made afresh
+    assert ledger._fill(job, 0, 13.0, _Profile()) == SlotLedger(8, SLOT)._fill(
+        job, 0, 13.0, _Profile()
+    )
+
+
+def test_policy_spare_memo_is_pruned_to_present_jobs() -> None:
+    """The policy's ``distribute_spare`` memo forgets jobs that left once it grows past
+    twice the jobs present plus 1,024, and the allocation is the same as without it."""
+    from flowcon.alloc.policy import ClusterState, ElasticFlowPolicy
+
+    curve = ThroughputCurve({1: 1.0, 2: 1.8, 4: 3.0})
+    pol = ElasticFlowPolicy(overhead=0.0)
+    state = ClusterState(total_gpus=8, slot=SLOT)
+    jobs = [Job(f"j{i}", 0.0, 5000.0, None, curve) for i in range(3)]
+    for j in jobs:
+        pol.on_submit(j, 0.0, state)
+        state.jobs[j.job_id] = j
+    first = pol.schedule(0.0, state)
+    kept = dict(pol._spare_memo)
+    assert set(kept) == {j.job_id for j in jobs}
+    stale = next(iter(kept.values()))
+    pol._spare_memo.update({f"gone{i}": stale for i in range(1100)})
+    assert pol.schedule(0.0, state) == first == distribute_spare(jobs, {}, 8, SLOT)
+    assert set(pol._spare_memo) == set(kept)
