@@ -31,16 +31,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from flowcon.alloc.policy import POLICIES  # noqa: E402
-from flowcon.sim.cli import SHARED, run_simulation  # noqa: E402
+from flowcon.sim.cli import PUBLISHED_CLUSTERS, SHARED, run_simulation  # noqa: E402
 
-TRACES = {  # trace -> cluster used in the published evaluation
-    "195job": "16x8",
-    "cluster01": "64x8",
-    "cluster02": "64x8",
-    "cluster03": "64x8",
-    "cluster05": "64x8",
-    "cluster04": "128x8",
-}
+TRACES = PUBLISHED_CLUSTERS  # trace -> cluster used in the published evaluation
 # published deadline satisfactory ratios (None: not run / not finished)
 REFERENCE = {
     "195job": {"elasticflow": 0.877, "edf": 0.097, "gandiva": 0.241, "tiresias": 0.492},

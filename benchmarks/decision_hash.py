@@ -19,17 +19,10 @@ import json
 import sys
 import time
 
-from flowcon.sim.cli import SHARED, run_simulation
+from flowcon.sim.cli import PUBLISHED_CLUSTERS, SHARED, run_simulation
 from flowcon.sim.engine import SimResult
 
-CLUSTERS = {
-    "195job": "16x8",
-    "cluster01": "64x8",
-    "cluster02": "64x8",
-    "cluster03": "64x8",
-    "cluster05": "64x8",
-    "cluster04": "128x8",
-}
+CLUSTERS = PUBLISHED_CLUSTERS
 # (policy, world, traces): the set docs/simulator.md "Speed" names
 CASES: list[tuple[str, str, tuple[str, ...]]] = [
     ("elasticflow", "ours", ("195job", "cluster01", "cluster02", "cluster03", "cluster04")),

@@ -32,6 +32,13 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+class NoStore:
+    """A stand-in for the rendezvous store where a test expects no store call."""
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"no store call expected ({name})")
+
+
 def remove_labeled(client, label: str) -> None:  # type: ignore[no-untyped-def]
     """Force-remove every container carrying ``label`` (``key`` or ``key=value``)."""
     for c in client.containers.list(all=True, filters={"label": label}):

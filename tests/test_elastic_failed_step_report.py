@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import NoStore
 
 torch = pytest.importorskip("torch")
 
@@ -23,15 +24,10 @@ from flowcon.elastic.restart import ElasticEnv  # noqa: E402
 from flowcon.elastic.stopfree import StopFree  # noqa: E402
 
 
-class _NoStore:
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"no store call expected ({name})")
-
-
 def _run(tmp_path: Path) -> StopFree:
     run = StopFree(
         ElasticEnv(global_batch_size=4, iterations=5, checkpoint_dir=tmp_path),
-        store=_NoStore(),
+        store=NoStore(),
         worker_id="w",
         straggler=None,
         checkpoint_every=100,

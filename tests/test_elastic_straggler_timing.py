@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import NoStore
 
 torch = pytest.importorskip("torch")
 
@@ -24,15 +25,10 @@ from flowcon.elastic.straggler import StragglerDetector  # noqa: E402
 WAIT_S = 0.2  # a checkpoint's gather waiting for a slow peer
 
 
-class _NoStore:
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"no store call expected ({name})")
-
-
 def test_a_checkpoint_is_not_counted_in_the_voted_step_time(tmp_path: Path) -> None:
     run = StopFree(
         ElasticEnv(global_batch_size=4, iterations=6, checkpoint_dir=tmp_path),
-        store=_NoStore(),
+        store=NoStore(),
         worker_id="w",
         straggler=StragglerDetector(),
         checkpoint_every=2,

@@ -23,6 +23,15 @@ SHARED = Path(
     os.environ.get("FLOWCON_SHARED", Path(__file__).resolve().parents[2].parent / "shared")
 )
 DEFAULT_THROUGHPUTS = SHARED / "data/throughputs/A100"
+# each shared trace's cluster in the published evaluation (shared/data/README.md)
+PUBLISHED_CLUSTERS = {
+    "195job": "16x8",
+    "cluster01": "64x8",
+    "cluster02": "64x8",
+    "cluster03": "64x8",
+    "cluster05": "64x8",
+    "cluster04": "128x8",
+}
 # batch-size-aware policies (flowcon.alloc.saxena, flowcon.alloc.elasticflow_batch)
 SAXENA_CHOICES = (
     "saxena-dp", "saxena-dp-queue", "max-bs", "min-bs", "random-bs", "max-bs-queue",
