@@ -131,6 +131,9 @@ ENV_LR_RAMP_STEPS: Final = "FLOWCON_LR_RAMP_STEPS"
 # Straggler removal in stop-free jobs (EDL section 5.2): "RATIO,CONSECUTIVE" (default
 # "1.2,10": slower than 1.2 x the median step time for 10 consecutive steps); "0" turns it off.
 ENV_STRAGGLER: Final = "FLOWCON_STRAGGLER"
+# Seconds a stop-free job holds leave requests so that those of one scale-in (signalled one
+# container after another) leave at the same boundary (default 1.0; 0: at the next one).
+ENV_LEAVE_SETTLE_S: Final = "FLOWCON_LEAVE_SETTLE_S"
 
 # Where the executor mounts a job's checkpoint volume in each of its containers.
 CHECKPOINT_MOUNT: Final = "/flowcon/checkpoint"

@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from flowcon import contract
 from flowcon.elastic import rendezvous as rdv
 
 
@@ -42,6 +43,8 @@ class DictStore:
 def test_vote_row_round_trip() -> None:
     v = rdv.Vote(leave=True, step_time=0.25, ready=2, target=4, global_batch=64)
     assert rdv.Vote.from_row(v.row()) == v
+    v = rdv.Vote(leave=True, leave_age=0.75, settle=1.5)
+    assert rdv.Vote.from_row(v.row()) == v
     with pytest.raises(ValueError):
         rdv.Vote.from_row([0.0])
 
@@ -59,6 +62,43 @@ def test_decide() -> None:
     d = rdv.decide([rdv.Vote(leave=True, ready=1, target=2)])
     assert d.leavers == () and d.admit == 1
     assert rdv.decide([rdv.Vote(leave=True), rdv.Vote(leave=True)]).leavers == (0, 1)
+
+
+def test_leave_requests_of_one_scale_in_settle_and_go_together() -> None:
+    """The CI failure of stop 22: a 4 -> 2 scale-in signalled its two leavers one after the
+    other and the job ran at 3 in between. Requests wait until the oldest is rank 0's
+    ``settle`` old, then all that are there go at once."""
+    lead = rdv.Vote(settle=1.0)
+    # the first leaver's request is young: nobody leaves yet, nothing is lost
+    d = rdv.decide([lead, rdv.Vote(leave=True, leave_age=0.3), rdv.Vote(), rdv.Vote()])
+    assert not d.switch
+    # the second arrived meanwhile; once the first is 1 s old, both go at this boundary
+    votes = [lead, rdv.Vote(leave=True, leave_age=1.02), rdv.Vote(leave=True, leave_age=0.7)]
+    assert rdv.decide([*votes, rdv.Vote()]).leavers == (1, 2)
+    # a lone request goes once it is settle old; settle 0 is the next boundary
+    assert rdv.decide([lead, rdv.Vote(leave=True, leave_age=1.0)]).leavers == (1,)
+    assert rdv.decide([rdv.Vote(), rdv.Vote(leave=True)]).leavers == (1,)
+    # rank 0's window counts (another rank's value is ignored), rank 0 may be the leaver
+    assert rdv.decide([rdv.Vote(), rdv.Vote(leave=True, settle=9.0)]).leavers == (1,)
+    d = rdv.decide([rdv.Vote(leave=True, leave_age=0.2, settle=1.0), rdv.Vote()])
+    assert not d.switch
+    # stop and straggler removal do not wait; a joiner admission does not grant a young leave
+    assert rdv.decide([lead, rdv.Vote(leave=True, leave_age=0.1, stop=True)]).stop
+    assert rdv.decide([lead, rdv.Vote()], removed=[1]).leavers == (1,)
+    d = rdv.decide([rdv.Vote(settle=1.0, ready=1, target=3), rdv.Vote(leave=True, leave_age=0.1)])
+    assert (d.admit, d.leavers) == (1, ())
+
+
+def test_leave_settle_from_the_environment() -> None:
+    pytest.importorskip("torch")
+    from flowcon.elastic.stopfree import LEAVE_SETTLE_DEFAULT_S, leave_settle_from_env
+
+    assert leave_settle_from_env({}) == LEAVE_SETTLE_DEFAULT_S == 1.0
+    assert leave_settle_from_env({contract.ENV_LEAVE_SETTLE_S: "0"}) == 0.0
+    assert leave_settle_from_env({contract.ENV_LEAVE_SETTLE_S: " 2.5 "}) == 2.5
+    for bad in ("-1", "soon", "nan", "inf"):
+        with pytest.raises(ValueError, match="FLOWCON_LEAVE_SETTLE_S"):
+            leave_settle_from_env({contract.ENV_LEAVE_SETTLE_S: bad})
 
 
 def test_new_rank_keeps_the_order_of_stayers() -> None:

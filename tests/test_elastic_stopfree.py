@@ -58,6 +58,9 @@ class Job:
             "OMP_NUM_THREADS": "1",
             "SF_OUT": str(tmp),
             contract.ENV_STRAGGLER: "0",  # the straggler test turns it on
+            # the gate says where events land: leave at the next boundary (the settle
+            # test turns the window on)
+            contract.ENV_LEAVE_SETTLE_S: "0",
             **extra,
         }
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -296,6 +299,38 @@ def test_straggler_is_removed_like_a_scale_in(tmp_path: Path) -> None:
     before = (ts[removed_at] - ts[1]) / (removed_at - 1)
     after = (ts[iterations] - ts[removed_at + 2]) / (iterations - removed_at - 2)
     assert after < before / 2, (before, after)
+
+
+@pytest.mark.parametrize("settle", ["2", "0"])
+def test_the_leavers_of_one_scale_in_leave_together(tmp_path: Path, settle: str) -> None:
+    """4 -> 2 with the two leave signals 0.6 s apart, as an executor sends them one container
+    after another (stop 22's CI failure: the job ran at 3 in between). With a 2 s settle
+    window both leave at one boundary, one switch; without it (0) the job runs at 3 first,
+    which is what this test would see if the window did not work."""
+    iterations = 70  # 10 epochs at 0.05 s a step: the window is 40 steps
+    job = Job(tmp_path, iterations, SF_STEP_S="0.05", **{contract.ENV_LEAVE_SETTLE_S: settle})
+    job.gate(5)
+    for rank, name in enumerate("abcd"):
+        job.start(name, WORLD_SIZE="4", RANK=str(rank))
+    job.wait("step 5", lambda: job.at(5))
+    job.procs["c"].send_signal(signal.SIGUSR1)
+    job.gate(iterations)
+    time.sleep(0.6)
+    job.procs["d"].send_signal(signal.SIGUSR1)
+    left = contract.EXIT_LEFT
+    assert job.finish() == {"a": 0, "b": 0, "c": left, "d": left}, job.logs()
+    check_exactly_once(job.records(), iterations)
+    worlds = [r["world"] for r in sorted(job.records(), key=lambda r: r["step"]) if r["rank"] == 0]
+    changes = [w for i, w in enumerate(worlds) if i == 0 or w != worlds[i - 1]]
+    scaled = job.events("scaled")
+    gone = job.events("left")
+    if settle == "0":
+        assert changes == [4, 3, 2], changes
+        assert [(e["world_size"], e["left"]) for e in scaled] == [(3, 1), (2, 1)], scaled
+        return
+    assert changes == [4, 2], changes
+    assert [(e["world_size"], e["left"]) for e in scaled] == [(2, 2)], scaled
+    assert len(gone) == 2 and gone[0]["step"] == gone[1]["step"] == scaled[0]["step"], gone
 
 
 def test_global_batch_changes_with_a_scale_out(tmp_path: Path) -> None:

@@ -46,6 +46,8 @@ VOTE_FIELDS: Final = (
     "global_batch",  # rank 0: the global batch those joiners ask for (0: unchanged)
     "batch",  # rank 0: a global batch the script asked for (set_global_batch; 0: none)
     "upto",  # rank 0: the last joiner slot those joiners cover (withdrawn ones included)
+    "leave_age",  # seconds since this rank's leave request (0: none)
+    "settle",  # rank 0: leave requests wait until the oldest is this old (FLOWCON_LEAVE_SETTLE_S)
 )
 VOTE_LEN: Final = len(VOTE_FIELDS)
 
@@ -72,6 +74,8 @@ class Vote:
     global_batch: int = 0
     batch: int = 0
     upto: int = 0
+    leave_age: float = 0.0
+    settle: float = 0.0
 
     def row(self) -> list[float]:
         return [
@@ -83,6 +87,8 @@ class Vote:
             float(self.global_batch),
             float(self.batch),
             float(self.upto),
+            float(self.leave_age),
+            float(self.settle),
         ]
 
     @staticmethod
@@ -98,6 +104,8 @@ class Vote:
             global_batch=round(row[5]),
             batch=round(row[6]),
             upto=round(row[7]),
+            leave_age=float(row[8]),
+            settle=float(row[9]),
         )
 
 
@@ -132,6 +140,13 @@ def decide(
     adjustment happens iff all new workers have reported). At least one running rank stays
     when joiners come in (it holds the state to replicate): leaves that would empty the job
     while joiners are admitted wait.
+
+    Leave requests settle (rank 0's ``settle`` seconds): they are granted once the oldest
+    of them is that old, all together. One scale-in signals its leavers one after another
+    (on Swarm through each node's engine), so they reach their ranks a few steps apart; without
+    the window a 4 -> 2 decision would run at 3 in between, with one more switch and an
+    uneven batch split the allocator never chose. A request stays pending, never lost: its
+    age only grows, so it is granted within ``settle`` seconds and the next boundary.
     """
     world = len(votes)
     if world == 0:
@@ -139,6 +154,8 @@ def decide(
     if any(v.stop for v in votes):
         return Decision(stop=True)
     asked = {r for r, v in enumerate(votes) if v.leave}
+    if asked and max(votes[r].leave_age for r in asked) < votes[0].settle:
+        asked = set()  # settling: the others of the same scale-in may still be on the way
     if len(asked | set(removed)) >= world > len(asked):
         removed = ()  # a straggler removal never ends the job: only leave requests may
     leavers = sorted(asked | set(removed))

@@ -29,7 +29,9 @@ What happens at each step boundary (``steps`` does it between two iterations):
   file (Elan IV's IO-free replication; ``sources`` > 1 spreads the tensors over several
   holders, Elan's concurrent replication);
 - scale-in (EDL 4.2 "graceful exit"): a SIGUSR1'd rank, or a straggler (EDL 5.2), leaves at
-  the boundary and its process exits ``EXIT_LEFT``; the others re-form, no state moves;
+  the boundary and its process exits ``EXIT_LEFT``; the others re-form, no state moves.
+  Leave requests settle for ``FLOWCON_LEAVE_SETTLE_S`` (1 s) first, so that the leavers of
+  one scale-in, signalled one after another, go at the same boundary;
 - failure (EDL 4.2 "consistent recovery", in memory): a collective that fails (a peer killed)
   sends the survivors to the store, where they agree on the membership and on the newest step
   all of them hold an in-memory snapshot of; they restore it and re-form;
@@ -307,6 +309,25 @@ def straggler_from_env(env: Mapping[str, str] | None = None) -> StragglerDetecto
     return StragglerDetector(ratio=ratio, consecutive=consecutive)
 
 
+LEAVE_SETTLE_DEFAULT_S: Final = 1.0
+
+
+def leave_settle_from_env(env: Mapping[str, str] | None = None) -> float:
+    """``FLOWCON_LEAVE_SETTLE_S``: seconds leave requests settle (rendezvous.decide)."""
+    raw = (os.environ if env is None else env).get(contract.ENV_LEAVE_SETTLE_S, "").strip()
+    if not raw:
+        return LEAVE_SETTLE_DEFAULT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(
+            f"environment {contract.ENV_LEAVE_SETTLE_S}={raw!r}: expected seconds >= 0"
+        )
+    return value
+
+
 def default_worker_id() -> str:
     """A worker id when the executor gave none: containers on host networking share the
     hostname, and each may be PID 1, so a random part keeps the ids apart."""
@@ -330,6 +351,8 @@ class StopFree(Elastic):
     128 MB to 2 joiners in 0.22-0.25 s against 0.25-0.28 s from one on a 2-core host, no
     difference at 16 MB). ``straggler``: a
     ``StragglerDetector`` keyed by worker id, None (off), or "env" (``FLOWCON_STRAGGLER``).
+    ``leave_settle_s``: rank 0's window for leave requests (None: ``FLOWCON_LEAVE_SETTLE_S``,
+    default 1 s); those of one scale-in leave together (``rendezvous.decide``).
     """
 
     def __init__(
@@ -347,6 +370,7 @@ class StopFree(Elastic):
         poll_s: float = 0.05,
         sources: int = 2,
         straggler: Any = "env",
+        leave_settle_s: float | None = None,
         checkpoint_every: int | None = None,
         install_signal_handlers: bool = True,
     ) -> None:
@@ -372,7 +396,11 @@ class StopFree(Elastic):
         self.coordinate_every = max(1, coordinate_every)
         self.sources = max(1, sources)
         self.straggler = straggler_from_env() if straggler == "env" else straggler
+        self.leave_settle_s = (
+            leave_settle_from_env() if leave_settle_s is None else max(0.0, leave_settle_s)
+        )
         self.leave_requested = False
+        self._leave_at = 0.0  # time.monotonic() of the first leave request
         self._batch_request = 0
         self._admitting = 0  # joiner slots used up by the switch under way
         self.poll_s = poll_s
@@ -395,7 +423,14 @@ class StopFree(Elastic):
             signal.signal(signal.SIGUSR1, self._on_leave)
 
     def _on_leave(self, signum: int, frame: Any) -> None:
-        self.leave_requested = True
+        self.request_leave()
+
+    def request_leave(self) -> None:
+        """Leave the job at an agreed step boundary (SIGUSR1 calls this); repeats keep the
+        first request's time (the launcher repeats the signal)."""
+        if not self.leave_requested:
+            self._leave_at = time.monotonic()
+            self.leave_requested = True
 
     # -- the script's API
 
@@ -650,6 +685,8 @@ class StopFree(Elastic):
             global_batch=next((j.global_batch for j in reversed(ready) if j.global_batch), 0),
             batch=self._batch_request if self.rank == 0 else 0,
             upto=upto,
+            leave_age=time.monotonic() - self._leave_at if self.leave_requested else 0.0,
+            settle=self.leave_settle_s if self.rank == 0 else 0.0,
         )
         try:
             votes = self._gather(vote)
