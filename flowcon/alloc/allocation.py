@@ -228,33 +228,33 @@ def distribute_spare(
         r = job.remaining
         if r <= 0:
             continue
-        if cur <= 0 and memo is not None:
-            _, tier0, chain0, top0 = _from_zero(job, total_gpus, slot, memo)
-            if r >= top0:  # as below: the cached chain
-                items.extend([(k, tier0, idx, n) for k, n in chain0])
-                continue
-        items.extend(_entries(job, idx, cur, r, total_gpus, slot))
+        zero = _from_zero(job, total_gpus, slot, memo) if cur <= 0 and memo is not None else None
+        items.extend(_entries(job, idx, cur, r, total_gpus, slot, zero))
     _merge(items, held, spare)
     for idx, job in enumerate(jobs):
         alloc[job.job_id] = held[idx]
     return alloc
 
 
-def _entries(job: Job, idx: int, cur: int, r: float, total_gpus: int, slot: float) -> list[_Entry]:
+def _entries(
+    job: Job, idx: int, cur: int, r: float, total_gpus: int, slot: float,
+    zero: _Zero | None = None,
+) -> list[_Entry]:  # fmt: skip
     """One job's steps for ``_merge`` (``distribute_spare``): the cached chain unless its
-    remaining work ``r`` caps a step."""
+    remaining work ``r`` caps a step. ``zero``: the memo's entry of a job that holds no GPU
+    (``_from_zero``: its tier and its chain from zero GPUs), used instead of looking them up."""
+    if zero is not None and r >= zero[3]:
+        return [(k, zero[1], idx, n) for k, n in zero[2]]
     cap = job.gpu_cap(total_gpus)
     curve = job.curve
     table = _steps(curve, cap, slot)
-    if cur > 0:
-        chain, top = _chain(curve, cap, slot, cur, table)
-    else:
-        chain, top = _chain_from_zero(curve, cap, slot, _next_step(job, 0, cap), table)
-    if r >= top:
-        if not chain:
-            return []
-        tier = _tier(job)
-        return [(k, tier, idx, n) for k, n in chain]
+    if zero is None:
+        if cur > 0:
+            chain, top = _chain(curve, cap, slot, cur, table)
+        else:
+            chain, top = _chain_from_zero(curve, cap, slot, _next_step(job, 0, cap), table)
+        if r >= top:
+            return [(k, _tier(job), idx, n) for k, n in chain] if chain else []
     nxt = _next_step(job, cur, cap)
     if nxt is None:
         return []
