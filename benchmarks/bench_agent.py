@@ -179,7 +179,9 @@ def run_size(
     finally:
         with cleanup_guard():
             listener.stop()
-            for c in client.containers.list(all=True, filters={"label": f"flowcon.bench={run}"}):
+            for c in client.containers.list(
+                ignore_removed=True, all=True, filters={"label": f"flowcon.bench={run}"}
+            ):
                 with contextlib.suppress(docker.errors.APIError):
                     c.remove(force=True)
             for c in ctls.values():

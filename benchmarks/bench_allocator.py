@@ -222,7 +222,7 @@ def _iso(ts: float) -> str:
 
 
 def _sweep(client, label: str) -> None:  # type: ignore[no-untyped-def]
-    for c in client.containers.list(all=True, filters={"label": label}):
+    for c in client.containers.list(ignore_removed=True, all=True, filters={"label": label}):
         with contextlib.suppress(Exception):
             c.remove(force=True)
     for kind in ("networks", "volumes"):

@@ -942,7 +942,10 @@ def interrupted_commands(
 def labelled_leftovers(client: Any, label: str) -> list[str]:
     """Containers, volumes and networks carrying ``label`` (k=v)."""
     flt = {"label": label}
-    left = [f"container {c.id[:12]}" for c in client.containers.list(all=True, filters=flt)]
+    left = [
+        f"container {c.id[:12]}"
+        for c in client.containers.list(ignore_removed=True, all=True, filters=flt)
+    ]
     left += [f"volume {v.name}" for v in client.volumes.list(filters=flt)]
     left += [f"network {n.name}" for n in client.networks.list(filters=flt)]
     return left

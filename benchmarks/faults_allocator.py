@@ -113,7 +113,9 @@ def run_containers(docker_client: Any, run_id: str) -> list[Any]:
     one engine or on each of a list of engines."""
     out: list[Any] = []
     for client in engines(docker_client):
-        out += client.containers.list(filters={"label": f"flowcon.faults={run_id}"})
+        out += client.containers.list(
+            ignore_removed=True, filters={"label": f"flowcon.faults={run_id}"}
+        )
     return out
 
 
@@ -285,7 +287,9 @@ class StepPoller:
             found = []
             for client in engines(self.client):  # one engine, or each node of the swarm
                 with contextlib.suppress(Exception):
-                    found += client.containers.list(all=True, filters={"label": self.selector})
+                    found += client.containers.list(
+                        ignore_removed=True, all=True, filters={"label": self.selector}
+                    )
             for c in found:
                 with contextlib.suppress(Exception):
                     text = c.logs(stdout=True, stderr=False).decode(errors="replace")
@@ -376,7 +380,7 @@ class KillSession:
             with contextlib.suppress(Exception):
                 self._events.close()
         for c in self.docker.containers.list(
-            all=True, filters={"label": f"flowcon.faults={self.run_id}"}
+            ignore_removed=True, all=True, filters={"label": f"flowcon.faults={self.run_id}"}
         ):
             with contextlib.suppress(Exception):
                 c.remove(force=True)
@@ -766,7 +770,7 @@ class EngineRestartSession:
             self.alloc.stop()
             self.poller.stop()
             with contextlib.suppress(Exception):
-                for c in self.docker.containers.list(all=True):
+                for c in self.docker.containers.list(ignore_removed=True, all=True):
                     c.remove(force=True)
             self.docker.close()
         finally:
@@ -969,7 +973,7 @@ class SwarmNodeRestartSession:
                     svc.remove()
             for client in self._engines():
                 with contextlib.suppress(Exception):
-                    for c in client.containers.list(all=True, filters=sel):
+                    for c in client.containers.list(ignore_removed=True, all=True, filters=sel):
                         c.remove(force=True)
                 with contextlib.suppress(Exception):
                     for v in client.volumes.list(filters=sel):
@@ -1048,7 +1052,9 @@ class CorruptCheckpointSession:
         from flowcon.contract import LABEL_JOB
 
         found = self.docker.containers.list(
-            all=True, filters={"label": [f"flowcon.faults={self.run_id}", f"{LABEL_JOB}={job}"]}
+            ignore_removed=True,
+            all=True,
+            filters={"label": [f"flowcon.faults={self.run_id}", f"{LABEL_JOB}={job}"]},
         )
         return found[0] if found else None
 
@@ -1130,7 +1136,7 @@ class CorruptCheckpointSession:
             self.alloc.stop()
         finally:
             for c in self.docker.containers.list(
-                all=True, filters={"label": f"flowcon.faults={self.run_id}"}
+                ignore_removed=True, all=True, filters={"label": f"flowcon.faults={self.run_id}"}
             ):
                 with contextlib.suppress(Exception):
                     c.remove(force=True)

@@ -41,7 +41,7 @@ class NoStore:
 
 def remove_labeled(client, label: str) -> None:  # type: ignore[no-untyped-def]
     """Force-remove every container carrying ``label`` (``key`` or ``key=value``)."""
-    for c in client.containers.list(all=True, filters={"label": label}):
+    for c in client.containers.list(ignore_removed=True, all=True, filters={"label": label}):
         with contextlib.suppress(Exception):
             c.remove(force=True)
 

@@ -297,6 +297,6 @@ def test_agent_survives_engine_restart(private_engine, tmp_agent, tmp_path):  # 
     assert "event stream connected" in agent.text()
     assert agent.stop() == 0
     assert host_cfg(after)["NanoCpus"] == client.info()["NCPU"] * NANO  # restored
-    for c in client.containers.list(all=True):
+    for c in client.containers.list(ignore_removed=True, all=True):
         c.remove(force=True)
     assert main_bridge.exists() == main_bridge_before, "the private engine removed docker0"

@@ -84,7 +84,8 @@ def _leftovers(swarm: Any, stack: str) -> list[str]:
     for node, client in (("node1", swarm.manager), ("node2", swarm.node2)):
         left += [f"{node} volume {v.name}" for v in client.volumes.list(filters=flt)]
         left += [
-            f"{node} container {c.name}" for c in client.containers.list(all=True, filters=flt)
+            f"{node} container {c.name}"
+            for c in client.containers.list(ignore_removed=True, all=True, filters=flt)
         ]
     return left
 
@@ -96,7 +97,9 @@ def _remove_stack(swarm: Any, stack: str) -> None:
     flt = {"label": f"com.docker.stack.namespace={stack}"}
     end = time.monotonic() + 90
     clients = (swarm.manager, swarm.node2)
-    while time.monotonic() < end and any(c.containers.list(all=True, filters=flt) for c in clients):
+    while time.monotonic() < end and any(
+        c.containers.list(ignore_removed=True, all=True, filters=flt) for c in clients
+    ):
         time.sleep(1)
     for client in clients:
         for v in client.volumes.list(filters=flt):
@@ -174,7 +177,7 @@ def _stack_env(tmp: Path, swarm: Any, port: int, run_id: str) -> dict[str, str]:
 
 def _agent_container(client: Any, stack: str) -> Any:
     flt = {"label": f"com.docker.swarm.service.name={stack}_agent"}
-    running = client.containers.list(filters=flt)
+    running = client.containers.list(ignore_removed=True, filters=flt)
     return running[0] if running else None
 
 

@@ -48,7 +48,9 @@ def test_agent_manages_a_task_opted_in_by_deploy_labels(
     )
     try:
         flt = {"label": [f"flowcon.test={run_id}", f"com.docker.swarm.service.id={svc.id}"]}
-        (task,) = wait_for(lambda: swarm.manager.containers.list(filters=flt), timeout=90)
+        (task,) = wait_for(
+            lambda: swarm.manager.containers.list(ignore_removed=True, filters=flt), timeout=90
+        )
         assert "flowcon.enable" not in task.labels  # only the service carries it
         cfg = tmp_path / "agent.yaml"
         conf = {

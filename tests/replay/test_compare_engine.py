@@ -89,4 +89,9 @@ def test_compare_repeat_alternates_and_pins_threads(  # type: ignore[no-untyped-
     assert "(makespan)" in (out / "compare.csv").read_text()
 
     key, value = next(iter(labels.items()))
-    assert docker_client.containers.list(all=True, filters={"label": f"{key}={value}"}) == []
+    assert (
+        docker_client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"{key}={value}"}
+        )
+        == []
+    )

@@ -62,7 +62,9 @@ def tiny(iterations: int = 60, itval: float = 2) -> dict[str, object]:
 
 
 def leftovers(client, run_id: str) -> list[str]:  # type: ignore[no-untyped-def]
-    found = client.containers.list(all=True, filters={"label": f"{REPLAY_LABEL}={run_id}"})
+    found = client.containers.list(
+        ignore_removed=True, all=True, filters={"label": f"{REPLAY_LABEL}={run_id}"}
+    )
     return [c.name for c in found]
 
 
@@ -163,7 +165,7 @@ def test_interrupt_removes_containers(docker_client, test_run_id, tmp_path, sig)
     try:
         deadline = time.time() + 60
         while time.time() < deadline:
-            running = docker_client.containers.list(filters={"label": label})
+            running = docker_client.containers.list(ignore_removed=True, filters={"label": label})
             if len(running) == 2:
                 break
             time.sleep(0.3)
@@ -173,9 +175,14 @@ def test_interrupt_removes_containers(docker_client, test_run_id, tmp_path, sig)
         out, _ = proc.communicate(timeout=60)
         assert proc.returncode == 130, out.decode()
         assert b"containers removed" in out
-        assert docker_client.containers.list(all=True, filters={"label": label}) == []
+        assert (
+            docker_client.containers.list(ignore_removed=True, all=True, filters={"label": label})
+            == []
+        )
     finally:
         if proc.poll() is None:
             proc.kill()
-        for c in docker_client.containers.list(all=True, filters={"label": label}):
+        for c in docker_client.containers.list(
+            ignore_removed=True, all=True, filters={"label": label}
+        ):
             c.remove(force=True)

@@ -82,6 +82,6 @@ def test_none_records_growth_with_a_dry_run_agent(  # type: ignore[no-untyped-de
     assert read_run(out).growth == result.growth
     assert (out / "growth.png").stat().st_size > 5000
     left = docker_client.containers.list(
-        all=True, filters={"label": f"{REPLAY_LABEL}={result.run_id}"}
+        ignore_removed=True, all=True, filters={"label": f"{REPLAY_LABEL}={result.run_id}"}
     )
     assert left == []

@@ -96,7 +96,7 @@ def containers(docker_client, run_id, job=None):  # type: ignore[no-untyped-def]
     labels = [f"{TEST_LABEL}={run_id}"]
     if job:
         labels.append(f"{LABEL_JOB}={job}")
-    return docker_client.containers.list(all=True, filters={"label": labels})
+    return docker_client.containers.list(ignore_removed=True, all=True, filters={"label": labels})
 
 
 def env_of(c):  # type: ignore[no-untyped-def]

@@ -60,12 +60,18 @@ def engine_objects(docker_client, rid: str) -> dict[str, int]:  # type: ignore[n
     with contextlib.suppress(Exception):  # not a swarm manager: there are none
         services = len(docker_client.services.list(filters=flt))
     return {
-        "containers": len(docker_client.containers.list(all=True, filters=flt)),
+        "containers": len(
+            docker_client.containers.list(ignore_removed=True, all=True, filters=flt)
+        ),
         "volumes": len(docker_client.volumes.list(filters=flt)),
         "networks": len(docker_client.networks.list(filters=flt)),
         "services": services,
         "all containers of the dry-run jobs": sum(
-            len(docker_client.containers.list(all=True, filters={"label": f"{LABEL_JOB}={n}"}))
+            len(
+                docker_client.containers.list(
+                    ignore_removed=True, all=True, filters={"label": f"{LABEL_JOB}={n}"}
+                )
+            )
             for n in ("dry-fits", "dry-huge", "dry-auto")
         ),
     }

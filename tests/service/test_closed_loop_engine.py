@@ -165,7 +165,9 @@ def test_agent_measurements_refine_the_curve_and_drive_admission(env, agent, doc
     wait_for(
         lambda: (
             not docker_client.containers.list(
-                all=True, filters={"label": [f"{TEST_LABEL}={rid}", f"flowcon.job={a_name}"]}
+                ignore_removed=True,
+                all=True,
+                filters={"label": [f"{TEST_LABEL}={rid}", f"flowcon.job={a_name}"]},
             )
         ),
         30,

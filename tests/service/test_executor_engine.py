@@ -179,7 +179,9 @@ def test_bad_input_creates_nothing(executor: Executor, docker_client, test_run_i
     bad_image = step_job_spec("exbad", image="flowcon/does-not-exist:1")
     with pytest.raises(ExecutorError, match="not found"):
         executor.launch(bad_image, {"node1": ["0"], "node2": ["0"]})
-    left = docker_client.containers.list(all=True, filters={"label": f"flowcon.test={test_run_id}"})
+    left = docker_client.containers.list(
+        ignore_removed=True, all=True, filters={"label": f"flowcon.test={test_run_id}"}
+    )
     assert left == []
 
 

@@ -21,7 +21,9 @@ def _env(c) -> dict[str, str]:  # type: ignore[no-untyped-def]
 
 
 def _job_containers(client, job: str) -> list:  # type: ignore[no-untyped-def, type-arg]
-    return client.containers.list(all=True, filters={"label": f"flowcon.job={job}"})
+    return client.containers.list(
+        ignore_removed=True, all=True, filters={"label": f"flowcon.job={job}"}
+    )
 
 
 @pytest.fixture

@@ -232,7 +232,9 @@ class Logs:
 
     def poll(self) -> None:
         try:  # the SDK inspects each listed container: one removed meanwhile is a 404
-            found = self.client.containers.list(all=True, filters={"label": self.labels})
+            found = self.client.containers.list(
+                ignore_removed=True, all=True, filters={"label": self.labels}
+            )
         except docker.errors.NotFound:
             return  # the next poll sees the job's containers as they are then
         for c in found:

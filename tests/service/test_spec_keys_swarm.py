@@ -75,7 +75,10 @@ def test_every_spec_key_reaches_the_service(swarm, swarm_executor, tmp_path, tes
         assert labels["flowcon.job"] == name
     # the task's container got them too, and the job sees its data and its /dev/shm size
     c = wait_for(
-        lambda: swarm.manager.containers.list(filters={"label": f"flowcon.job={name}"}), 60
+        lambda: swarm.manager.containers.list(
+            ignore_removed=True, filters={"label": f"flowcon.job={name}"}
+        ),
+        60,
     )[0]
     wait_for(lambda: "imagenet-ish" in c.logs().decode(), 30)
     assert str(256 * 1024) in c.logs().decode()

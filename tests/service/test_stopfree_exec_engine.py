@@ -60,7 +60,9 @@ def test_stopfree_rescale_never_restarts_the_running_container(
     assert res.left == ("flowcon-sfx--node1-w1",)
     names = [
         c.name
-        for c in docker_client.containers.list(all=True, filters={"label": "flowcon.job=sfx"})
+        for c in docker_client.containers.list(
+            ignore_removed=True, all=True, filters={"label": "flowcon.job=sfx"}
+        )
     ]
     assert names == [c0.name]  # the leaver is removed
     c0.reload()
@@ -141,7 +143,9 @@ def test_example_job_scales_1_2_1_without_restarting(
     assert steps == sorted(steps) and len(set(steps)) == len(steps), steps  # no restart
     worlds = [m.get("world_size") for m in step_metrics(executor, "sfex")]
     assert worlds[0] == 1 and 2 in worlds and worlds[-1] == 1
-    found = docker_client.containers.list(all=True, filters={"label": "flowcon.job=sfex"})
+    found = docker_client.containers.list(
+        ignore_removed=True, all=True, filters={"label": "flowcon.job=sfex"}
+    )
     assert [c.name for c in found] == [c0.name]
 
 
@@ -177,7 +181,10 @@ def test_a_killed_worker_container_is_replaced_while_the_job_goes_on(
     executor.launch(spec, placement)
     wait_for(lambda: any(m.get("world_size") == 3 for m in step_metrics(executor, "sfk")), 180)
     names = sorted(
-        c.name for c in docker_client.containers.list(filters={"label": "flowcon.job=sfk"})
+        c.name
+        for c in docker_client.containers.list(
+            ignore_removed=True, filters={"label": "flowcon.job=sfk"}
+        )
     )
     assert len(names) == 3
     host, victim = names[0], names[2]

@@ -45,7 +45,9 @@ def swarm_executor(swarm, labeled, tmp_path: Path):  # type: ignore[no-untyped-d
 
 
 def _containers(client, job: str) -> list:  # type: ignore[no-untyped-def, type-arg]
-    return client.containers.list(all=True, filters={"label": f"flowcon.job={job}"})
+    return client.containers.list(
+        ignore_removed=True, all=True, filters={"label": f"flowcon.job={job}"}
+    )
 
 
 def test_join_on_node2_and_leave_keep_the_first_service(swarm, swarm_executor) -> None:  # type: ignore[no-untyped-def]

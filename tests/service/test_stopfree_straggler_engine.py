@@ -204,7 +204,9 @@ def test_a_cpu_throttled_worker_is_removed_and_the_job_runs_at_the_rate_of_the_r
     assert ReconcileEvent(JOB, "left", c2.name, "straggler") in events, events
     names = {
         c.name
-        for c in docker_client.containers.list(all=True, filters={"label": f"flowcon.job={JOB}"})
+        for c in docker_client.containers.list(
+            ignore_removed=True, all=True, filters={"label": f"flowcon.job={JOB}"}
+        )
     }
     assert names == {c0.name, c1.name}
     state = executor.job(JOB)
