@@ -49,6 +49,7 @@ import dataclasses
 import datetime as _dt
 import faulthandler
 import inspect
+import math
 import os
 import secrets
 import signal
@@ -320,8 +321,8 @@ def leave_settle_from_env(env: Mapping[str, str] | None = None) -> float:
     try:
         value = float(raw)
     except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
+        value = math.nan
+    if not 0 <= value < math.inf:
         raise ValueError(
             f"environment {contract.ENV_LEAVE_SETTLE_S}={raw!r}: expected seconds >= 0"
         )
@@ -423,11 +424,8 @@ class StopFree(Elastic):
             signal.signal(signal.SIGUSR1, self._on_leave)
 
     def _on_leave(self, signum: int, frame: Any) -> None:
-        self.request_leave()
-
-    def request_leave(self) -> None:
-        """Leave the job at an agreed step boundary (SIGUSR1 calls this); repeats keep the
-        first request's time (the launcher repeats the signal)."""
+        """SIGUSR1: leave at an agreed step boundary; a repeat (the launcher repeats the
+        signal) keeps the first request's time, from which its settle window runs."""
         if not self.leave_requested:
             self._leave_at = time.monotonic()
             self.leave_requested = True
