@@ -32,7 +32,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
+import launcher_procs  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from flowcon import contract  # noqa: E402
@@ -79,8 +79,7 @@ def _env(tmp: Path, iterations: int) -> dict[str, str]:
 
 
 def _start(log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    with open(log, "wb") as out:
-        return subprocess.Popen([sys.executable, str(TRAIN)], env=env, stdout=out, stderr=out)
+    return launcher_procs.start(TRAIN, log, env)
 
 
 def _until(what: str, cond: Any, procs: dict[str, subprocess.Popen[bytes]], logs: Any) -> None:
@@ -158,11 +157,9 @@ def test_hybrid_scaling_keeps_the_loss_of_the_fixed_batch_run(tmp_path: Path) ->
             )
         finally:
             os.kill(worker, signal.SIGCONT)
-        codes = {n: p.wait(timeout=60) for n, p in procs.items()}
+        codes = launcher_procs.wait_all(procs, logs, timeout=60)
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
+        launcher_procs.kill_all(procs)
     assert codes == {"fixed": 0, "a": 0, "b": 0}, logs["a"].read_text()[-2000:]
     fixed = _lines(logs["fixed"])
     hybrid = _lines(logs["a"]) + _lines(logs["b"])  # rank 0 stays in a (the store host)

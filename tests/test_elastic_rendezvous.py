@@ -204,3 +204,16 @@ def test_a_straggler_removal_never_empties_the_job() -> None:
         0,
         1,
     )
+
+
+def test_a_straggler_removal_counts_settling_leave_requests() -> None:
+    """A removal in the settle window: the stayer removed while the other rank's request
+    settles must stay (the job would be left to the leaver alone, which then goes too), and
+    a straggler that asked to leave goes with its scale-in, not alone before it."""
+    lead = rdv.Vote(settle=1.0)
+    young = rdv.Vote(leave=True, leave_age=0.2)
+    assert not rdv.decide([lead, young], removed=[0]).switch
+    assert rdv.decide([lead, rdv.Vote(leave=True, leave_age=1.0)], removed=[0]).leavers == (1,)
+    assert not rdv.decide([lead, young, rdv.Vote(), rdv.Vote()], removed=[1]).switch
+    # a removal of a rank that did not ask still goes at once
+    assert rdv.decide([lead, young, rdv.Vote(), rdv.Vote()], removed=[2]).leavers == (2,)

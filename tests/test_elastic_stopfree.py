@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
+import launcher_procs  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from flowcon import contract  # noqa: E402
@@ -421,29 +422,19 @@ def test_the_store_host_outlives_its_leaving_worker(tmp_path: Path) -> None:
     logs = {n: tmp_path / f"{n}.log" for n in "ab"}
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        with open(logs["a"], "wb") as out:
-            procs["a"] = subprocess.Popen(
-                [sys.executable, str(TRAIN)],
-                env={**env, "WORLD_SIZE": "1", "RANK": "0", "FLOWCON_STORE_HOST": "1"},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        procs["a"] = launcher_procs.start(
+            TRAIN, logs["a"], {**env, "WORLD_SIZE": "1", "RANK": "0", "FLOWCON_STORE_HOST": "1"}
+        )
         _wait_line(logs["a"], lambda x: x.get("step", 0) >= 10, procs["a"])
-        with open(logs["b"], "wb") as out:
-            procs["b"] = subprocess.Popen(
-                [sys.executable, str(TRAIN)],
-                env={**env, "FLOWCON_JOIN": "1", "FLOWCON_TARGET_WORLD": "2"},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        procs["b"] = launcher_procs.start(
+            TRAIN, logs["b"], {**env, "FLOWCON_JOIN": "1", "FLOWCON_TARGET_WORLD": "2"}
+        )
         _wait_line(logs["b"], lambda x: x.get("event") == "joined", procs["b"])
         procs["a"].send_signal(signal.SIGUSR1)
         _wait_line(logs["a"], lambda x: x.get("event") == "store_host_only")
-        codes = {n: p.wait(timeout=60) for n, p in procs.items()}
+        codes = launcher_procs.wait_all(procs, logs, timeout=60)
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
+        launcher_procs.kill_all(procs)
     assert codes == {"a": 0, "b": 0}, logs["b"].read_text()[-2000:]
     (host,) = [x for x in _lines(logs["a"]) if x.get("event") == "store_host_only"]
     assert host["exit_codes"] == [contract.EXIT_LEFT]
@@ -466,46 +457,35 @@ def test_example_job_under_the_stopfree_launcher(tmp_path: Path) -> None:
     logs = {n: tmp_path / f"{n}.log" for n in "ab"}
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        with open(logs["a"], "wb") as out:
-            procs["a"] = subprocess.Popen(
-                [sys.executable, str(TRAIN)],
-                env={
-                    **env,
-                    "WORLD_SIZE": "1",
-                    "RANK": "0",
-                    "FLOWCON_STORE_HOST": "1",
-                    contract.ENV_WORKER_ID: "a",
-                },
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        procs["a"] = launcher_procs.start(
+            TRAIN,
+            logs["a"],
+            {
+                **env,
+                "WORLD_SIZE": "1",
+                "RANK": "0",
+                "FLOWCON_STORE_HOST": "1",
+                contract.ENV_WORKER_ID: "a",
+            },
+        )
         deadline = time.monotonic() + 40
         while not any(x.get("step", 0) >= 20 for x in _lines(logs["a"])):
             assert time.monotonic() < deadline and procs["a"].poll() is None, logs["a"].read_text()
             time.sleep(0.05)
-        with open(logs["b"], "wb") as out:  # joins the running job
-            procs["b"] = subprocess.Popen(
-                [sys.executable, str(TRAIN)],
-                env={
-                    **env,
-                    "FLOWCON_JOIN": "1",
-                    "FLOWCON_TARGET_WORLD": "2",
-                    contract.ENV_WORKER_ID: "b",
-                },
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
+        procs["b"] = launcher_procs.start(  # joins the running job
+            TRAIN,
+            logs["b"],
+            {**env, "FLOWCON_JOIN": "1", "FLOWCON_TARGET_WORLD": "2", contract.ENV_WORKER_ID: "b"},
+        )
         deadline = time.monotonic() + 40
         while not any(x.get("event") == "joined" for x in _lines(logs["b"])):
             assert time.monotonic() < deadline and procs["a"].poll() is None, logs["a"].read_text()
             time.sleep(0.05)
         time.sleep(0.3)
         procs["b"].send_signal(signal.SIGUSR1)
-        codes = {n: p.wait(timeout=60) for n, p in procs.items()}
+        codes = launcher_procs.wait_all(procs, logs, timeout=60)
     finally:
-        for p in procs.values():
-            if p.poll() is None:
-                p.kill()
+        launcher_procs.kill_all(procs)
     assert codes == {"a": 0, "b": contract.EXIT_LEFT}, logs["a"].read_text()[-2000:]
     a = _lines(logs["a"])
     steps = [x["step"] for x in a if "loss" in x]

@@ -153,11 +153,18 @@ def decide(
         raise ValueError("no votes")
     if any(v.stop for v in votes):
         return Decision(stop=True)
-    asked = {r for r, v in enumerate(votes) if v.leave}
-    if asked and max(votes[r].leave_age for r in asked) < votes[0].settle:
-        asked = set()  # settling: the others of the same scale-in may still be on the way
-    if len(asked | set(removed)) >= world > len(asked):
-        removed = ()  # a straggler removal never ends the job: only leave requests may
+    pending = {r for r, v in enumerate(votes) if v.leave}
+    asked = pending
+    if pending and max(votes[r].leave_age for r in pending) < votes[0].settle:
+        # settling: the others of the same scale-in may still be on the way; a straggler
+        # that asked to leave goes with them, not alone before them
+        asked = set()
+        removed = [r for r in removed if r not in pending]
+    if len(pending | set(removed)) >= world > len(pending):
+        # a straggler removal never ends the job: only leave requests may (pending ones
+        # count: the stayer removed while the last other rank's request settles would leave
+        # the job to that rank, which then goes too, the store host waiting for nobody)
+        removed = ()
     leavers = sorted(asked | set(removed))
     lead = votes[0]
     admit = lead.ready if lead.ready > 0 and world + lead.ready >= lead.target else 0

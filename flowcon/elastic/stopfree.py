@@ -248,8 +248,12 @@ class ElasticDDP(torch.nn.Module):
         object.__setattr__(self, "_comm", comm)
         object.__setattr__(self, "_kwargs", ddp_kwargs)
 
-    def rebuild(self, world_size: int, device_ids: list[int] | None) -> None:
+    def release(self) -> None:
+        """Drop the inner DDP (its reducer holds the generation's process group)."""
         object.__setattr__(self, "_ddp", None)
+
+    def rebuild(self, world_size: int, device_ids: list[int] | None) -> None:
+        self.release()
         if world_size > 1:
             # init_sync=False: the state was replicated already (torch 1.13 has no such
             # option and broadcasts rank 0's parameters once more)
@@ -267,6 +271,25 @@ class ElasticDDP(torch.nn.Module):
         except Exception as exc:  # a collective in DDP's forward failed: recover at boundary
             self._comm.failed = exc
             return self.module(*args, **kwargs)
+
+
+def close_group(wrapped: ElasticDDP | None) -> None:
+    """Destroy the default process group and release ``wrapped``'s DDP, without a deadlock.
+
+    The DDP's reducer holds the group too. Were the reducer its last holder, dropping the DDP
+    would run gloo's destructor with the GIL held; that destructor joins gloo's worker threads,
+    and one of them may be freeing a finished collective's tensor whose Python object it must
+    decref under the GIL: both wait for ever (torch issue 56297; CI, stop 23: rank 0 of a
+    2 -> 1 scale-in hung in ``ElasticDDP.rebuild``). So the group's own Python object is kept
+    until the reducer is gone; dropped last, torch's binding destroys the group with the GIL
+    released, and the worker thread finishes.
+    """
+    group = dist.group.WORLD
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
+    if wrapped is not None:
+        wrapped.release()
+    del group  # the last holder: destroyed with the GIL released
 
 
 # ---------------------------------------------------------------- the runtime
@@ -509,6 +532,12 @@ class StopFree(Elastic):
             self.gen = dataclasses.replace(gen, workers=tuple(str(i) for i in ids))
         else:
             self.gen = dataclasses.replace(gen, workers=(self.worker_id,))
+
+    def close(self) -> None:
+        """Leave this generation's group (see :func:`close_group`)."""
+        if self._pg:
+            close_group(self._wrapped)
+            self._pg = False
 
     def setup(self) -> None:  # the group is the generation's, formed by steps()
         return
