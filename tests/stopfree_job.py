@@ -3,7 +3,8 @@
 Each worker appends one JSON record per step (step, sample ids, rank, world, pid) to
 ``$SF_OUT/ids-<pid>.jsonl``; it waits at the top of a step while the step number is above
 the integer in ``$SF_OUT/gate`` (polling a file, no collective pending), so a test can hold
-the job still while joiners get ready. ``SF_STEP_S``: every worker sleeps that long in each
+the job still while joiners get ready; a worker held there writes the step it waits for to
+``$SF_OUT/held-<pid>``. ``SF_STEP_S``: every worker sleeps that long in each
 step; ``SF_SLOW_WORKER``/``SF_SLOW_S``: that worker id sleeps that much longer (a straggler).
 ``SF_RAMP=K``: the LR follows ``HybridScaling`` (ramp over K steps) instead of StepLR;
 ``SF_BATCH_AT=S:B``: at step S the script asks for global batch B (``set_global_batch``).
@@ -65,6 +66,9 @@ def train(run: StopFree) -> None:
     log = open(out / f"ids-{os.getpid()}.jsonl", "a", buffering=1)  # noqa: SIM115
     steps = run.steps(model, opt, scheduler=sched, sampler=sampler, batch_scaling=hybrid)
     for step in steps:
+        if step > gate(out):
+            # held: this worker's vote at the boundary before ``step`` is done
+            (out / f"held-{os.getpid()}").write_text(str(step))
         while step > gate(out):
             time.sleep(0.02)
         if hybrid is not None:

@@ -111,6 +111,19 @@ class Job:
     def at(self, step: int) -> bool:
         return any(r["step"] >= step for r in self.records())
 
+    def held(self, step: int) -> bool:
+        """Every worker that ran ``step`` waits at the gate before the next one, so each has
+        voted at the boundary after ``step``: a signal sent now lands at the next boundary.
+        (``at(step)`` is true once one worker wrote its record, and a signal that reached a
+        worker before its vote at that boundary landed one step early: CI at stop 23 saw
+        4 -> 2 at step 13 instead of 14.)"""
+        ran = {r["pid"] for r in self.records() if r["step"] == step}
+        waiting = set()
+        for f in self.out.glob("held-*"):
+            if f.read_text().strip() == str(step + 1):
+                waiting.add(int(f.name.split("-", 1)[1]))
+        return bool(ran) and ran <= waiting
+
     def world_at(self, world: int, after: int) -> bool:
         return any(r["world"] == world and r["step"] > after for r in self.records())
 
@@ -191,12 +204,12 @@ def test_scale_1_2_4_2_1_mid_epoch(tmp_path: Path) -> None:
     job.start("d", FLOWCON_JOIN="1", FLOWCON_TARGET_WORLD="4")
     job.wait("c, d ready", lambda: job.joiners_ready(3))
     job.gate(13)
-    job.wait("world 4", lambda: job.world_at(4, 8) and job.at(13))
+    job.wait("world 4", lambda: job.world_at(4, 8) and job.held(13))
     # 4 -> 2: "a" (rank 0, the first worker) and "c" leave
     job.procs["a"].send_signal(signal.SIGUSR1)
     job.procs["c"].send_signal(signal.SIGUSR1)
     job.gate(18)
-    job.wait("world 2 again", lambda: job.world_at(2, 13) and job.at(18))
+    job.wait("world 2 again", lambda: job.world_at(2, 13) and job.held(18))
     # 2 -> 1: "d" leaves, "b" finishes alone
     job.procs["d"].send_signal(signal.SIGUSR1)
     job.gate(iterations)
@@ -516,7 +529,7 @@ def test_sigterm_checkpoints_and_stops_the_whole_job(tmp_path: Path) -> None:
     job.gate(5)
     for rank, name in enumerate("ab"):
         job.start(name, WORLD_SIZE="2", RANK=str(rank))
-    job.wait("step 5", lambda: job.at(5))
+    job.wait("step 5", lambda: job.held(5))
     job.procs["b"].send_signal(signal.SIGTERM)  # one rank's signal stops all
     job.gate(28)
     stopped = contract.EXIT_PREEMPTED
