@@ -481,19 +481,13 @@ def test_example_job_under_the_stopfree_launcher(tmp_path: Path) -> None:
                 contract.ENV_WORKER_ID: "a",
             },
         )
-        deadline = time.monotonic() + 40
-        while not any(x.get("step", 0) >= 20 for x in _lines(logs["a"])):
-            assert time.monotonic() < deadline and procs["a"].poll() is None, logs["a"].read_text()
-            time.sleep(0.05)
+        _wait_line(logs["a"], lambda x: x.get("step", 0) >= 20, procs["a"])
         procs["b"] = launcher_procs.start(  # joins the running job
             TRAIN,
             logs["b"],
             {**env, "FLOWCON_JOIN": "1", "FLOWCON_TARGET_WORLD": "2", contract.ENV_WORKER_ID: "b"},
         )
-        deadline = time.monotonic() + 40
-        while not any(x.get("event") == "joined" for x in _lines(logs["b"])):
-            assert time.monotonic() < deadline and procs["a"].poll() is None, logs["a"].read_text()
-            time.sleep(0.05)
+        _wait_line(logs["b"], lambda x: x.get("event") == "joined", procs["a"])
         time.sleep(0.3)
         procs["b"].send_signal(signal.SIGUSR1)
         codes = launcher_procs.wait_all(procs, logs, timeout=60)
