@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,14 @@ SESSION_LABEL = f"{TEST_LABEL}.session"
 # exec, so the children start as under a terminal.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listened on a moment ago (bound to port 0, then
+    closed): for a store, a metrics server or a probe that must find nothing there."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class NoStore:

@@ -11,7 +11,6 @@ temporary tensors, then the close.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 pytest.importorskip("torch")
 
@@ -57,9 +57,7 @@ WORKER = textwrap.dedent(
 def test_closing_a_generation_never_deadlocks(tmp_path: Path) -> None:
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
     procs = [
         subprocess.Popen(

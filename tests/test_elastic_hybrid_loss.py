@@ -30,7 +30,6 @@ import datetime as dt
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -41,6 +40,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import launcher_procs  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from conftest import free_port  # noqa: E402
 
 from flowcon import contract  # noqa: E402
 from flowcon.elastic import rendezvous as rdv  # noqa: E402
@@ -58,9 +58,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 
 def _env(tmp: Path, iterations: int) -> dict[str, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     return {
         **os.environ,
         "PYTHONPATH": str(REPO),

@@ -24,6 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import launcher_procs  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from conftest import free_port  # noqa: E402
 
 from flowcon import contract  # noqa: E402
 from flowcon.elastic import rendezvous as rdv  # noqa: E402
@@ -396,11 +397,7 @@ def _lines(path: Path) -> list[dict[str, Any]]:
 
 
 def _launcher_env(tmp_path: Path, iterations: int) -> dict[str, str]:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     return {
         **os.environ,
         "PYTHONPATH": str(REPO),

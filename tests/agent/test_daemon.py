@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import free_port
 
 from flowcon.agent.daemon import Agent
 from flowcon.config import Config
@@ -27,9 +28,7 @@ def _agent(tmp_path: Path, port: int) -> Agent:
 
 
 def test_metrics_port_serves_health_and_reports_the_missing_engine(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     agent = _agent(tmp_path, port)
     agent._serve_http()
     assert agent.http is not None

@@ -20,7 +20,6 @@ import json
 import os
 import re
 import secrets
-import socket
 import subprocess
 import time
 import urllib.request
@@ -29,7 +28,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, TEST_LABEL, TESTBOX_IMAGE
+from conftest import REPO, TEST_LABEL, TESTBOX_IMAGE, free_port
 
 pytest.register_assert_rewrite("swarm_fixtures")
 from swarm_fixtures import NODE2_SOCK, wait_for  # noqa: E402
@@ -49,12 +48,6 @@ while true; do
   sleep 0.2
 done
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _sh(*cmd: str, env: dict[str, str] | None = None, timeout: float = 300) -> str:
@@ -206,7 +199,7 @@ def test_stack_deploys_manages_both_nodes_and_is_removed_cleanly(
     swarm: Any, agent_image: str, labeled: Any, test_run_id: str, tmp_path: Path
 ) -> None:
     stack = f"fcst{test_run_id[-6:]}".replace("-", "")
-    port = _free_port()
+    port = free_port()
     env = _stack_env(tmp_path, swarm, port, test_run_id)
     jobs: list[Any] = []
     networks: list[list[str]] = []

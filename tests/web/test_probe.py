@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import socket
+from conftest import free_port
 
 from flowcon.web.probe import main, probe
 from flowcon.web.server import HttpServer
@@ -30,8 +30,6 @@ def test_probe_follows_the_status() -> None:
         assert not ok and line.startswith("500")
     finally:
         srv.stop()
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        free = s.getsockname()[1]
+    free = free_port()  # a port nobody listens on
     ok, line = probe(f"http://127.0.0.1:{free}/healthz", timeout=2)
     assert not ok and f"127.0.0.1:{free}" in line
