@@ -194,13 +194,15 @@ class Agent:
     def run(self) -> None:
         log.info(
             "agent starting: engine=%s host_cpus=%d alpha=%g beta=%g itval=%gs itval_max=%gs "
-            "dry_run=%s state=%s",
+            "control=%s all_cl=%s dry_run=%s state=%s",
             self.engine.base_url,
             self.host_cpus,
             self.cfg.alpha,
             self.cfg.beta,
             self.controller.itval.value,
             self.cfg.itval_max,
+            self.cfg.control,
+            self.cfg.all_cl,
             self.dry_run,
             self.cfg.state_file,
         )

@@ -135,7 +135,7 @@ class Executor:
         g = {cid: t.monitor.tracker.current() for cid, t in managed.items()}
         fresh = {cid for cid, t in managed.items() if t.fresh}
         limits = {cid: t.limit for cid, t in managed.items()}
-        result = algorithm1(lists, g, limits, self.cfg.beta, self.cfg.alpha, fresh)
+        result = algorithm1(lists, g, limits, self.cfg.beta, self.cfg.alpha, fresh, self.cfg.all_cl)
         for t in managed.values():
             t.fresh = False
         first = [c for c in priority if c in result.decisions]

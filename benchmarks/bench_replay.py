@@ -20,6 +20,7 @@ makespan_change: the median of the per-repetition makespan changes.
     python3 benchmarks/bench_replay.py --generated 3 --seed 100 --threads pinned
     python3 benchmarks/bench_replay.py fixed --iterations 50 --repeat 1  # a quick smoke run
     python3 benchmarks/bench_replay.py --work-scale 0.5 --time-scale 0.5  # half as long
+    python3 benchmarks/bench_replay.py random-10 --agent-set all_cl=equal  # a config key
 
 A busy host (1-minute load average > 0.5 x CPUs, or CPUs > 25 % busy over 3 s) stops
 the benchmark before a scenario starts unless --force (recorded in compare.json).
@@ -35,6 +36,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -94,6 +97,14 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--work-scale", type=float, default=1.0, help="scale every job's work")
     ap.add_argument("--alpha", type=float, default=None)
     ap.add_argument("--itval", type=float, default=None)
+    ap.add_argument(
+        "--agent-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra key for the agent's config file in every scenario (repeatable), "
+        "e.g. all_cl=equal",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "bench-replay")
     args = ap.parse_args()
     controls = [c.strip() for c in args.controls.split(",") if c.strip()]
@@ -105,6 +116,13 @@ def parse_args() -> argparse.Namespace:
     if args.repeat < 1 or args.generated < 0:
         ap.error("--repeat must be >= 1 and --generated >= 0")
     args.controls = controls
+    sets: dict[str, Any] = {}
+    for item in args.agent_set:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            ap.error(f"--agent-set: expected KEY=VALUE, got {item!r}")
+        sets[key.strip()] = yaml.safe_load(raw)
+    args.agent_set = sets
     if not args.scenarios and not args.generated:
         args.scenarios = ["fixed", "random-5"]
     return args
@@ -128,6 +146,8 @@ def scenarios(args: argparse.Namespace) -> list[Scenario]:
             sc = replace(sc, threads=args.threads)
         if args.no_adapt_threads:
             sc = replace(sc, adapt_threads=False)
+        if args.agent_set:
+            sc = replace(sc, agent={**sc.agent, **args.agent_set})
         done.append(sc)
     return done
 

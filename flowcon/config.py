@@ -22,6 +22,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationInfo, field_validator
 
+from flowcon.core.algorithm1 import AllClRule
 from flowcon.core.control import DEFAULT_CONTROL, ControlMode
 from flowcon.schema import SchemaError, Strict, env_overrides, label_problem, merge, path_problem
 from flowcon.schema import validate as schema_validate
@@ -115,6 +116,9 @@ class Config(Strict):
     dry_run: bool = Field(False, description="true or false")
     # How Algorithm 1's shares are applied (flowcon/core/control.py, docs/agent.md).
     control: ControlMode = Field(DEFAULT_CONTROL, description="quota, weights, cpuset or hybrid")
+    # The limits when every container is in CL (flowcon/core/algorithm1.py). "equal" by
+    # measurement (docs/agent.md, "When every container is in CL"); "free" is the paper's.
+    all_cl: AllClRule = Field("equal", description="free or equal")
     # Only containers carrying all these labels (with these values) are considered: lets
     # several agents (tests, replays) share one engine without touching each other's jobs.
     match_labels: dict[str, str] = Field(

@@ -42,6 +42,13 @@ def test_defaults_and_generated_mixes(monkeypatch: pytest.MonkeyPatch) -> None:
     scs = mod.scenarios(args)
     assert [s.name for s in scs] == ["fixed", "gen5-s1000"]
     assert all(s.adapt_threads is False for s in scs)
+    args = parse(
+        mod, monkeypatch, "random-10", "--agent-set", "all_cl=equal", "--agent-set", "beta=3"
+    )
+    (sc,) = mod.scenarios(args)
+    assert sc.agent_config()["all_cl"] == "equal" and sc.agent_config()["beta"] == 3
+    with pytest.raises(SystemExit):
+        parse(mod, monkeypatch, "--agent-set", "all_cl")
 
 
 def test_controls_and_json_keys(monkeypatch: pytest.MonkeyPatch) -> None:

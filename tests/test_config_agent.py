@@ -4,6 +4,7 @@ the allocator token file / Swarm secret."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,7 @@ def _load(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> confi
         ("control: quotas", 'control: "quotas" is not allowed: quota, weights, cpuset or hybrid'),
         ("control: 1", "control: 1 is not allowed: quota, weights, cpuset or hybrid"),
         ("control: null", "control: null is not allowed: quota, weights, cpuset or hybrid"),
+        ("all_cl: equals", 'all_cl: "equals" is not allowed: free or equal'),
         ("alpha: true", "alpha: true is not allowed: a fraction in (0, 1)"),
         ("alpha: 0", "alpha: 0 is not allowed: a fraction in (0, 1)"),
         ("metrics_addr: 0", "metrics_addr: 0 is not allowed: an IP address or host name"),
@@ -57,7 +59,7 @@ def _load(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> confi
         ("allocator: {url: ftp://x}", 'allocator.url: "ftp://x" is not allowed: http(s)://'),
         ("allocator: {timeout: 0}", "allocator.timeout: 0 is not allowed: seconds > 0"),
         ("allocator: {tokn: x}", "allocator.tokn: unknown key (known: timeout, token"),
-        ("alpah: 0.1", "alpah: unknown key (known: allocator, alpha,"),
+        ("alpah: 0.1", "alpah: unknown key (known: all_cl, allocator, alpha,"),
     ],
 )
 def test_bad_values_are_refused_naming_the_field(tmp_path: Path, text: str, message: str) -> None:
@@ -78,6 +80,30 @@ def test_several_errors_one_line_each(tmp_path: Path) -> None:
 
 def test_the_shipped_file_is_the_defaults() -> None:
     assert load(REPO / "agent" / "flowcon.yaml", {}) == load(None, {})
+
+
+def test_the_docs_table_gives_each_key_its_default() -> None:
+    """docs/agent.md's configuration table lists every key with the default the code has
+    (it once said `control` defaults to quota after the default became hybrid)."""
+    rows: dict[str, str] = {}
+    for line in (REPO / "docs" / "agent.md").read_text().splitlines():
+        cells = [c.strip() for c in line.split("|")]  # the description may hold a "|"
+        if len(cells) >= 5 and cells[0] == "" and re.fullmatch(r"`[a-z_.]+`", cells[1]):
+            rows[cells[1].strip("`")] = cells[3]
+    defaults = load(None, {})
+    expected: dict[str, str] = {}
+    for key, value in defaults.model_dump().items():
+        if isinstance(value, dict) and key == "allocator":
+            expected.update({f"allocator.{k}": str(v) for k, v in value.items()})
+            continue
+        expected[key] = str(value)
+    for key, value in expected.items():
+        assert key in rows, f"docs/agent.md's table lacks `{key}`"
+        got = rows[key]
+        shown = {"None": "null", "{}": "{}", "False": "false", "True": "true"}.get(value, value)
+        numbers = all(re.fullmatch(r"-?[0-9]+(\.[0-9]*)?", v) for v in (got, value))
+        same = float(got) == float(value) if numbers else got == shown
+        assert same, f"`{key}`: docs/agent.md says {got}, the code {value}"
 
 
 def test_an_empty_allocator_section_is_the_defaults(tmp_path: Path) -> None:
@@ -189,3 +215,7 @@ def test_control_mode_default_file_and_environment(tmp_path: Path) -> None:
     assert _load(tmp_path, "control: cpuset", {"FLOWCON_CONTROL": "hybrid"}).control == "hybrid"
     with pytest.raises(ConfigError, match="FLOWCON_CONTROL"):
         _load(tmp_path, "", {"FLOWCON_CONTROL": "shares"})
+    assert load(None, {}).all_cl == "equal"  # the measured default; "free" is the paper's
+    assert _load(tmp_path, "", {"FLOWCON_ALL_CL": "free"}).all_cl == "free"
+    with pytest.raises(ConfigError, match="FLOWCON_ALL_CL"):
+        _load(tmp_path, "", {"FLOWCON_ALL_CL": "none"})

@@ -9,8 +9,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from flowcon.core.lists import ListName
+
+# What every limit becomes when all containers are in CL (lines 14-16). "free": 1, free
+# competition, as the paper writes it. "equal": 1/|c| each, the same split as free
+# competition between equally busy jobs, but as limits a thread-aware job sizes its pool
+# to, so jobs that adapt their threads do not oversubscribe the host again (measured in
+# docs/agent.md, "When every container is in CL").
+AllClRule = Literal["free", "equal"]
+ALL_CL_RULES: tuple[str, ...] = get_args(AllClRule)
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,7 @@ def algorithm1(
     beta: float,
     alpha: float,
     fresh: Set[str] | None = None,
+    all_cl: AllClRule = "free",
 ) -> Result:
     """One run over the worker's containers (the keys of ``lists``).
 
@@ -56,6 +66,8 @@ def algorithm1(
     ``fresh``: containers whose G was measured since they were last classified; only
     they move between lists (None = all). A run triggered by a listener between two
     measurements must not move a container twice on the same G.
+    ``all_cl``: the limits when every container is in CL (``AllClRule``); itval doubles
+    under either rule (line 17).
     """
     # A NaN or infinite G (a caller's bug, or overflowing metrics) would turn every share
     # into NaN: it counts as no growth instead.
@@ -68,13 +80,15 @@ def algorithm1(
             new_lists[cid] = current
 
     decisions: dict[str, Decision] = {}
-    all_cl = all(lst == ListName.CL for lst in new_lists.values())
-    if all_cl:
+    n = len(new_lists)
+    if all(lst == ListName.CL for lst in new_lists.values()):
         for cid in new_lists:
-            decisions[cid] = Decision(1.0, "all-CL: free competition")
+            if all_cl == "equal":
+                decisions[cid] = Decision(1.0 / n, "all-CL: equal shares 1/|c|")
+            else:
+                decisions[cid] = Decision(1.0, "all-CL: free competition")
         return Result(new_lists, decisions, True)
 
-    n = len(new_lists)
     total = sum(g[cid] for cid in new_lists)
     floor = 1.0 / (beta * n)
     for cid, lst in new_lists.items():

@@ -231,6 +231,34 @@ def test_section_5_3_through_the_controller(tmp_path: Path) -> None:
     assert "mnist" not in ctl.tracked
 
 
+@pytest.mark.parametrize(("rule", "each"), [("equal", HOST // 2), ("free", HOST)])
+def test_all_cl_rule_through_the_controller(tmp_path: Path, rule: str, each: int) -> None:
+    """Once both jobs are in CL: ``all_cl: equal`` limits each to half the host, ``free``
+    (the paper's lines 15-16) lifts both to the whole host; itval backs off under both."""
+    eng = FakeEngine()
+    eng.add("a", ON)
+    eng.add("b", ON)
+    ctl = make(eng, tmp_path, alpha=0.05, reference_intervals=1, all_cl=rule)
+    ctl.resync()
+    va = progress(eng, "a", 1000.0, 10.0)
+    vb = progress(eng, "b", 1000.0, 10.0)
+    ctl.round()  # baseline
+    va = progress(eng, "a", va, 10.0)
+    vb = progress(eng, "b", vb, 10.0)
+    ctl.round()  # reference G
+    for _ in range(3):
+        progress(eng, "a", va, 0.0)
+        progress(eng, "b", vb, 0.0)
+        ctl.round()
+    assert {t.list for t in ctl.tracked.values()} == {ListName.CL}
+    assert ctl.itval.value == 4  # back-off as under the paper's rule
+    assert nano(eng, "a") == nano(eng, "b") == each * 10**9
+    # one leaves: the other alone in CL gets the whole host
+    eng.c["b"].running = False
+    ctl.on_finish("b")
+    assert nano(eng, "a") == HOST * 10**9
+
+
 def test_bounds_dry_run_and_vanishing(tmp_path: Path) -> None:
     eng = FakeEngine()
     eng.add("a", {**ON, "flowcon.cpus.max": "0.5"})

@@ -77,6 +77,26 @@ def test_all_in_cl_means_free_competition() -> None:
     assert {d.limit for d in r.decisions.values()} == {1.0}
 
 
+def test_all_in_cl_equal_rule_gives_each_one_over_c() -> None:
+    lists = {"a": CL, "b": WL, "c": CL}
+    g = {"a": 0.0, "b": 0.01, "c": 0.02}
+    limits = {"a": 0.25, "b": 0.4, "c": 0.35}
+    r = algorithm1(lists, g, limits, beta=2, alpha=ALPHA, all_cl="equal")
+    assert r.lists == {"a": CL, "b": CL, "c": CL}
+    assert r.all_completing  # itval still doubles (line 17)
+    assert [d.limit for d in r.decisions.values()] == pytest.approx([1 / 3] * 3)
+    assert {d.reason for d in r.decisions.values()} == {"all-CL: equal shares 1/|c|"}
+    # the rule only applies when every container is in CL; one still in WL: as before
+    lists2 = {"a": CL, "b": NL}
+    free = algorithm1(lists2, {"a": 0.0, "b": 1.0}, limits, beta=2, alpha=ALPHA)
+    equal = algorithm1(lists2, {"a": 0.0, "b": 1.0}, limits, beta=2, alpha=ALPHA, all_cl="equal")
+    assert equal == free and not equal.all_completing
+    # a container alone in CL has the whole host under either rule
+    alone = algorithm1({"a": CL}, {"a": 0.0}, {}, beta=2, alpha=ALPHA, all_cl="equal")
+    assert alone.decisions["a"].limit == 1.0
+    assert algorithm1({}, {}, {}, beta=2, alpha=ALPHA, all_cl="equal").decisions == {}
+
+
 def test_listener_run_does_not_move_twice_on_same_g() -> None:
     lists = {"a": NL}
     r = algorithm1(lists, {"a": 0.0}, {}, 2, ALPHA, fresh={"a"})
