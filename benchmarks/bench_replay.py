@@ -37,13 +37,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import yaml
+import click
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from flowcon.interrupts import raise_interrupt  # noqa: E402
-from flowcon.replay.cli import resolve_scenario, run_policy  # noqa: E402
+from flowcon.replay.cli import parse_agent_sets, resolve_scenario, run_policy  # noqa: E402
 from flowcon.replay.compare import (  # noqa: E402
     CompareRun,
     HostBusy,
@@ -116,13 +116,10 @@ def parse_args() -> argparse.Namespace:
     if args.repeat < 1 or args.generated < 0:
         ap.error("--repeat must be >= 1 and --generated >= 0")
     args.controls = controls
-    sets: dict[str, Any] = {}
-    for item in args.agent_set:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            ap.error(f"--agent-set: expected KEY=VALUE, got {item!r}")
-        sets[key.strip()] = yaml.safe_load(raw)
-    args.agent_set = sets
+    try:
+        args.agent_set = parse_agent_sets(args.agent_set)
+    except click.BadParameter as exc:
+        ap.error(exc.format_message())
     if not args.scenarios and not args.generated:
         args.scenarios = ["fixed", "random-5"]
     return args

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Set
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal
 
 from flowcon.core.lists import ListName
 
@@ -19,7 +19,6 @@ from flowcon.core.lists import ListName
 # to, so jobs that adapt their threads do not oversubscribe the host again (measured in
 # docs/agent.md, "When every container is in CL").
 AllClRule = Literal["free", "equal"]
-ALL_CL_RULES: tuple[str, ...] = get_args(AllClRule)
 
 
 @dataclass(frozen=True)
@@ -82,12 +81,11 @@ def algorithm1(
     decisions: dict[str, Decision] = {}
     n = len(new_lists)
     if all(lst == ListName.CL for lst in new_lists.values()):
-        for cid in new_lists:
-            if all_cl == "equal":
-                decisions[cid] = Decision(1.0 / n, "all-CL: equal shares 1/|c|")
-            else:
-                decisions[cid] = Decision(1.0, "all-CL: free competition")
-        return Result(new_lists, decisions, True)
+        if all_cl == "equal":
+            everyone = Decision(1.0 / max(n, 1), "all-CL: equal shares 1/|c|")
+        else:
+            everyone = Decision(1.0, "all-CL: free competition")
+        return Result(new_lists, dict.fromkeys(new_lists, everyone), True)
 
     total = sum(g[cid] for cid in new_lists)
     floor = 1.0 / (beta * n)

@@ -8,6 +8,7 @@ import shlex
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,7 +201,7 @@ def print_comparison(cmp: dict[str, Any]) -> None:
         )
 
 
-def _pairs(values: tuple[str, ...], option: str) -> list[tuple[str, str]]:
+def _pairs(values: Sequence[str], option: str) -> list[tuple[str, str]]:
     """``KEY=VALUE`` options as (key, value); a malformed one is a usage error."""
     out = []
     for item in values:
@@ -211,7 +212,9 @@ def _pairs(values: tuple[str, ...], option: str) -> list[tuple[str, str]]:
     return out
 
 
-def _parse_sets(values: tuple[str, ...]) -> dict[str, Any]:
+def parse_agent_sets(values: Sequence[str]) -> dict[str, Any]:
+    """``--agent-set KEY=VALUE`` options (values read as YAML scalars); a malformed one is
+    a usage error (``click.BadParameter``). Also used by benchmarks/bench_replay.py."""
     return {key: yaml.safe_load(raw) for key, raw in _pairs(values, "--agent-set")}
 
 
@@ -482,7 +485,7 @@ def run(
         "sample_interval": sample_interval,
         "timeout": timeout,
         "agent_command": shlex.split(agent_command) if agent_command else None,
-        "agent_config": _parse_sets(agent_set),
+        "agent_config": parse_agent_sets(agent_set),
         "labels": _parse_labels(labels),
     }
     _require_agent(compare or policy == "flowcon", agent_command)
