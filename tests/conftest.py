@@ -4,12 +4,15 @@ by the test (pass or fail); the session end sweeps anything a crashed test left.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import socket
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -31,6 +34,18 @@ SESSION_LABEL = f"{TEST_LABEL}.session"
 # exec, so the children start as under a terminal.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """A Python file outside the package (a benchmark, a job's script) imported as module
+    ``name``; registered in ``sys.modules`` before it runs, as dataclasses look their
+    module up there."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, path
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def free_port() -> int:

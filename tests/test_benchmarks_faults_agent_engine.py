@@ -4,7 +4,6 @@ containers; the test label marks them)."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import subprocess
 import sys
@@ -12,19 +11,14 @@ import time
 from types import ModuleType
 
 import pytest
-from conftest import REPO
+from conftest import REPO, load_script
 
 pytestmark = pytest.mark.docker
 
 
 def _module() -> ModuleType:
     path = REPO / "benchmarks" / "faults_agent.py"
-    spec = importlib.util.spec_from_file_location("flowcon_bench_faults_agent", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(path, "flowcon_bench_faults_agent")
 
 
 def test_agent_kill_keeps_originals_limits_and_gives_back(labeled, cleanup_containers):  # type: ignore[no-untyped-def]

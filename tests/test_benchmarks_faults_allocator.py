@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import random
-import sys
 from types import ModuleType
 
 import pytest
-from conftest import REPO
+from conftest import REPO, load_script
 
 
 def _module() -> ModuleType:
     path = REPO / "benchmarks" / "faults_allocator.py"
-    spec = importlib.util.spec_from_file_location("flowcon_bench_faults_allocator", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(path, "flowcon_bench_faults_allocator")
 
 
 def test_the_step_check_sees_a_checkpoint_that_went_back() -> None:

@@ -4,25 +4,19 @@ test label), and that its checks catch what they are there for."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
 import sys
 from types import ModuleType
 
 import pytest
-from conftest import REPO
+from conftest import REPO, load_script
 
 pytestmark = pytest.mark.docker
 
 
 def _module() -> ModuleType:
     path = REPO / "benchmarks" / "faults_allocator.py"
-    spec = importlib.util.spec_from_file_location("flowcon_bench_faults_allocator", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(path, "flowcon_bench_faults_allocator")
 
 
 def test_allocator_kill_mid_submit_and_mid_rescale(labeled, docker_client):  # type: ignore[no-untyped-def]

@@ -4,13 +4,11 @@ started under a running allocator with the swarm executor)."""
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 from types import ModuleType
 
 import pytest
-from conftest import REPO
+from conftest import REPO, load_script
 
 pytest_plugins = ("swarm_fixtures",)
 pytestmark = [pytest.mark.swarm, pytest.mark.docker]
@@ -18,12 +16,7 @@ pytestmark = [pytest.mark.swarm, pytest.mark.docker]
 
 def _module() -> ModuleType:
     path = REPO / "benchmarks" / "faults_allocator.py"
-    spec = importlib.util.spec_from_file_location("flowcon_bench_faults_allocator_sw", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(path, "flowcon_bench_faults_allocator_sw")
 
 
 def test_a_node_restart_resumes_its_job_and_leaves_the_other_alone(swarm, labeled):  # type: ignore[no-untyped-def]

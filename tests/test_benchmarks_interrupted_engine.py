@@ -6,7 +6,6 @@ removes its containers, network and checkpoint volume before it exits (real engi
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import random
 import signal
@@ -19,7 +18,7 @@ from types import ModuleType
 import docker
 import docker.errors
 import pytest
-from conftest import REPO, SESSION_ID, SESSION_LABEL, TEST_LABEL, TESTBOX_IMAGE
+from conftest import REPO, SESSION_ID, SESSION_LABEL, TEST_LABEL, TESTBOX_IMAGE, load_script
 
 from flowcon.service.executor import Executor
 from flowcon.service.executor_engine import network_name
@@ -151,12 +150,7 @@ def test_interrupted_bench_agent_leaves_nothing(docker_client, test_run_id, sig)
 
 def _faults() -> ModuleType:
     path = REPO / "benchmarks" / "faults.py"
-    spec = importlib.util.spec_from_file_location("flowcon_bench_faults_interrupted", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(path, "flowcon_bench_faults_interrupted")
 
 
 @pytest.mark.parametrize(

@@ -4,27 +4,21 @@ bad arguments refused with the reason."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import load_script
 
 from flowcon.replay.model import JobRecord, RunResult, Sample
 from flowcon.replay.recorder import write_run
 
 
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "flowcon_bench_pair_runs", Path(__file__).parents[1] / "benchmarks" / "pair_runs.py"
+    return load_script(
+        Path(__file__).parents[1] / "benchmarks" / "pair_runs.py", "flowcon_bench_pair_runs"
     )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def run_dir(root: Path, name: str, policy: str, jct: dict[str, float]) -> Path:

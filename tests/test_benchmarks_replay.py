@@ -3,25 +3,20 @@ and generated), its variants, and the keys of its final JSON line."""
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import load_script
 
 from flowcon.replay.repeat import NONE, RunFigures, aggregate
 
 
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "flowcon_bench_replay", Path(__file__).parents[1] / "benchmarks" / "bench_replay.py"
+    return load_script(
+        Path(__file__).parents[1] / "benchmarks" / "bench_replay.py", "flowcon_bench_replay"
     )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def parse(mod: ModuleType, monkeypatch: pytest.MonkeyPatch, *argv: str):  # type: ignore[no-untyped-def]

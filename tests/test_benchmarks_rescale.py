@@ -3,26 +3,18 @@ the report's last JSON line (tests/test_benchmarks_rescale_engine.py runs it).""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bench_rescale", REPO / "benchmarks" / "bench_rescale.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_rescale"] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(REPO / "benchmarks" / "bench_rescale.py", "bench_rescale")
 
 
 bench = load()

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import load_script
 
 from flowcon.replay.model import JobRecord, RunResult
 
@@ -16,14 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "sweep_replay", REPO / "benchmarks" / "sweep_replay.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["sweep_replay"] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(REPO / "benchmarks" / "sweep_replay.py", "sweep_replay")
 
 
 sweep = load()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,12 +19,7 @@ DATA_PY = REPO / "flowcon" / "elastic" / "data.py"
 
 def _load_data_module():  # type: ignore[no-untyped-def]
     """data.py by file, so these tests need neither torch nor the package's __init__."""
-    spec = importlib.util.spec_from_file_location("flowcon_elastic_data_under_test", DATA_PY)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(DATA_PY, "flowcon_elastic_data_under_test")
 
 
 data = _load_data_module()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import load_script
 
 from flowcon import config as agent_config
 from flowcon.replay.scenario import ScenarioError, load_scenario
@@ -198,16 +199,10 @@ def test_one_bad_table_refuses_the_whole_directory(tmp_path: Path) -> None:
 
 def test_faults_inputs_scenario_counts_every_corpus_file() -> None:
     """benchmarks/faults.py --scenario inputs: the same corpus, one run per file."""
-    import importlib.util
-    import sys
 
-    spec = importlib.util.spec_from_file_location(
-        "flowcon_bench_faults", Path(__file__).parents[1] / "benchmarks" / "faults.py"
+    faults = load_script(
+        Path(__file__).parents[1] / "benchmarks" / "faults.py", "flowcon_bench_faults"
     )
-    assert spec is not None and spec.loader is not None
-    faults = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = faults
-    spec.loader.exec_module(faults)
     assert {str(p.relative_to(CORPUS)) for _, p in faults.corpus_files()} == set(EXPECT)
     scenario = next(s for s in faults.SCENARIOS if s.name == "inputs")
     summary = faults.run_scenario(scenario, len(EXPECT), seed=1)

@@ -5,14 +5,13 @@ consistent. Also the regressions the scenario found, and checks that its checker
 
 from __future__ import annotations
 
-import importlib.util
 import random
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import load_script
 
 from flowcon.service.store import Store
 
@@ -20,12 +19,7 @@ FAULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "faults.py"
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("flowcon_bench_faults", FAULTS)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(FAULTS, "flowcon_bench_faults")
 
 
 faults = _load()
