@@ -33,7 +33,6 @@ sys.path.insert(0, str(REPO))
 from flowcon.alloc.policy import POLICIES  # noqa: E402
 from flowcon.sim.cli import PUBLISHED_CLUSTERS, SHARED, run_simulation  # noqa: E402
 
-TRACES = PUBLISHED_CLUSTERS  # trace -> cluster used in the published evaluation
 # published deadline satisfactory ratios (None: not run / not finished)
 REFERENCE = {
     "195job": {"elasticflow": 0.877, "edf": 0.097, "gandiva": 0.241, "tiresias": 0.492},
@@ -79,7 +78,7 @@ def _run(trace: str, policy: str, world: str, overhead: float, slot: float) -> d
     path = SHARED / "data/elasticflow-traces" / f"{trace}.csv"
     t0 = time.perf_counter()
     _, s = run_simulation(
-        str(path), TRACES[trace], policy, slot=slot, overhead=overhead, world=world
+        str(path), PUBLISHED_CLUSTERS[trace], policy, slot=slot, overhead=overhead, world=world
     )
     s["bench_wall_s"] = round(time.perf_counter() - t0, 2)
     return s
@@ -107,7 +106,7 @@ def _table(world: str, traces: list[str], args: argparse.Namespace) -> dict[str,
             speed = f"{ref_wall / wall:8.0f}x" if ref_wall and wall > 0 else f"{'-':>9}"
             diff = f"{ratio - ref:+7.3f}" if ref is not None else f"{'':>7}"
             print(
-                f"{trace:<10} {TRACES[trace]:<6} {policy:<22} {ratio:6.3f} "
+                f"{trace:<10} {PUBLISHED_CLUSTERS[trace]:<6} {policy:<22} {ratio:6.3f} "
                 f"{ref if ref is not None else '-':>6} {diff} {s['admitted']:>6} "
                 f"{s['sim_seconds']:7.2f} {wall:10.2f} {speed}",
                 flush=True,
@@ -156,7 +155,7 @@ def main() -> int:
     ap.add_argument("--breakdown", action="store_true", help="where our gain comes from")
     ap.add_argument("--repeat", type=int, default=0, help="whole-process runs of 195job")
     args = ap.parse_args()
-    traces = args.traces or (list(TRACES) if args.all else ["195job", "cluster01"])
+    traces = args.traces or (list(PUBLISHED_CLUSTERS) if args.all else ["195job", "cluster01"])
     summary: dict[str, dict[str, dict[str, float]]] = {t: {} for t in traces}
     for world in args.worlds:
         for trace, ratios in _table(world, traces, args).items():

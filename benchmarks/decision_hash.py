@@ -22,7 +22,6 @@ import time
 from flowcon.sim.cli import PUBLISHED_CLUSTERS, SHARED, run_simulation
 from flowcon.sim.engine import SimResult
 
-CLUSTERS = PUBLISHED_CLUSTERS
 # (policy, world, traces): the set docs/simulator.md "Speed" names
 CASES: list[tuple[str, str, tuple[str, ...]]] = [
     ("elasticflow", "ours", ("195job", "cluster01", "cluster02", "cluster03", "cluster04")),
@@ -64,7 +63,7 @@ def main() -> int:
                 continue
             path = SHARED / "data/elasticflow-traces" / f"{trace}.csv"
             t0, c0 = time.perf_counter(), time.process_time()
-            res, s = run_simulation(str(path), CLUSTERS[trace], policy, world=world)
+            res, s = run_simulation(str(path), PUBLISHED_CLUSTERS[trace], policy, world=world)
             wall, cpu = time.perf_counter() - t0, time.process_time() - c0
             assert isinstance(res, SimResult)
             row = {"case": name, "hash": outcome_hash(res), "admitted": s.get("admitted")}

@@ -58,3 +58,29 @@ def test_a_stayer_and_a_joiner_remove_the_same_stragglers() -> None:
         votes = _votes(0.2, 0.1)
         mine, theirs = stayer._stragglers(votes, step), joiner._stragglers(votes, step)
         assert mine == theirs, f"step {step}: the stayer removes {mine}, the joiner {theirs}"
+
+
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
+def test_a_negative_leave_settle_is_refused_as_the_environment_refuses_it(bad: float) -> None:
+    """It used to be clamped to 0 here while FLOWCON_LEAVE_SETTLE_S=-1 was refused."""
+    with pytest.raises(ValueError, match="leave_settle_s"):
+        StopFree(
+            ElasticEnv(world_size=1, rank=0, global_batch_size=4, iterations=10),
+            store=_NoStore(),
+            worker_id="a",
+            straggler=None,
+            leave_settle_s=bad,
+            install_signal_handlers=False,
+        )
+
+
+def test_a_zero_leave_settle_is_kept() -> None:
+    run = StopFree(
+        ElasticEnv(world_size=1, rank=0, global_batch_size=4, iterations=10),
+        store=_NoStore(),
+        worker_id="a",
+        straggler=None,
+        leave_settle_s=0,
+        install_signal_handlers=False,
+    )
+    assert run.leave_settle_s == 0.0

@@ -222,6 +222,7 @@ def distribute_spare(
         return alloc  # nothing to hand out (a full cluster: the common case under load)
     held: list[int] = []
     items: list[_Entry] = []
+    demand = 0  # GPUs every step of every job would take: the last step's count less cur
     for idx, job in enumerate(jobs):
         cur = alloc[job.job_id]
         held.append(cur)
@@ -229,8 +230,17 @@ def distribute_spare(
         if r <= 0:
             continue
         zero = _from_zero(job, total_gpus, slot, memo) if cur <= 0 and memo is not None else None
-        items.extend(_entries(job, idx, cur, r, total_gpus, slot, zero))
-    _merge(items, held, spare)
+        mine = _entries(job, idx, cur, r, total_gpus, slot, zero)
+        if mine:
+            demand += mine[-1][3] - cur
+            items.extend(mine)
+    if demand <= spare:
+        # every step fits whatever the order: the loop takes them all and each job ends
+        # at its last step (a job's steps come in rising counts)
+        for _, _, idx, nxt in items:
+            held[idx] = nxt
+    else:
+        _merge(items, held, spare)
     for idx, job in enumerate(jobs):
         alloc[job.job_id] = held[idx]
     return alloc

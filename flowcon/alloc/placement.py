@@ -62,13 +62,6 @@ class _Grid:
             self.idle[s] = level
             s *= 2
 
-    def copy(self) -> _Grid:
-        other = _Grid.__new__(_Grid)
-        other.total = self.total
-        other.owner = self.owner[:]
-        other.idle = {s: c[:] for s, c in self.idle.items()}
-        return other
-
     def set(self, off: int, n: int, job: str | None) -> None:
         self.owner[off : off + n] = [job] * n
         delta = n if job is None else -n
@@ -95,9 +88,13 @@ class _Grid:
         while len(cands) > 1 and s in self.idle:
             parent = self.idle[s]
             shift = (s // n).bit_length() - 1
-            scores = [parent[b >> shift] if (b >> shift) < len(parent) else s for b in cands]
+            if (cands[-1] >> shift) < len(parent):  # every candidate in a complete block
+                # (cands ascend): the same scores as below, in C-level loops
+                scores = list(map(parent.__getitem__, map(operator.rshift, cands, repeat(shift))))
+            else:
+                scores = [parent[b >> shift] if (b >> shift) < len(parent) else s for b in cands]
             low = min(scores)
-            cands = [b for b, sc in zip(cands, scores, strict=True) if sc == low]
+            cands = list(compress(cands, map(operator.eq, scores, repeat(low))))
             s *= 2
         return cands[0] * n
 
@@ -147,9 +144,12 @@ class BuddyPlacer:
         last = self._last
         todo: list[tuple[int, str]] = []
         if last is not None and self._continues(last, current):
-            # ``current`` is (a subset of) our previous answer: start from a copy of its grid
-            # and free only the jobs that left or changed size
-            grid, offsets = last[1].copy(), dict(last[2])
+            # ``current`` is (a subset of) our previous answer: start from its grid, changed
+            # in place (it is ours alone; forgotten until this answer is made, so a failure
+            # half-way makes the next call start afresh), and free only the jobs that left
+            # or changed size
+            self._last = None
+            grid, offsets = last[1], last[2]
             for j, off in list(offsets.items()):
                 n = len(last[0][j])
                 if sizes.get(j) != n or j not in current:

@@ -376,7 +376,8 @@ class StopFree(Elastic):
     difference at 16 MB). ``straggler``: a
     ``StragglerDetector`` keyed by worker id, None (off), or "env" (``FLOWCON_STRAGGLER``).
     ``leave_settle_s``: rank 0's window for leave requests (None: ``FLOWCON_LEAVE_SETTLE_S``,
-    default 1 s); those of one scale-in leave together (``rendezvous.decide``).
+    default 1 s; seconds >= 0, anything else is refused as the variable is); those of one
+    scale-in leave together (``rendezvous.decide``).
     """
 
     def __init__(
@@ -398,6 +399,9 @@ class StopFree(Elastic):
         checkpoint_every: int | None = None,
         install_signal_handlers: bool = True,
     ) -> None:
+        if leave_settle_s is not None and not 0 <= leave_settle_s < math.inf:
+            # refused as FLOWCON_LEAVE_SETTLE_S is (it was clamped to 0 here)
+            raise ValueError(f"leave_settle_s={leave_settle_s!r}: expected seconds >= 0")
         env = env or ElasticEnv.from_env()
         super().__init__(
             env,
@@ -421,7 +425,7 @@ class StopFree(Elastic):
         self.sources = max(1, sources)
         self.straggler = straggler_from_env() if straggler == "env" else straggler
         self.leave_settle_s = (
-            leave_settle_from_env() if leave_settle_s is None else max(0.0, leave_settle_s)
+            leave_settle_from_env() if leave_settle_s is None else float(leave_settle_s)
         )
         self.leave_requested = False
         self._leave_at = 0.0  # time.monotonic() of the first leave request

@@ -75,3 +75,22 @@ def test_distribute_spare_matches_the_greedy_loop(
     assert distribute_spare(jobs, base, total, SLOT) == distribute_spare_reference(
         jobs, base, total, SLOT
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(cluster(), st.floats(0.0, 0.99))
+def test_a_roomy_cluster_gives_every_job_its_last_step_as_the_loop_does(
+    c: tuple[list[Job], dict[str, int], int], progress: float
+) -> None:
+    """The same jobs on 1,024 GPUs: every step of every job fits (at most 8 jobs of 64),
+    the path that takes them all without sorting; the loop as written agrees, and no job
+    can be given more (one more GPU step would not make it faster or is over its cap)."""
+    jobs, base, _ = c
+    for j in jobs:
+        j.done_iterations = j.iterations * progress
+    total = 1024
+    got = distribute_spare(jobs, base, total, SLOT)
+    assert got == distribute_spare_reference(jobs, base, total, SLOT)
+    assert sum(got.values()) < total
+    more = distribute_spare(jobs, base, 2 * total, SLOT)
+    assert more == got

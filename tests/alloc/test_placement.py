@@ -187,3 +187,82 @@ def test_no_migration_when_a_free_block_exists() -> None:
             assert not plan.repacked
         current = dict(plan.placements)
     assert defrags > 0  # the scenario does exercise defragmentation
+
+
+def _best_fit_by_definition(owner: list[str | None], n: int) -> int | None:
+    """Best-Fit as the module states it, from the owners alone: among free aligned
+    n-blocks the one with the fewest idle GPUs in its buddy, then in the next larger
+    enclosing block, and so on (an enclosing block cut off by the cluster's end counts as
+    full of idle GPUs), then the lowest offset."""
+    total = len(owner)
+
+    def idle(off: int, size: int) -> int:
+        start = off - off % size
+        return size if start + size > total else owner[start : start + size].count(None)
+
+    free = [off for off in range(0, total - n + 1, n) if idle(off, n) == n]
+    if not free:
+        return None
+    sizes = []
+    s = 2 * n
+    while s <= total:
+        sizes.append(s)
+        s *= 2
+    return min(free, key=lambda off: ([idle(off, s) for s in sizes], off))
+
+
+@pytest.mark.parametrize("total", [24, 32, 40, 64, 96])
+def test_best_fit_picks_the_block_its_definition_names(total: int) -> None:
+    """Random owners on clusters whose size is (24, 40, 96) or is not (32, 64) a power of
+    two: the grid's incremental counts and its C-level candidate scan give the block the
+    definition gives, for every power-of-two size."""
+    from flowcon.alloc.placement import _Grid
+
+    rng = random.Random(total)
+    sizes = [n for n in (1, 2, 4, 8, 16, 32, 64) if n <= total]
+    for _ in range(200):
+        busy = rng.random()
+        owner: list[str | None] = [None if rng.random() > busy else "x" for _ in range(total)]
+        grid = _Grid(owner[:])
+        for _ in range(4):  # then changed in place, aligned blocks taken and given back
+            for n in sizes:
+                assert grid.best_fit(n) == _best_fit_by_definition(owner, n), (owner, n)
+            n = rng.choice(sizes)
+            off = rng.randrange(total // n) * n
+            idle = owner[off : off + n].count(None)
+            if idle in (0, n):  # as the placer does: a free block taken, a held one freed
+                job = "y" if idle else None
+                grid.set(off, n, job)
+                owner[off : off + n] = [job] * n
+
+
+@pytest.mark.parametrize("spec", ["4x8", "3x8", "8x4", "2x2x8"])
+def test_a_placer_that_goes_on_from_its_answer_agrees_with_a_fresh_one(spec: str) -> None:
+    """The placer goes on from its previous answer's grid, changed in place; a fresh placer
+    given the same current placements must answer the same, step after step (arrivals,
+    departures, resizes, repacks, refused calls in between)."""
+    topo = Topology.from_spec(spec)
+    placer = BuddyPlacer(topo, overhead=5.0)
+    rng = random.Random(f"fresh-{spec}")
+    total = topo.total_gpus
+    sizes = [1 << k for k in range(total.bit_length()) if (1 << k) <= total]
+    current: dict[str, Placement] = {}
+    alloc: dict[str, int] = {}
+    for step in range(300):
+        for jid in list(alloc):
+            r = rng.random()
+            if r < 0.15:
+                del alloc[jid]
+            elif r < 0.3:
+                alloc[jid] = rng.choice(sizes)
+        for i in range(rng.randint(0, 3)):
+            alloc[f"s{step}-{i}"] = rng.choice(sizes)
+        while sum(alloc.values()) > total:
+            alloc.pop(rng.choice(list(alloc)))
+        if step % 7 == 3:  # a refused call in between changes nothing
+            with pytest.raises(PlacementError):
+                placer.place({**alloc, "too-big": 3}, current)
+        plan = placer.place(alloc, current)
+        fresh = BuddyPlacer(topo, overhead=5.0).place(alloc, current)
+        assert plan == fresh
+        current = dict(plan.placements)
