@@ -26,6 +26,22 @@ def _check(topo: Topology, alloc: dict[str, int], placed: dict[str, Placement]) 
         assert all(0 <= node < topo.nodes and 0 <= gpu < g for node, gpu in p)
 
 
+def _random_step(
+    rng: random.Random, alloc: dict[str, int], sizes: list[int], total: int, step: int
+) -> None:
+    """Random arrivals, departures and resizes, keeping the total within the cluster."""
+    for jid in list(alloc):
+        r = rng.random()
+        if r < 0.15:
+            del alloc[jid]
+        elif r < 0.3:
+            alloc[jid] = rng.choice(sizes)
+    for i in range(rng.randint(0, 3)):
+        alloc[f"s{step}-{i}"] = rng.choice(sizes)
+    while sum(alloc.values()) > total:
+        alloc.pop(rng.choice(list(alloc)))
+
+
 @pytest.mark.parametrize("spec", ["4x8", "3x8", "8x4", "2x2x8"])
 def test_never_fragments_over_random_sequences(spec: str) -> None:
     topo = Topology.from_spec(spec)
@@ -37,17 +53,7 @@ def test_never_fragments_over_random_sequences(spec: str) -> None:
         current: dict[str, Placement] = {}
         alloc: dict[str, int] = {}
         for step in range(40):
-            # random arrivals, departures and resizes, keeping the total within the cluster
-            for jid in list(alloc):
-                r = rng.random()
-                if r < 0.15:
-                    del alloc[jid]
-                elif r < 0.3:
-                    alloc[jid] = rng.choice(sizes)
-            for i in range(rng.randint(0, 3)):
-                alloc[f"s{step}-{i}"] = rng.choice(sizes)
-            while sum(alloc.values()) > total:
-                alloc.pop(rng.choice(list(alloc)))
+            _random_step(rng, alloc, sizes, total, step)
             plan = placer.place(alloc, current)  # must never fail: sum <= total suffices
             _check(topo, alloc, plan.placements)
             for jid in plan.changed:
@@ -249,16 +255,7 @@ def test_a_placer_that_goes_on_from_its_answer_agrees_with_a_fresh_one(spec: str
     current: dict[str, Placement] = {}
     alloc: dict[str, int] = {}
     for step in range(300):
-        for jid in list(alloc):
-            r = rng.random()
-            if r < 0.15:
-                del alloc[jid]
-            elif r < 0.3:
-                alloc[jid] = rng.choice(sizes)
-        for i in range(rng.randint(0, 3)):
-            alloc[f"s{step}-{i}"] = rng.choice(sizes)
-        while sum(alloc.values()) > total:
-            alloc.pop(rng.choice(list(alloc)))
+        _random_step(rng, alloc, sizes, total, step)
         if step % 7 == 3:  # a refused call in between changes nothing
             with pytest.raises(PlacementError):
                 placer.place({**alloc, "too-big": 3}, current)
