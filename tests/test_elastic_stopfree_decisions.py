@@ -25,13 +25,14 @@ class _NoStore:
         raise AssertionError(f"no store call expected ({name})")
 
 
-def _worker(worker_id: str, rank: int, world: int) -> StopFree:
+def _worker(worker_id: str, rank: int, world: int, **options: Any) -> StopFree:
+    options.setdefault("straggler", StragglerDetector(ratio=1.2, consecutive=10))
     run = StopFree(
         ElasticEnv(world_size=world, rank=rank, global_batch_size=4, iterations=10),
         store=_NoStore(),
         worker_id=worker_id,
-        straggler=StragglerDetector(ratio=1.2, consecutive=10),
         install_signal_handlers=False,
+        **options,
     )
     return run
 
@@ -64,23 +65,8 @@ def test_a_stayer_and_a_joiner_remove_the_same_stragglers() -> None:
 def test_a_negative_leave_settle_is_refused_as_the_environment_refuses_it(bad: float) -> None:
     """It used to be clamped to 0 here while FLOWCON_LEAVE_SETTLE_S=-1 was refused."""
     with pytest.raises(ValueError, match="leave_settle_s"):
-        StopFree(
-            ElasticEnv(world_size=1, rank=0, global_batch_size=4, iterations=10),
-            store=_NoStore(),
-            worker_id="a",
-            straggler=None,
-            leave_settle_s=bad,
-            install_signal_handlers=False,
-        )
+        _worker("a", 0, 1, leave_settle_s=bad)
 
 
 def test_a_zero_leave_settle_is_kept() -> None:
-    run = StopFree(
-        ElasticEnv(world_size=1, rank=0, global_batch_size=4, iterations=10),
-        store=_NoStore(),
-        worker_id="a",
-        straggler=None,
-        leave_settle_s=0,
-        install_signal_handlers=False,
-    )
-    assert run.leave_settle_s == 0.0
+    assert _worker("a", 0, 1, leave_settle_s=0).leave_settle_s == 0.0

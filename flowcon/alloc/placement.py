@@ -88,13 +88,9 @@ class _Grid:
         while len(cands) > 1 and s in self.idle:
             parent = self.idle[s]
             shift = (s // n).bit_length() - 1
-            if (cands[-1] >> shift) < len(parent):  # every candidate in a complete block
-                # (cands ascend): the same scores as below, in C-level loops
-                scores = list(map(parent.__getitem__, map(operator.rshift, cands, repeat(shift))))
-            else:
-                scores = [parent[b >> shift] if (b >> shift) < len(parent) else s for b in cands]
+            scores = [parent[b >> shift] if (b >> shift) < len(parent) else s for b in cands]
             low = min(scores)
-            cands = list(compress(cands, map(operator.eq, scores, repeat(low))))
+            cands = [b for b, sc in zip(cands, scores, strict=True) if sc == low]
             s *= 2
         return cands[0] * n
 

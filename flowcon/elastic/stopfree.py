@@ -345,11 +345,15 @@ def leave_settle_from_env(env: Mapping[str, str] | None = None) -> float:
         value = float(raw)
     except ValueError:
         value = math.nan
+    return settle_seconds(value, f"environment {contract.ENV_LEAVE_SETTLE_S}={raw!r}")
+
+
+def settle_seconds(value: float, what: str) -> float:
+    """``value`` as a leave-settle time: finite seconds >= 0, else a ValueError naming
+    ``what`` (the variable or the parameter it came from)."""
     if not 0 <= value < math.inf:
-        raise ValueError(
-            f"environment {contract.ENV_LEAVE_SETTLE_S}={raw!r}: expected seconds >= 0"
-        )
-    return value
+        raise ValueError(f"{what}: expected seconds >= 0")
+    return float(value)
 
 
 def default_worker_id() -> str:
@@ -399,9 +403,8 @@ class StopFree(Elastic):
         checkpoint_every: int | None = None,
         install_signal_handlers: bool = True,
     ) -> None:
-        if leave_settle_s is not None and not 0 <= leave_settle_s < math.inf:
-            # refused as FLOWCON_LEAVE_SETTLE_S is (it was clamped to 0 here)
-            raise ValueError(f"leave_settle_s={leave_settle_s!r}: expected seconds >= 0")
+        if leave_settle_s is not None:  # checked first, as FLOWCON_LEAVE_SETTLE_S is
+            leave_settle_s = settle_seconds(leave_settle_s, f"leave_settle_s={leave_settle_s!r}")
         env = env or ElasticEnv.from_env()
         super().__init__(
             env,
@@ -424,9 +427,7 @@ class StopFree(Elastic):
         self.coordinate_every = max(1, coordinate_every)
         self.sources = max(1, sources)
         self.straggler = straggler_from_env() if straggler == "env" else straggler
-        self.leave_settle_s = (
-            leave_settle_from_env() if leave_settle_s is None else float(leave_settle_s)
-        )
+        self.leave_settle_s = leave_settle_from_env() if leave_settle_s is None else leave_settle_s
         self.leave_requested = False
         self._leave_at = 0.0  # time.monotonic() of the first leave request
         self._batch_request = 0

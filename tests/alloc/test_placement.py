@@ -220,7 +220,7 @@ def _best_fit_by_definition(owner: list[str | None], n: int) -> int | None:
 @pytest.mark.parametrize("total", [24, 32, 40, 64, 96])
 def test_best_fit_picks_the_block_its_definition_names(total: int) -> None:
     """Random owners on clusters whose size is (24, 40, 96) or is not (32, 64) a power of
-    two: the grid's incremental counts and its C-level candidate scan give the block the
+    two: the grid's incremental counts and its candidate scan give the block the
     definition gives, for every power-of-two size."""
     from flowcon.alloc.placement import _Grid
 
