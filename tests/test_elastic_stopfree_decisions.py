@@ -14,7 +14,9 @@ import pytest
 
 pytest.importorskip("torch")
 
+from flowcon import contract  # noqa: E402
 from flowcon.elastic import rendezvous as rdv  # noqa: E402
+from flowcon.elastic import stopfree  # noqa: E402
 from flowcon.elastic.restart import ElasticEnv  # noqa: E402
 from flowcon.elastic.stopfree import StopFree  # noqa: E402
 from flowcon.elastic.straggler import StragglerDetector  # noqa: E402
@@ -70,3 +72,27 @@ def test_a_negative_leave_settle_is_refused_as_the_environment_refuses_it(bad: f
 
 def test_a_zero_leave_settle_is_kept() -> None:
     assert _worker("a", 0, 1, leave_settle_s=0).leave_settle_s == 0.0
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [(contract.ENV_LEAVE_SETTLE_S, "-1"), (contract.ENV_STRAGGLER, "fast")]
+)
+def test_a_bad_variable_is_refused_before_the_store_is_reached(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    """FLOWCON_LEAVE_SETTLE_S and FLOWCON_STRAGGLER are checked before the constructor
+    connects to the store (they used to be checked after, so a bad value first waited on
+    the store)."""
+    monkeypatch.setenv(name, value)
+
+    def reached(*_: Any) -> None:
+        raise AssertionError("the store was reached before the bad value was refused")
+
+    monkeypatch.setattr(stopfree, "connect_store", reached)
+    with pytest.raises(ValueError, match=name):
+        StopFree(
+            ElasticEnv(world_size=1, rank=0, global_batch_size=4, iterations=10),
+            worker_id="a",
+            straggler="env",
+            install_signal_handlers=False,
+        )

@@ -403,8 +403,14 @@ class StopFree(Elastic):
         checkpoint_every: int | None = None,
         install_signal_handlers: bool = True,
     ) -> None:
-        if leave_settle_s is not None:  # checked first, as FLOWCON_LEAVE_SETTLE_S is
-            leave_settle_s = settle_seconds(leave_settle_s, f"leave_settle_s={leave_settle_s!r}")
+        # the settings read from the environment (or given) are checked before anything is
+        # set up: a bad value leaves no signal handler or store connection behind
+        detector = straggler_from_env() if straggler == "env" else straggler
+        settle = (
+            leave_settle_from_env()
+            if leave_settle_s is None
+            else settle_seconds(leave_settle_s, f"leave_settle_s={leave_settle_s!r}")
+        )
         env = env or ElasticEnv.from_env()
         super().__init__(
             env,
@@ -426,8 +432,8 @@ class StopFree(Elastic):
         self.snapshot_every = max(1, snapshot_every)
         self.coordinate_every = max(1, coordinate_every)
         self.sources = max(1, sources)
-        self.straggler = straggler_from_env() if straggler == "env" else straggler
-        self.leave_settle_s = leave_settle_from_env() if leave_settle_s is None else leave_settle_s
+        self.straggler = detector
+        self.leave_settle_s = settle
         self.leave_requested = False
         self._leave_at = 0.0  # time.monotonic() of the first leave request
         self._batch_request = 0
