@@ -29,7 +29,7 @@ CASES: list[tuple[str, str, tuple[str, ...]]] = [
     ("elasticflow-paper", "ours", ("195job",)),
     ("elasticflow-paper", "published", ("cluster01",)),
     ("edf-admission", "ours", ("195job",)),
-    ("elasticflow-published", "published", ("195job", "cluster01")),
+    ("elasticflow-published-engine", "published", ("195job", "cluster01")),
 ]
 
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine, in two lanes.
 #
-#   1. Fast lane (about a minute, no engine): install the Python side, then ruff, mypy
-#      --strict and the pure tests (-m "not docker and not swarm"). Any failure stops here,
-#      before the engine is installed or an image is built.
+#   1. Fast lane (a few minutes, no engine): install the Python side, then ruff, mypy
+#      --strict and the pure tests (-m "not docker and not swarm"; the long calibration,
+#      -m calibration, in a second pytest beside them). Any failure stops here, before the
+#      engine is installed or an image is built.
 #   2. Engine lane: start the engine, build the local images (cached), run the tests that
 #      need it (-m "docker or swarm").
 #
@@ -38,10 +39,28 @@ ruff format --check .
 echo "== fast lane: mypy --strict" >&2
 mypy
 if [ "$#" -eq 0 ]; then
-    echo "== fast lane: pure tests" >&2
+    echo "== fast lane: pure tests (the minutes-long published-world calibration beside them)" >&2
     # No engine may be reached from here: a pure test that needs one fails (tests/conftest.py).
+    # The calibration (-m calibration) is one long single-threaded simulation: it runs on
+    # the second core while the other pure tests run on the first.
+    calib_log=$(mktemp)
     DOCKER_HOST=unix:///nonexistent/flowcon-fast-lane.sock FLOWCON_PURE_LANE=1 \
-        run_pytest "fast lane" -m "not docker and not swarm"
+        run_pytest "calibration" -m "calibration and not docker and not swarm" >"$calib_log" 2>&1 &
+    calib_pid=$!
+    trap 'kill "$calib_pid" 2>/dev/null || true' EXIT
+    fast_rc=0
+    DOCKER_HOST=unix:///nonexistent/flowcon-fast-lane.sock FLOWCON_PURE_LANE=1 \
+        run_pytest "fast lane" -m "not docker and not swarm and not calibration" || fast_rc=$?
+    calib_rc=0
+    wait "$calib_pid" || calib_rc=$?
+    trap - EXIT
+    echo "== fast lane: calibration (ran beside the pure tests)" >&2
+    cat "$calib_log" >&2
+    rm -f "$calib_log"
+    if [ "$fast_rc" -ne 0 ] || [ "$calib_rc" -ne 0 ]; then
+        echo "== fast lane failed (pure tests rc $fast_rc, calibration rc $calib_rc)" >&2
+        exit 1
+    fi
 fi
 echo "== fast lane passed in $(($(date +%s) - lane_start)) s" >&2
 if [ "${FLOWCON_FAST_ONLY:-0}" = 1 ]; then

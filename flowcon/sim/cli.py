@@ -77,6 +77,12 @@ def run_simulation(
         return res, summary
     if world != "ours":
         raise ValueError(f"unknown world {world!r}; choose ours or published")
+    if policy == "elasticflow-published":
+        raise ValueError(
+            "elasticflow-published is the published simulator's own loop: run it with "
+            "--world published (elasticflow-published-engine runs its admission rules in "
+            "our world)"
+        )
     pol = _policy(policy, overhead, tables)
     if progress and jobs:
         from rich.progress import Progress
@@ -98,8 +104,9 @@ def run_simulation(
 
 
 def _policy(name: str, overhead: float, tables: Tables | None = None) -> Policy:
-    """``make_policy``'s policies, and ``elasticflow-published`` (flowcon.alloc.published,
-    which builds on them); ``pollux`` gets the throughput tables (its batch sizes)."""
+    """``make_policy``'s policies, and ``elasticflow-published-engine`` (the published
+    admission rules in our engine, flowcon.alloc.published); ``pollux`` gets the
+    throughput tables (its batch sizes)."""
     from flowcon.alloc.policy import make_policy
     from flowcon.alloc.published import ElasticFlowPublished
 
@@ -107,7 +114,7 @@ def _policy(name: str, overhead: float, tables: Tables | None = None) -> Policy:
         from flowcon.alloc.baselines_goodput import PolluxPolicy
 
         return PolluxPolicy(tables)
-    if name == "elasticflow-published":
+    if name == "elasticflow-published-engine":
         return ElasticFlowPublished()
     return make_policy(name, overhead=overhead)
 
@@ -125,8 +132,11 @@ def _run_published(
     from flowcon.alloc.published import EDFPublished
     from flowcon.sim.engine import Simulator
     from flowcon.sim.published import simulate_gandiva, simulate_tiresias
+    from flowcon.sim.published_elasticflow import simulate_elasticflow_published
     from flowcon.sim.world import published_world
 
+    if policy == "elasticflow-published":
+        return simulate_elasticflow_published(jobs, topo)
     if policy == "gandiva":
         return simulate_gandiva(jobs, topo)
     if policy == "tiresias":
@@ -155,6 +165,7 @@ def _stderr_console() -> Console:
             "elasticflow-paper",
             *SAXENA_CHOICES,
             "elasticflow-published",
+            "elasticflow-published-engine",
             "edf",
             "edf-admission",
             "gandiva",
