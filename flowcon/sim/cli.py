@@ -252,7 +252,7 @@ def simulate(
         od.mkdir(parents=True, exist_ok=True)
         write_jobs_csv(res, od / "jobs.csv")
         (od / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        if not no_plots:
-            write_plots(res, od)
-        click.echo(f"wrote {od}/jobs.csv, summary.json" + ("" if no_plots else ", *.png"))
+        plots = [] if no_plots else write_plots(res, od)
+        names = ["jobs.csv", "summary.json", *(p.name for p in plots)]
+        click.echo(f"wrote {od}/: {', '.join(names)}")
     click.echo(json.dumps(summary))

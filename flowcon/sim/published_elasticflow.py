@@ -549,6 +549,7 @@ class PublishedElasticFlow:
         self.world = published_world("elasticflow-published")
         self.count = 0
         self.decisions = 0
+        self.timeline: list[tuple[float, int, float, int]] = []
 
     # its JOBS.run_all_jobs
     def _run_all(self, dt: float, now: float) -> None:
@@ -736,6 +737,7 @@ class PublishedElasticFlow:
             self._start_pending(now)
             self._spare(now)
             order = self._place(now)
+            self._record(now, order)
             self._charge(order)
             nxt = self._next_time(now)
             dt = float(int(nxt - now))
@@ -819,6 +821,12 @@ class PublishedElasticFlow:
             ev_list.sort()
         return order
 
+    def _record(self, now: float, order: list[EJob]) -> None:
+        """This decision in the timeline: GPUs given, cluster efficiency (Eq 8), jobs."""
+        busy = sum(j.num_gpu for j in order)
+        ce = sum(j.tp[j.num_gpu] / j.job.curve.at(1) for j in order) / self.total
+        self.timeline.append((now, busy, ce, len(self.runnable)))
+
     def _charge(self, order: list[EJob]) -> None:
         """Every running job's overhead, added to its planned end (step 5)."""
         restart = self.count > 0 and self.count % SLOT == 0
@@ -871,7 +879,7 @@ class PublishedElasticFlow:
             topology=self.topo,
             slot=float(SLOT),
             results=results,
-            timeline=[],
+            timeline=self.timeline,
             latencies=[0.0] * self.decisions,
             wall_seconds=time.perf_counter() - wall0,
             decisions=self.decisions,

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from flowcon.alloc.model import Topology
 from flowcon.alloc.policy import make_policy
@@ -100,21 +100,33 @@ def test_table_errors_name_row_and_column(tmp_path: Path) -> None:
         load_throughputs(d)
 
 
-def test_cli_last_line_json_and_outputs(tmp_path: Path, files: tuple[Path, Path]) -> None:
+def _simulate_out(files: tuple[Path, Path], out: Path, *extra: str) -> Result:
+    """``flowcon simulate`` of the three-job fixture on 1x4 into ``out``."""
     trace, tables = files
-    out = tmp_path / "out"
-    res = CliRunner().invoke(
-        simulate,
-        ["--trace", str(trace), "--cluster", "1x4", "--throughputs", str(tables),
-         "--out", str(out), "--policy", "elasticflow"],
-    )  # fmt: skip
+    args = ["--trace", str(trace), "--cluster", "1x4", "--throughputs", str(tables)]
+    res = CliRunner().invoke(simulate, [*args, "--out", str(out), *extra])
     assert res.exit_code == 0, res.output
+    return res
+
+
+def test_cli_last_line_json_and_outputs(tmp_path: Path, files: tuple[Path, Path]) -> None:
+    out = tmp_path / "out"
+    res = _simulate_out(files, out, "--policy", "elasticflow")
     summary = json.loads(res.output.strip().splitlines()[-1])
     assert summary["deadline_satisfactory_ratio"] == pytest.approx(2 / 3, abs=1e-3)
     assert summary["jobs"] == 3 and summary["admitted"] == 2
     assert summary["wall_seconds"] >= 0
     assert (out / "jobs.csv").read_text().count("\n") == 4
     assert (out / "cluster.png").stat().st_size > 0 and (out / "jobs.png").exists()
+    assert f"wrote {out}/: jobs.csv, summary.json, cluster.png, jobs.png" in res.output
+
+
+def test_cli_says_what_it_wrote(tmp_path: Path, files: tuple[Path, Path]) -> None:
+    """Without plots only the CSV and the summary are named (it used to say "*.png")."""
+    out = tmp_path / "out"
+    res = _simulate_out(files, out, "--no-plots")
+    assert f"wrote {out}/: jobs.csv, summary.json\n" in res.output
+    assert not list(out.glob("*.png"))
 
 
 def test_cli_malformed_input_exits_cleanly(tmp_path: Path, files: tuple[Path, Path]) -> None:

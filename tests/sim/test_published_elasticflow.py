@@ -129,3 +129,11 @@ def test_more_gpus_than_free_are_refused_by_name() -> None:
         plan(ej, 0, {0: 2}, 8, assign=4)
     with pytest.raises(PlanError, match="job a: negative free GPUs"):
         plan(ej, 0, {0: 8, 60: -1}, 8)
+
+
+def test_its_decisions_make_a_timeline() -> None:
+    """Alone on 8 GPUs the job gets all 8 at its first decision: cluster efficiency
+    (Eq 8) = T(8) / T(1) / 8 GPUs = 4.0 / 1.0 / 8."""
+    res = simulate_elasticflow_published([_job("a", 0, 3600, 100_000)], Topology.from_spec("1x8"))
+    assert res.timeline[0] == (0, 8, 0.5, 1)
+    assert all(busy <= 8 for _, busy, _, _ in res.timeline)
