@@ -47,13 +47,16 @@ if [ "$#" -eq 0 ]; then
     DOCKER_HOST=unix:///nonexistent/flowcon-fast-lane.sock FLOWCON_PURE_LANE=1 \
         run_pytest "calibration" -m "calibration and not docker and not swarm" >"$calib_log" 2>&1 &
     calib_pid=$!
-    trap 'kill "$calib_pid" 2>/dev/null || true' EXIT
+    stop_calibration() { kill "$calib_pid" 2>/dev/null || true; }
+    trap stop_calibration EXIT
+    trap 'stop_calibration; exit 143' TERM
+    trap 'stop_calibration; exit 130' INT
     fast_rc=0
     DOCKER_HOST=unix:///nonexistent/flowcon-fast-lane.sock FLOWCON_PURE_LANE=1 \
         run_pytest "fast lane" -m "not docker and not swarm and not calibration" || fast_rc=$?
     calib_rc=0
     wait "$calib_pid" || calib_rc=$?
-    trap - EXIT
+    trap - EXIT TERM INT
     echo "== fast lane: calibration (ran beside the pure tests)" >&2
     cat "$calib_log" >&2
     rm -f "$calib_log"
