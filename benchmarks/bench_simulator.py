@@ -61,7 +61,7 @@ WORLD_POLICIES = {
         "edf",
         "gandiva",
         "tiresias",
-    ),  # fmt: skip
+    ),
     "ours": ("elasticflow", "edf", "gandiva", "tiresias"),
 }
 

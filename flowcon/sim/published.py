@@ -29,6 +29,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
 
 from flowcon.alloc.model import Job, Topology
 from flowcon.sim.engine import JobResult, SimResult
@@ -63,29 +64,43 @@ def _pjobs(jobs: Sequence[Job]) -> list[_PJob]:
     return out
 
 
-@dataclass
-class _Event:
+class HasJob(Protocol):
+    """A published loop's job state: it carries its trace job."""
+
+    job: Job
+
+
+J = TypeVar("J", bound=HasJob)
+
+
+@dataclass(eq=False)
+class Event(Generic[J]):
+    """One event of a published loop: the jobs it starts (arrivals) and ends."""
+
     time: float
-    start: list[_PJob]
-    end: list[_PJob] = field(default_factory=list)
+    start: list[J]
+    end: list[J] = field(default_factory=list)
 
 
-def _arrival_events(pjobs: list[_PJob]) -> list[_Event]:
-    events: dict[float, _Event] = {}
-    for p in pjobs:
+def arrival_events(jobs: Sequence[J]) -> list[Event[J]]:
+    """One event per submission time, its jobs in the given order; sorted by time."""
+    events: dict[float, Event[J]] = {}
+    for p in jobs:
         t = p.job.submit_time
         ev = events.get(t)
         if ev is None:
-            events[t] = ev = _Event(t, [])
+            events[t] = ev = Event(t, [])
         ev.start.append(p)
     return sorted(events.values(), key=lambda e: e.time)
 
 
-def _merge_near(events: list[_Event], now: float, ends: bool = True) -> None:
+def merge_near(events: list[Event[J]], now: float, ends: bool = True) -> list[Event[J]]:
     """Events within one slot of ``now`` move to ``now + SLOT`` and merge (as published);
-    ``ends=False``: only their starts merge (Tiresias keeps its end events apart)."""
+    ``ends=False``: only their starts merge (Tiresias keeps its end events apart).
+    Returns the events merged into the first (removed from ``events``)."""
+    gone: list[Event[J]] = []
     if not events:
-        return
+        return gone
     nxt = events[0].time
     while int(nxt - now) <= SLOT and len(events) > 1:
         events[0].time = now + SLOT
@@ -95,7 +110,8 @@ def _merge_near(events: list[_Event], now: float, ends: bool = True) -> None:
         events[0].start.extend(events[1].start)
         if ends:
             events[0].end.extend(events[1].end)
-        del events[1]
+        gone.append(events.pop(1))
+    return gone
 
 
 def _result(name: str, topo: Topology, pjobs: list[_PJob], wall0: float, n: int) -> SimResult:
@@ -273,7 +289,7 @@ def simulate_gandiva(jobs: Sequence[Job], topo: Topology) -> SimResult:
     """Gandiva as the published simulator runs it (time-sharing node sets, see module)."""
     wall0 = time.perf_counter()
     pjobs = _pjobs(jobs)
-    events = _arrival_events(pjobs)
+    events = arrival_events(pjobs)
     cl = _GandivaCluster(topo)
     running: list[_PJob] = []
     pending: list[_PJob] = []
@@ -308,7 +324,7 @@ def simulate_gandiva(jobs: Sequence[Job], topo: Topology) -> SimResult:
         count += 1
         for p in running:
             p.overhead = published_overhead(p.gpus, restart, cl.total)
-        _merge_near(events, now)
+        merge_near(events, now)
         dt = float(int(events[0].time - now))
         now = events[0].time
     return _result("gandiva", topo, pjobs, wall0, decisions)
@@ -353,8 +369,8 @@ def _tiresias_pick(queues: list[list[_PJob]], total: int, restart: bool) -> None
 
 def _tiresias_next_end(
     runnable: list[_PJob], now: float, restart: bool, total: int
-) -> _Event | None:
-    best: _Event | None = None
+) -> Event[_PJob] | None:
+    best: Event[_PJob] | None = None
     for p in runnable:
         if not p.running:
             continue
@@ -365,7 +381,7 @@ def _tiresias_next_end(
         end = int(now + remaining)
         at = max(now + SLOT, end)
         if best is None or at < best.time:
-            best = _Event(at, [], [p])
+            best = Event(at, [], [p])
             p.end = end
         elif at == best.time:
             p.end = end
@@ -386,11 +402,11 @@ def simulate_tiresias(jobs: Sequence[Job], topo: Topology) -> SimResult:
     """Tiresias (2D-LAS on GPU time) as the published simulator runs it (see module)."""
     wall0 = time.perf_counter()
     pjobs = _pjobs(jobs)
-    events = _arrival_events(pjobs)
+    events = arrival_events(pjobs)
     total = topo.total_gpus
     queues: list[list[_PJob]] = [[] for _ in range(len(TIRESIAS_LIMITS) + 1)]
     runnable: list[_PJob] = []
-    end_event: _Event | None = None
+    end_event: Event[_PJob] | None = None
     jump = math.inf
     count = decisions = 0
     while events or runnable:
@@ -399,7 +415,7 @@ def simulate_tiresias(jobs: Sequence[Job], topo: Topology) -> SimResult:
         decisions += 1
         start_t = events[0].time if events else math.inf
         end_t = end_event.time if end_event is not None else math.inf
-        ev: _Event | None = None
+        ev: Event[_PJob] | None = None
         ending: list[_PJob] = []
         if end_t < start_t:
             now = end_t
@@ -431,7 +447,7 @@ def simulate_tiresias(jobs: Sequence[Job], topo: Topology) -> SimResult:
         runnable.sort(key=lambda p: p.gpus, reverse=True)
         end_event = _tiresias_next_end(runnable, now, restart, total)
         jump = _tiresias_next_jump(runnable, now)
-        _merge_near(events, now, ends=False)
+        merge_near(events, now, ends=False)
         if end_event is not None and end_event.time < now + SLOT:
             end_event.time = now + SLOT
     return _result("tiresias", topo, pjobs, wall0, decisions)

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from flowcon.alloc.model import Job, Topology
 from flowcon.alloc.published import ef_max_gpu
 from flowcon.sim.engine import JobResult, SimResult
+from flowcon.sim.published import Event, arrival_events, merge_near
 from flowcon.sim.published_layout import RankKey, published_rank_keys
 from flowcon.sim.world import SLOT, published_world
 
@@ -130,7 +131,6 @@ class EJob:
     overhead: float = 0.0
     placed: bool = False  # its "node_set": placed at the last event (only then can it end)
     pending: bool = False
-    running: bool = False
     start: float | None = None
     finish: float | None = None
     declined: str | None = None
@@ -471,19 +471,15 @@ class _Planner:
 # -- the loop ------------------------------------------------------------------------------
 
 
-@dataclass(eq=False)
-class _Event:
-    time: float
-    start: list[EJob] = field(default_factory=list)
-    end: list[EJob] = field(default_factory=list)
+_Event = Event[EJob]
 
 
 class _Events:
     """Its event list: searched by time (times are unique), sorted when it sorts."""
 
-    def __init__(self) -> None:
-        self.items: list[_Event] = []
-        self.by_time: dict[float, _Event] = {}
+    def __init__(self, arrivals: list[_Event]) -> None:
+        self.items: list[_Event] = arrivals
+        self.by_time: dict[float, _Event] = {ev.time: ev for ev in arrivals}
 
     def find(self, t: float | None) -> _Event | None:
         return None if t is None else self.by_time.get(t)
@@ -492,24 +488,34 @@ class _Events:
         self.items.append(ev)
         self.by_time[ev.time] = ev
 
+    def _unindex(self, ev: _Event, t: float) -> None:
+        if self.by_time.get(t) is ev:
+            del self.by_time[t]
+
     def remove(self, ev: _Event) -> None:
         self.items.remove(ev)
-        if self.by_time.get(ev.time) is ev:
-            del self.by_time[ev.time]
-
-    def retime(self, ev: _Event, t: float) -> None:
-        if self.by_time.get(ev.time) is ev:
-            del self.by_time[ev.time]
-        ev.time = t
-        self.by_time[t] = ev
+        self._unindex(ev, ev.time)
 
     def sort(self) -> None:
         self.items.sort(key=lambda e: e.time)
 
+    def merge_near(self, now: float) -> float:
+        """The published timing (``flowcon.sim.published.merge_near``) on this list,
+        the index kept; returns the next event's time."""
+        self.sort()
+        first = self.items[0]
+        was = first.time
+        for ev in merge_near(self.items, now):
+            self._unindex(ev, ev.time)
+        if first.time != was:
+            self._unindex(first, was)
+            self.by_time[first.time] = first
+        return first.time
+
     def add_end(self, j: EJob) -> None:
         ev = self.by_time.get(j.end_time)
         if ev is None:
-            self.add(_Event(j.end_time, [], [j]))
+            self.add(Event(j.end_time, [], [j]))
         elif j not in ev.end:
             ev.end.append(j)
 
@@ -533,14 +539,7 @@ class PublishedElasticFlow:
         self.topo = topo
         self.total = topo.total_gpus
         self.ejobs = [EJob.of(j) for j in sorted(jobs, key=lambda j: j.submit_time)]
-        self.events = _Events()
-        for ej in self.ejobs:
-            ev = self.events.find(ej.job.submit_time)
-            if ev is None:
-                self.events.add(_Event(ej.job.submit_time, [ej]))
-            else:
-                ev.start.append(ej)
-        self.events.sort()
+        self.events = _Events(arrival_events(self.ejobs))
         self.runnable: list[EJob] = []
         self.pending: list[EJob] = []
         self.running: list[EJob] = []
@@ -585,8 +584,8 @@ class PublishedElasticFlow:
         self.free = {now: self.total}
         ok = True
         jobs = sorted(jobs, key=lambda e: e.ddl)
-        for j in jobs:
-            if record:
+        if record:
+            for j in jobs:
                 j.old_end_time = j.end_time
         for j in jobs:
             if not self._commit(j, now):
@@ -666,7 +665,7 @@ class PublishedElasticFlow:
         return plan(j, now, self._given_back(j), self.total, assign=j.next_level)
 
     def _start(self, j: EJob, now: float) -> None:
-        j.pending, j.running, j.start = False, True, now
+        j.pending, j.start = False, now
         self.pending.remove(j)
         self.running.append(j)
 
@@ -714,7 +713,6 @@ class PublishedElasticFlow:
             self.running.remove(j)
         if j in self.runnable:
             self.runnable.remove(j)
-        j.running = False
         j.placed = False  # released: a second end event of its (a moved one) skips it
         j.finish = now
 
@@ -739,7 +737,7 @@ class PublishedElasticFlow:
             order = self._place(now)
             self._record(now, order)
             self._charge(order)
-            nxt = self._next_time(now)
+            nxt = self.events.merge_near(now)  # step 6
             dt = float(int(nxt - now))
             if dt < 0:
                 raise PlanError(f"{now}: next event {nxt} is in the past")
@@ -817,7 +815,7 @@ class PublishedElasticFlow:
         ev_list.sort()
         if not ev_list.items or first_scale < ev_list.items[0].time:
             if ev_list.find(first_scale) is None:
-                ev_list.add(_Event(first_scale))
+                ev_list.add(Event(first_scale, []))
             ev_list.sort()
         return order
 
@@ -845,24 +843,6 @@ class PublishedElasticFlow:
             j.old_end_time = j.end_time
             j.end_time += j.overhead
             self.events.change_end(j)
-
-    def _next_time(self, now: float) -> float:
-        """The next event's time: one within a slot of ``now`` moves to ``now`` + slot
-        and takes in every event up to it (step 6)."""
-        ev_list = self.events
-        ev_list.sort()
-        items = ev_list.items
-        nxt = items[0].time
-        while int(nxt - now) <= SLOT and len(items) > 1:
-            ev_list.retime(items[0], now + SLOT)
-            if items[1].time - now > SLOT:
-                break
-            nxt = items[1].time
-            items[0].start.extend(items[1].start)
-            items[0].end.extend(items[1].end)
-            ev_list.remove(items[1])
-            ev_list.by_time[items[0].time] = items[0]
-        return items[0].time
 
     def _result(self, wall0: float) -> SimResult:
         results = []
