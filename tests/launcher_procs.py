@@ -5,12 +5,14 @@ running after the test, stop 23's CI), and waits that fail with every log's tail
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 
 def start(script: Path, log: Path, env: Mapping[str, str]) -> subprocess.Popen[bytes]:
@@ -47,3 +49,13 @@ def kill_all(procs: Mapping[str, subprocess.Popen[bytes]]) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(p.pid, signal.SIGKILL)
         p.wait()
+
+
+def json_lines(path: Path) -> list[dict[str, Any]]:
+    """The JSON records a launcher has written to ``path`` so far: complete lines only. A
+    test polls the log while the launcher writes it, and a read can end inside a line
+    (stop 28: a record cut after 140 characters failed a run); that unfinished last line is
+    read on the next poll. A broken line before it is still an error."""
+    text = path.read_text(errors="replace") if path.exists() else ""
+    done = text[: text.rfind("\n") + 1]  # up to the last newline ('' when there is none)
+    return [json.loads(ln) for ln in done.splitlines() if ln.startswith("{")]

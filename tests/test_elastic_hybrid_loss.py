@@ -27,7 +27,6 @@ in both runs (256 steps of 16, 128 of 32).
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import signal
 import subprocess
@@ -53,8 +52,7 @@ FIXED_STEPS, HYBRID_STEPS, PAUSE_AT = SAMPLES // BATCH, 1250, 20
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
-    text = path.read_text(errors="replace") if path.exists() else ""
-    return [json.loads(ln) for ln in text.splitlines() if ln.startswith("{")]
+    return launcher_procs.json_lines(path)
 
 
 def _env(tmp: Path, iterations: int) -> dict[str, str]:

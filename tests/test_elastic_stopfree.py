@@ -391,9 +391,7 @@ TRAIN = REPO / "images" / "elastic-example" / "train.py"
 
 
 def _lines(path: Path) -> list[dict[str, Any]]:
-    return [
-        json.loads(ln) for ln in path.read_text(errors="replace").splitlines() if ln.startswith("{")
-    ]
+    return launcher_procs.json_lines(path)
 
 
 def _launcher_env(tmp_path: Path, iterations: int) -> dict[str, str]:
