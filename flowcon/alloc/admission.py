@@ -48,12 +48,15 @@ class SlotPlan:
 @dataclass(frozen=True)
 class AdmissionDecision:
     """``min_share``: GPUs each hard-deadline job needs in the current slot (a_i(0));
-    ``plans``: the full per-slot minimum satisfactory share of each of them."""
+    ``plans``: the full per-slot minimum satisfactory share of each of them; ``revoked``:
+    admitted jobs whose guarantee this decision gave up (``SlotLedger.try_admit``: they
+    fell behind their reservation and no plan meets their deadline any more)."""
 
     admitted: bool
     reason: str | None = None
     min_share: dict[str, int] = field(default_factory=dict)
     plans: dict[str, SlotPlan] = field(default_factory=dict)
+    revoked: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -630,20 +633,43 @@ class SlotLedger:
     def try_admit(self, job: Job, jobs: Mapping[str, Job], now: float) -> AdmissionDecision:
         """Admit ``job`` if all hard-deadline jobs (those in the ledger plus it) stay
         satisfiable; on success the new plans are committed. ``jobs`` maps the ids in the
-        ledger to their current state (progress)."""
+        ledger to their current state (progress).
+
+        Beyond the paper: when ``job`` does not fit and the ledger's own jobs cannot all be
+        re-planned either (without ``job``), the jobs behind their reservation that no plan
+        brings to their deadline any more (``stuck``) lose their guarantee: they leave the
+        ledger (and keep running on spare GPUs), ``job`` is tried once more, and the
+        decision names them in ``revoked``. Their guarantee is broken whatever is decided
+        about ``job``; held, their stale reservations would decline every later arrival
+        that needs the room (on cluster04 one such job declined over a hundred)."""
         if not job.needs_guarantee:
             return AdmissionDecision(True, None)
         assert job.deadline is not None
         if job.job_id in self._plans:
             self.remove(job.job_id)
+        revoked: tuple[str, ...] = ()
         ok, reason = self._try(job, jobs, now)
         # Plans of earlier-deadline jobs may be stale and over-reserve: re-plan all of them
         # from their current progress before giving up.
-        if not ok and not self.replan(jobs, now, lossless=True):
-            ok, reason = self._try(job, jobs, now)
         if not ok:
-            return AdmissionDecision(False, reason)
-        return AdmissionDecision(True, None)
+            if not self.replan(jobs, now, lossless=True):
+                ok, reason = self._try(job, jobs, now)
+            else:
+                revoked = tuple(self.stuck(jobs, now))
+                for jid in revoked:
+                    self.remove(jid)
+                if revoked:
+                    self.replan(jobs, now, lossless=True)
+                    ok, reason = self._try(job, jobs, now)
+        if not ok:
+            return AdmissionDecision(False, reason, revoked=revoked)
+        return AdmissionDecision(True, None, revoked=revoked)
+
+    def stuck(self, jobs: Mapping[str, Job], now: float) -> list[str]:
+        """Ledger jobs behind their reservation (``behind``) that cannot be re-planned next
+        to everybody else's reservations either (``refresh``; the others among the behind
+        jobs get their fresh plan on the way)."""
+        return self.refresh(self.behind(jobs, now), jobs, now)
 
     def _try(self, job: Job, jobs: Mapping[str, Job], now: float) -> tuple[bool, str | None]:
         assert job.deadline is not None

@@ -86,7 +86,8 @@ class _LedgerMixin:
 
     def _admit(self, job: Job, now: float, state: ClusterState) -> AdmissionDecision:
         """Algorithm 1 against the kept reservations; an admitted deadline job's decision
-        carries its share now (a_i(0)) and its per-slot plan."""
+        carries its share now (a_i(0)) and its per-slot plan; ``revoked`` names the
+        admitted jobs whose guarantee the ledger gave up on the way (``try_admit``)."""
         ledger = self._get_ledger(state)
         jobs: dict[str, Job] = dict(state.jobs)
         jobs[job.job_id] = job
@@ -95,7 +96,7 @@ class _LedgerMixin:
         if plan is None:
             return d
         share = {job.job_id: ledger.share(job.job_id, now)}
-        return AdmissionDecision(d.admitted, d.reason, share, {job.job_id: plan})
+        return AdmissionDecision(d.admitted, d.reason, share, {job.job_id: plan}, d.revoked)
 
     def on_finish(self, job_id: str, now: float, state: ClusterState) -> None:
         if self._ledger is not None:

@@ -217,9 +217,17 @@ def _submit_line(out: dict[str, Any], data: dict[str, Any]) -> str:
         return f"profiling {name}: {out.get('reason', '')} (see: flowcon jobs)"
     if out.get("decision") == "cancelled":
         return f"cancelled {name} while it was profiling"
+    lost = _guarantees_given_up(out)
     if out.get("admitted"):
-        return f"admitted {name}: {out.get('gpus', 0)} GPUs now ({out.get('reason', '')})"
-    return f"dropped {name}: {out.get('reason', '')}"
+        return f"admitted {name}: {out.get('gpus', 0)} GPUs now ({out.get('reason', '')}){lost}"
+    return f"dropped {name}: {out.get('reason', '')}{lost}"
+
+
+def _guarantees_given_up(out: dict[str, Any]) -> str:
+    """``; deadline guarantee given up: a, b`` (admitted jobs that fell behind and no
+    plan brings to their deadline any more, ``SlotLedger.try_admit``), or nothing."""
+    names = [str(n) for n in out.get("revoked") or ()]
+    return f"; deadline guarantee given up: {', '.join(names)}" if names else ""
 
 
 def _dry_run_line(out: dict[str, Any]) -> str:
@@ -230,8 +238,9 @@ def _dry_run_line(out: dict[str, Any]) -> str:
     name = out.get("name")
     if out.get("decision") == "profiling":
         return f"would profile {name}: {out.get('reason', '')} (nothing created)"
+    lost = _guarantees_given_up(out)
     if not out.get("admitted"):
-        return f"would be dropped {name}: {out.get('reason', '')} (nothing created)"
+        return f"would be dropped {name}: {out.get('reason', '')}{lost} (nothing created)"
     now = float(out.get("now") or time.time())
     gpus = int(out.get("gpus") or 0)
     finish = out.get("predicted_finish")
@@ -243,7 +252,7 @@ def _dry_run_line(out: dict[str, Any]) -> str:
     deadline = out.get("deadline")
     dl = f", deadline {_when(deadline, now)}" if deadline is not None else ", best effort"
     return (
-        f"would be admitted {name}: {gpus} GPUs now, {when}{dl} ({out.get('reason', '')}; "
+        f"would be admitted {name}: {gpus} GPUs now, {when}{dl} ({out.get('reason', '')}{lost}; "
         "nothing created)"
     )
 

@@ -55,11 +55,13 @@ class SubmitResult:
     gpus: int
     min_share: Any
     measured_jobs: tuple[str, ...]  # admitted jobs whose measured speed entered the decision
+    revoked: tuple[str, ...] = ()  # admitted jobs whose guarantee this decision gave up
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["decision"] = "admitted" if self.admitted else "dropped"
         out["measured_jobs"] = list(self.measured_jobs)
+        out["revoked"] = list(self.revoked)
         return out
 
 
@@ -75,11 +77,13 @@ class DryRunResult:
     predicted_finish: float | None  # if it kept those GPUs; None when it would wait
     deadline: float | None
     now: float
+    revoked: tuple[str, ...] = ()  # admitted jobs whose guarantee a submit would give up
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["decision"] = "admitted" if self.admitted else "dropped"
         out["dry_run"] = True
+        out["revoked"] = list(self.revoked)
         return out
 
 
@@ -258,6 +262,7 @@ class Planner:
                 rec.state = "dropped"
                 rec.finish_time = now
             self.store.put_job(rec)
+            self._guarantees_lost(decision.revoked, spec.name, now)
             self.store.append_event(
                 "admitted" if decision.admitted else "dropped",
                 spec.name,
@@ -273,7 +278,23 @@ class Planner:
         if decision.admitted:
             plan = self.plan(now)
             gpus = plan.allocation.get(spec.name, 0)
-        return SubmitResult(spec.name, decision.admitted, reason, gpus, min_share, measured)
+        return SubmitResult(
+            spec.name, decision.admitted, reason, gpus, min_share, measured, decision.revoked
+        )
+
+    def _guarantees_lost(self, names: tuple[str, ...], newcomer: str, now: float) -> None:
+        """Admitted jobs whose deadline guarantee admission gave up while it decided on
+        ``newcomer`` (``SlotLedger.try_admit``): they fell behind their reservation and
+        no plan meets their deadline any more. They keep running on spare GPUs (their
+        record's reason then says "at risk" with the predicted finish, as for any job
+        predicted late); the event says when and why the guarantee went."""
+        for name in names:
+            why = (
+                "deadline guarantee lost: behind its reservation and no plan meets its "
+                f"deadline any more (given up while admitting {newcomer})"
+            )
+            self.store.append_event("guarantee_lost", name, ts=now, reason=why, newcomer=newcomer)
+            log.warning("job %s: %s", name, why)
 
     def dry_run(self, spec: JobSpec, now: float | None = None) -> DryRunResult:
         """What ``submit`` would decide now, creating nothing (``sbatch --test-only``).
@@ -323,6 +344,7 @@ class Planner:
             predicted_finish=finish,
             deadline=spec.deadline,
             now=now,
+            revoked=decision.revoked,
         )
 
     def cancel(self, name: str, now: float | None = None) -> JobRecord:

@@ -35,6 +35,7 @@ class JobResult:
     rescales: int = 0
     migrations: int = 0
     checked_finish: float | None = None  # the end time the deadline check uses, if not finish
+    guarantee_lost: float | None = None  # when admission gave its guarantee up (revoked)
 
     @property
     def met_deadline(self) -> bool:
@@ -202,7 +203,7 @@ class Simulator:
             decisions = batch(due, t, r.state)
             lat += time.perf_counter() - c0
             for job, dec in zip(due, decisions, strict=True):
-                self._admitted(r, job, dec.admitted, dec.reason)
+                self._admitted(r, job, dec.admitted, dec.reason, dec.revoked, t)
             return lat
         while self._arrivals_due(r, t):
             job = arrivals[r.ai]
@@ -210,10 +211,20 @@ class Simulator:
             c0 = time.perf_counter()
             dec = self.policy.on_submit(job, t, r.state)
             lat += time.perf_counter() - c0
-            self._admitted(r, job, dec.admitted, dec.reason)
+            self._admitted(r, job, dec.admitted, dec.reason, dec.revoked, t)
         return lat
 
-    def _admitted(self, r: _Run, job: Job, admitted: bool, reason: str | None) -> None:
+    def _admitted(
+        self,
+        r: _Run,
+        job: Job,
+        admitted: bool,
+        reason: str | None,
+        revoked: tuple[str, ...] = (),
+        t: float = 0.0,
+    ) -> None:
+        for jid in revoked:
+            r.results[jid].guarantee_lost = t
         res = r.results[job.job_id]
         res.admitted, res.reason = admitted, reason
         if admitted:

@@ -35,6 +35,7 @@ def summarize(res: SimResult) -> dict[str, Any]:
         span += d
     be_jct = [r.finish - r.job.submit_time for r in be if r.finish is not None]
     lat_ms = [x * 1000 for x in res.latencies]
+    lost = [r for r in rs if r.guarantee_lost is not None]
     return {
         "policy": res.policy,
         "cluster": str(res.topology),
@@ -61,6 +62,10 @@ def summarize(res: SimResult) -> dict[str, Any]:
         },
         "rescales": sum(r.rescales for r in rs),
         "migrations": sum(r.migrations for r in rs),
+        # admitted jobs whose guarantee admission gave up (SlotLedger.try_admit), and how
+        # many of them still met their deadline
+        "guarantees_lost": len(lost),
+        "guarantees_lost_met": sum(1 for r in lost if r.met_deadline),
         "sim_seconds": round(res.wall_seconds, 3),
     }
 
@@ -73,6 +78,7 @@ def write_jobs_csv(res: SimResult, path: Path) -> None:
                 "job_id", "model", "batch_size", "requested_gpus", "iterations",
                 "submit_time", "deadline", "admitted", "reason", "start", "finish",
                 "met_deadline", "jct", "gpu_seconds", "rescales", "migrations",
+                "guarantee_lost",
             ]
         )  # fmt: skip
         for r in res.results:
@@ -87,6 +93,7 @@ def write_jobs_csv(res: SimResult, path: Path) -> None:
                     int(r.met_deadline),
                     "" if r.finish is None else round(r.finish - j.submit_time, 3),
                     round(r.gpu_seconds, 1), r.rescales, r.migrations,
+                    "" if r.guarantee_lost is None else r.guarantee_lost,
                 ]
             )  # fmt: skip
 

@@ -360,3 +360,32 @@ def test_soft_deadline_reaches_the_policy(tmp_path):
         assert job.soft_deadline and not job.needs_guarantee
     finally:
         st.close()
+
+
+def test_a_guarantee_that_cannot_be_kept_is_given_up_for_a_newcomer(tmp_path):
+    """A reports no progress by t=60: 2,400 iterations in the 40 s left need more than the
+    cluster's 8 GPUs (2,000 at most), so no plan meets its deadline any more. B needs the
+    room A's reservation holds; it is admitted, and A's lost guarantee is recorded as an
+    event while A keeps running, "at risk"."""
+    st = Store(tmp_path / "g.db")
+    pl = Planner(st, 8, 10.0)
+    assert pl.submit(_spec("a", 2400, 100, 0.0), now=0.0).admitted
+    assert pl.observe_progress("a", 0.0, 60.0)
+    res = pl.submit(_spec("b", 1500, 40, 60.0), now=60.0)
+    assert res.admitted, res.reason
+    (ev,) = st.events(job="a", kind="guarantee_lost")
+    assert ev.data["newcomer"] == "b" and "no plan meets its deadline" in ev.data["reason"]
+    rec = st.get_job("a")
+    assert rec is not None and rec.active and rec.reason.startswith("at risk")
+    assert st.events(job="b", kind="guarantee_lost") == []
+    st.close()
+
+
+def test_the_submit_lines_name_the_guarantees_given_up() -> None:
+    from flowcon.service.cli import _dry_run_line, _submit_line
+
+    out = {"name": "b", "admitted": True, "gpus": 4, "reason": "ok", "revoked": ["a"]}
+    assert _submit_line(out, {}) == "admitted b: 4 GPUs now (ok); deadline guarantee given up: a"
+    assert _submit_line({**out, "revoked": []}, {}) == "admitted b: 4 GPUs now (ok)"
+    dry = {**out, "now": 0.0, "predicted_finish": None, "deadline": None}
+    assert "(ok; deadline guarantee given up: a; nothing created)" in _dry_run_line(dry)
