@@ -641,7 +641,7 @@ class SlotLedger:
         ledger (and keep running on spare GPUs), ``job`` is tried once more, and the
         decision names them in ``revoked``. Their guarantee is broken whatever is decided
         about ``job``; held, their stale reservations would decline every later arrival
-        that needs the room (on cluster04 one such job declined over a hundred)."""
+        that needs the room (on cluster02, published world, one such job declined 114)."""
         if not job.needs_guarantee:
             return AdmissionDecision(True, None)
         assert job.deadline is not None
