@@ -51,8 +51,7 @@ SAMPLES, WINDOW = 9 * EPOCH, EPOCH
 FIXED_STEPS, HYBRID_STEPS, PAUSE_AT = SAMPLES // BATCH, 1250, 20
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
-    return launcher_procs.json_lines(path)
+_lines = launcher_procs.json_lines  # complete records only (a poll can cut the last one)
 
 
 def _env(tmp: Path, iterations: int) -> dict[str, str]:

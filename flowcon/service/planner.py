@@ -288,11 +288,11 @@ class Planner:
         no plan meets their deadline any more. They keep running on spare GPUs (their
         record's reason then says "at risk" with the predicted finish, as for any job
         predicted late); the event says when and why the guarantee went."""
+        why = (
+            "deadline guarantee lost: behind its reservation and no plan meets its "
+            f"deadline any more (given up while admitting {newcomer})"
+        )
         for name in names:
-            why = (
-                "deadline guarantee lost: behind its reservation and no plan meets its "
-                f"deadline any more (given up while admitting {newcomer})"
-            )
             self.store.append_event("guarantee_lost", name, ts=now, reason=why, newcomer=newcomer)
             log.warning("job %s: %s", name, why)
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from flowcon.alloc.admission import AdmissionDecision
 from flowcon.alloc.batch import reset_batch
 from flowcon.alloc.model import Job, Topology, deadline_order_key
 from flowcon.alloc.placement import BuddyPlacer, Placement
@@ -203,7 +204,7 @@ class Simulator:
             decisions = batch(due, t, r.state)
             lat += time.perf_counter() - c0
             for job, dec in zip(due, decisions, strict=True):
-                self._admitted(r, job, dec.admitted, dec.reason, dec.revoked, t)
+                self._admitted(r, job, dec, t)
             return lat
         while self._arrivals_due(r, t):
             job = arrivals[r.ai]
@@ -211,23 +212,15 @@ class Simulator:
             c0 = time.perf_counter()
             dec = self.policy.on_submit(job, t, r.state)
             lat += time.perf_counter() - c0
-            self._admitted(r, job, dec.admitted, dec.reason, dec.revoked, t)
+            self._admitted(r, job, dec, t)
         return lat
 
-    def _admitted(
-        self,
-        r: _Run,
-        job: Job,
-        admitted: bool,
-        reason: str | None,
-        revoked: tuple[str, ...] = (),
-        t: float = 0.0,
-    ) -> None:
-        for jid in revoked:
+    def _admitted(self, r: _Run, job: Job, dec: AdmissionDecision, t: float) -> None:
+        for jid in dec.revoked:
             r.results[jid].guarantee_lost = t
         res = r.results[job.job_id]
-        res.admitted, res.reason = admitted, reason
-        if admitted:
+        res.admitted, res.reason = dec.admitted, dec.reason
+        if dec.admitted:
             r.state.jobs[job.job_id] = job
         elif self.on_progress:
             self.on_progress(1)

@@ -18,10 +18,8 @@ from flowcon.sim.outputs import summarize
 LINEAR4 = ThroughputCurve({1: 1.0, 2: 2.0, 4: 4.0})
 
 
-def _job(jid: str, iters: float, deadline: float, submit: float = 0.0, done: float = 0.0) -> Job:
-    j = Job(job_id=jid, submit_time=submit, iterations=iters, deadline=deadline, curve=LINEAR4)
-    j.done_iterations = done
-    return j
+def _job(jid: str, iters: float, deadline: float, submit: float = 0.0) -> Job:
+    return Job(job_id=jid, submit_time=submit, iterations=iters, deadline=deadline, curve=LINEAR4)
 
 
 def _ledger_with_a() -> tuple[SlotLedger, Job]:
