@@ -22,7 +22,7 @@ import bisect
 import copy
 import math
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress, repeat
@@ -579,31 +579,42 @@ class SlotLedger:
         iterations of ``job`` from ``from_t`` on (a slot boundary) next to everybody else's
         reservations, its own given back (Algorithm 2's re-run of progressive filling);
         None: no plan meets its deadline."""
-        if remaining <= 0:
-            return 0.0
-        if job.deadline is None:
-            return None
-        k = self.slot_index(from_t)
-        work = self._used
-        own = self._plans.get(job.job_id)
-        if own is not None:
-            work = work.copy()
-            self._apply(own, -1, work)
-        done = job.iterations - remaining
-        probe = copy.copy(job)
-        probe.done_iterations = done
-        plan = self._fill(probe, k, from_t, work)
-        if plan is None:
-            return None
-        total = 0.0
-        part = dict(plan.partial)
-        for a, b, g, _ in plan.runs:
-            secs = (b - a) * self.slot
-            for s_, w in part.items():
-                if a <= s_ < b:
-                    secs += w - self.slot
-            total += g * secs
-        return total
+        return self.finish_probe(job)(remaining, from_t)
+
+    def finish_probe(self, job: Job) -> Callable[[float, float], float | None]:
+        """``gpu_seconds_to_finish`` for one job, to be asked for several amounts of work:
+        its own reservation is given back once, not at every question. Valid while the
+        ledger does not change (Algorithm 2's loop asks between two decisions)."""
+        work: _Profile | None = None
+
+        def gpu_seconds(remaining: float, from_t: float) -> float | None:
+            nonlocal work
+            if remaining <= 0:
+                return 0.0
+            if job.deadline is None:
+                return None
+            if work is None:
+                work = self._used
+                own = self._plans.get(job.job_id)
+                if own is not None:
+                    work = work.copy()
+                    self._apply(own, -1, work)
+            probe = copy.copy(job)
+            probe.done_iterations = job.iterations - remaining
+            plan = self._fill(probe, self.slot_index(from_t), from_t, work)
+            if plan is None:
+                return None
+            total = 0.0
+            part = dict(plan.partial)
+            for a, b, g, _ in plan.runs:
+                secs = (b - a) * self.slot
+                for s_, w in part.items():
+                    if a <= s_ < b:
+                        secs += w - self.slot
+                total += g * secs
+            return total
+
+        return gpu_seconds
 
     def __contains__(self, job_id: object) -> bool:
         return job_id in self._plans

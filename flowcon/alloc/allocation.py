@@ -294,9 +294,15 @@ def _merge(items: list[_Entry], held: list[int], spare: int) -> None:
                 break
 
 
-def _gpu_time(ledger: SlotLedger, job: Job, n: int, now: float, slot: float) -> float:
+_Probe = Callable[[float, float], float | None]
+
+
+def _gpu_time(
+    ledger: SlotLedger, job: Job, n: int, now: float, slot: float, probe: _Probe | None = None
+) -> float:
     """GPU-seconds the job takes to finish when it runs on ``n`` GPUs in the slot from
-    ``now`` and then on its re-filled minimum satisfactory plan (no plan: it keeps ``n``)."""
+    ``now`` and then on its re-filled minimum satisfactory plan (no plan: it keeps ``n``).
+    ``probe``: the job's ``SlotLedger.finish_probe``, if the caller keeps one."""
     at = job.curve.at
     r = job.remaining
     rate = at(n)
@@ -306,19 +312,36 @@ def _gpu_time(ledger: SlotLedger, job: Job, n: int, now: float, slot: float) -> 
         return n * r / rate
     rest = r - rate * slot
     nxt = (math.floor(now / slot + 1e-9) + 1) * slot
-    later = ledger.gpu_seconds_to_finish(job, rest, nxt) if job.deadline is not None else None
+    later = None
+    if job.deadline is not None:
+        later = (probe or ledger.finish_probe(job))(rest, nxt)
     if later is None:
         later = n * rest / rate
     return n * slot + later
 
 
-def paper_rank(ledger: SlotLedger, job: Job, cur: int, nxt: int, now: float, slot: float) -> float:
+def paper_rank(
+    ledger: SlotLedger,
+    job: Job,
+    cur: int,
+    nxt: int,
+    now: float,
+    slot: float,
+    gpu_time: Callable[[int], float] | None = None,
+) -> float:
     """Algorithm 2's priority: GPU time saved (negative: spent) per extra GPU when the job
-    gets one more GPU step now, its minimum satisfactory share re-planned afterwards."""
+    gets one more GPU step now, its minimum satisfactory share re-planned afterwards.
+    ``gpu_time``: ``_gpu_time`` of this job by GPU count, if the caller keeps its answers."""
     if nxt <= cur:
         return -math.inf
-    before = _gpu_time(ledger, job, cur, now, slot) if cur > 0 else math.inf
-    after = _gpu_time(ledger, job, nxt, now, slot)
+    if gpu_time is None:
+        probe = ledger.finish_probe(job)
+
+        def gpu_time(n: int) -> float:
+            return _gpu_time(ledger, job, n, now, slot, probe)
+
+    before = gpu_time(cur) if cur > 0 else math.inf
+    after = gpu_time(nxt)
     if math.isinf(before):
         return math.inf if not math.isinf(after) else 0.0
     return (before - after) / (nxt - cur)
@@ -333,11 +356,31 @@ def distribute_spare_paper(
     ledger: SlotLedger,
 ) -> dict[str, int]:
     """Algorithm 2 with the paper's priority (``paper_rank``); same greedy loop, same
-    tie-break and the same stop rule as ``distribute_spare``."""
+    tie-break and the same stop rule as ``distribute_spare``.
+
+    The spare GPUs only shrink, so a step larger than them now is never taken: the loop
+    would pop it and pass over it. Such a step is not pushed, and its priority (a re-run
+    of progressive filling) is not computed; with no spare GPU nothing is computed.
+    ``flowcon.alloc.reference.distribute_spare_paper_reference`` is the loop pushing
+    every step, and the tests hold the two equal.
+
+    A job's GPU time at a count (``_gpu_time``, one re-run of progressive filling) is
+    computed once per call and shared by the two priorities it enters (a step's "after"
+    is the next step's "before"); the ledger does not change within the call."""
     alloc = {j.job_id: int(base.get(j.job_id, 0)) for j in jobs}
     spare = total_gpus - sum(alloc.values())
     if spare < 0:
         raise ValueError(f"minimum shares ({sum(alloc.values())}) exceed {total_gpus} GPUs")
+    if spare == 0:
+        return alloc  # a full cluster: no step fits
+    times: dict[int, Callable[[int], float]] = {}
+
+    def rank(idx: int, cur: int, nxt: int) -> float:
+        gpu_time = times.get(idx)
+        if gpu_time is None:
+            gpu_time = times[idx] = _gpu_times(ledger, jobs[idx], now, slot)
+        return paper_rank(ledger, jobs[idx], cur, nxt, now, slot, gpu_time)
+
     heap: list[tuple[float, tuple[int, float, float, str], int, int, int]] = []
     for idx, job in enumerate(jobs):
         if job.remaining <= 0:
@@ -345,8 +388,8 @@ def distribute_spare_paper(
         cap = job.gpu_cap(total_gpus)
         cur = alloc[job.job_id]
         nxt = _next_step(job, cur, cap)
-        if nxt is not None:
-            heap.append((-paper_rank(ledger, job, cur, nxt, now, slot), _tier(job), idx, nxt, cap))
+        if nxt is not None and nxt - cur <= spare:
+            heap.append((-rank(idx, cur, nxt), _tier(job), idx, nxt, cap))
     heapq.heapify(heap)
     while spare > 0 and heap:
         _, tier, idx, cur, cap = heapq.heappop(heap)
@@ -357,10 +400,23 @@ def distribute_spare_paper(
         alloc[job.job_id] = cur
         spare -= step
         nxt = job.curve.next_faster(cur, cap)
-        if nxt is not None:
-            pr = paper_rank(ledger, job, cur, nxt, now, slot)
-            heapq.heappush(heap, (-pr, tier, idx, nxt, cap))
+        if nxt is not None and nxt - cur <= spare:
+            heapq.heappush(heap, (-rank(idx, cur, nxt), tier, idx, nxt, cap))
     return alloc
+
+
+def _gpu_times(ledger: SlotLedger, job: Job, now: float, slot: float) -> Callable[[int], float]:
+    """``_gpu_time`` of one job by GPU count, each count computed once (one probe)."""
+    probe = ledger.finish_probe(job)
+    known: dict[int, float] = {}
+
+    def gpu_time(n: int) -> float:
+        t = known.get(n)
+        if t is None:
+            t = known[n] = _gpu_time(ledger, job, n, now, slot, probe)
+        return t
+
+    return gpu_time
 
 
 def allocate(jobs: Sequence[Job], now: float, total_gpus: int, slot: float) -> dict[str, int]:

@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from flowcon.alloc.admission import (
     _EPS,
@@ -67,13 +67,22 @@ class PublishedLedger(SlotLedger):
             return None
         end_k, _, _, partial = horizon
         part = dict(partial)
-        periods = [(a, b, self.total_gpus - v) for a, b, v in used.segments(now_k, end_k)]
-        quotas = powers_of_two(min(self.total_gpus, ef_max_gpu(job)))
+        # each period: (start, end, free GPUs, largest power of two <= free, its seconds);
+        # the partial slots (now_k, end_k - 1) lie in the first and the last period
+        total, slot = self.total_gpus, self.slot
+        periods: list[_Period] = [
+            (a, b, total - v, _floor_p2(total - v), (b - a) * slot)
+            for a, b, v in used.segments(now_k, end_k)
+        ]
+        for i in {0, len(periods) - 1}:
+            a, b, free, p2, _ = periods[i]
+            periods[i] = (a, b, free, p2, self._secs(a, b, part))
+        quotas = powers_of_two(min(total, ef_max_gpu(job)))
         at = job.curve.at
         need = remaining * (1.0 - _EPS)
         prev = 0
         for j in quotas:
-            point = self._point(periods, part, j, need, at)
+            point = _point(periods, j, need, at)
             if point is not None:
                 return self._forward(periods, part, j, prev, point, need, at, now_k)
             prev = j
@@ -82,45 +91,60 @@ class PublishedLedger(SlotLedger):
     def _secs(self, a: int, b: int, part: dict[int, float]) -> float:
         return (b - a) * self.slot + sum(w - self.slot for s, w in part.items() if a <= s < b)
 
-    def _point(self, periods: list[tuple[int, int, int]], part: dict[int, float], j: int,
-               need: float, at: object) -> int | None:  # fmt: skip
-        """Start of the period where quota ``j``, walked back from the deadline, covers
-        ``need``; None: it never does."""
-        assert callable(at)
-        acc = 0.0
-        for a, b, free in reversed(periods):
-            n = j if free >= j else floor_power_of_two(free)
-            if n <= 0:
-                continue
-            acc += self._secs(a, b, part) * at(n)
-            if acc >= need:
-                return a
-        return None
-
-    def _forward(self, periods: list[tuple[int, int, int]], part: dict[int, float], j: int,
-                 prev: int, point: int, need: float, at: object, now_k: int) -> _Plan:  # fmt: skip
+    def _forward(self, periods: list[_Period], part: dict[int, float], j: int, prev: int,
+                 point: int, need: float, at: _Speed, now_k: int) -> _Plan:  # fmt: skip
         """The reservation from now: ``prev`` before ``point``, ``j`` from it, until the
         slot where ``need`` iterations are done."""
-        assert callable(at)
         runs: list[_Run] = []
         acc = 0.0
-        for a, b, free in periods:
+        for a, b, _, p2, secs in periods:
             q = j if a >= point else prev
-            n = min(q, floor_power_of_two(free)) if free > 0 else 0
+            n = q if q < p2 else p2  # min(q, floor_power_of_two(free)), 0 when none free
             if n <= 0:
                 continue
             tp = at(n)
-            got = self._secs(a, b, part) * tp
+            got = secs * tp
             if acc + got < need:
                 acc += got
                 runs.append((a, b, n, tp))
                 continue
-            k = a  # the slot where the work is done
-            while k < b - 1 and acc + self._secs(a, k + 1, part) * tp < need:
-                k += 1
-            runs.append((a, k + 1, n, tp))
+            # the slot where the work is done: the first k in [a, b - 1) whose slots
+            # [a, k + 1) cover it, else b - 1 (bisection; the test is monotone in k)
+            lo, hi = a, b - 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if acc + self._secs(a, mid + 1, part) * tp < need:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            runs.append((a, lo + 1, n, tp))
             break
         return _make_plan(now_k, runs, tuple(sorted(part.items())))
+
+
+# a period of PublishedLedger._fill: (first slot, end slot, free GPUs, the largest power of
+# two not above them (0: none free), the seconds it holds)
+_Period = tuple[int, int, int, int, float]
+_Speed = Callable[[int], float]  # iterations per second at a GPU count
+
+
+def _floor_p2(n: int) -> int:
+    """``floor_power_of_two`` for an int (0 for n < 1), without its int() (a hot path)."""
+    return 1 << (n.bit_length() - 1) if n > 0 else 0
+
+
+def _point(periods: list[_Period], j: int, need: float, at: _Speed) -> int | None:
+    """Start of the period where quota ``j``, walked back from the deadline, covers
+    ``need``; None: it never does."""
+    acc = 0.0
+    for a, _, free, p2, secs in reversed(periods):
+        n = j if free >= j else p2
+        if n <= 0:
+            continue
+        acc += secs * at(n)
+        if acc >= need:
+            return a
+    return None
 
 
 def max_gpu(job: Job) -> int:

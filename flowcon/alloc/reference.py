@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from flowcon.alloc.admission import SlotLedger
 from flowcon.alloc.model import Job, powers_of_two
 
 _EPS = 1e-9  # the same slack as admission.py: a deadline on a boundary is that boundary
@@ -185,4 +186,55 @@ def distribute_spare_reference(
         nxt = j.curve.next_faster(n, j.gpu_cap(total_gpus))
         if nxt is not None and ret(j, n, nxt) > 0:
             heapq.heappush(heap, (-ret(j, n, nxt), t, idx, nxt))
+    return alloc
+
+
+def distribute_spare_paper_reference(
+    jobs: Sequence[Job],
+    base: dict[str, int],
+    total_gpus: int,
+    slot: float,
+    now: float,
+    ledger: SlotLedger,
+) -> dict[str, int]:
+    """Algorithm 2's greedy loop with the paper's priority as written, the reference for
+    ``flowcon.alloc.allocation.distribute_spare_paper`` (which does not push, nor rank, a
+    step larger than the spare GPUs): every job's next step is pushed with its priority
+    (``paper_rank``: GPU time saved per extra GPU, progressive filling re-run), ties by
+    tier; a popped step that no longer fits is passed over."""
+    import heapq
+
+    from flowcon.alloc.allocation import paper_rank
+
+    def tier(j: Job) -> tuple[int, float, float, str]:
+        if j.deadline is None:
+            return (2, math.inf, j.submit_time, j.job_id)
+        return (1 if j.soft_deadline else 0, j.deadline, j.submit_time, j.job_id)
+
+    alloc = {j.job_id: int(base.get(j.job_id, 0)) for j in jobs}
+    spare = total_gpus - sum(alloc.values())
+    heap: list[tuple[float, tuple[int, float, float, str], int, int]] = []
+    for idx, j in enumerate(jobs):
+        if j.remaining <= 0:
+            continue
+        cap = j.gpu_cap(total_gpus)
+        cur = alloc[j.job_id]
+        if cur <= 0:
+            first = 1 << (max(1, j.min_gpus) - 1).bit_length()
+            nxt: int | None = first if first <= cap else None
+        else:
+            nxt = j.curve.next_faster(cur, cap)
+        if nxt is not None:
+            pr = paper_rank(ledger, j, cur, nxt, now, slot)
+            heapq.heappush(heap, (-pr, tier(j), idx, nxt))
+    while spare > 0 and heap:
+        _, t, idx, n = heapq.heappop(heap)
+        j = jobs[idx]
+        if n - alloc[j.job_id] > spare:
+            continue
+        spare -= n - alloc[j.job_id]
+        alloc[j.job_id] = n
+        nxt = j.curve.next_faster(n, j.gpu_cap(total_gpus))
+        if nxt is not None:
+            heapq.heappush(heap, (-paper_rank(ledger, j, n, nxt, now, slot), t, idx, nxt))
     return alloc

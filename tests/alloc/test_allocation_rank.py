@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from flowcon.alloc.admission import SlotLedger
 from flowcon.alloc.allocation import distribute_spare, distribute_spare_paper, paper_rank
 from flowcon.alloc.model import Job, ThroughputCurve, is_power_of_two
+from flowcon.alloc.reference import distribute_spare_paper_reference
 
 SLOT = 60.0
 TOTAL = 16
@@ -107,3 +108,21 @@ def test_paper_rank_prefers_the_job_that_wastes_less_gpu_time() -> None:
     assert paper_rank(ledger, linear, 1, 2, 0.0, SLOT) > paper_rank(ledger, flat, 1, 2, 0.0, SLOT)
     alloc = distribute_spare_paper([flat, linear], {"lin": 1, "flat": 1}, 3, SLOT, 0.0, ledger)
     assert alloc == {"lin": 2, "flat": 1}
+
+
+@settings(max_examples=150, deadline=None)
+@given(cluster(), st.sampled_from([0, 2, 4, 8, 12, 16]))
+def test_the_paper_loop_equals_its_reference_that_ranks_every_step(
+    c: tuple[list[Job], dict[str, int], SlotLedger], held: int
+) -> None:
+    """``distribute_spare_paper`` neither pushes nor ranks a step larger than the spare
+    GPUs (they only shrink, so the loop would pass over it): the same allocation as the
+    loop that ranks every step. ``held``: GPUs a best-effort job already holds, so that
+    few or no GPUs are spare."""
+    jobs, base, ledger = c
+    room = TOTAL - sum(base.values())
+    if held and held <= room:
+        jobs = [*jobs, Job("holder", 0.0, 1e6, None, ThroughputCurve({1: 1.0, 16: 16.0}))]
+        base = {**base, "holder": held}
+    got = distribute_spare_paper(jobs, base, TOTAL, SLOT, 0.0, ledger)
+    assert got == distribute_spare_paper_reference(jobs, base, TOTAL, SLOT, 0.0, ledger)
