@@ -33,7 +33,7 @@ What FlowCon adds to the printed algorithm, the same in both versions:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from flowcon.alloc.admission import SlotLedger
 from flowcon.alloc.model import Job, powers_of_two
@@ -146,47 +146,17 @@ def distribute_spare_reference(
     ``(min(R, T(nxt)*slot) - min(R, T(cur)*slot)) / (nxt - cur) / (T(1)*slot)``, ties by
     tier (hard deadline, soft, best-effort; then deadline, submission, id); a step that no
     longer fits in the spare GPUs is dropped with the job's later steps."""
-    import heapq
 
-    def tier(j: Job) -> tuple[int, float, float, str]:
-        if j.deadline is None:
-            return (2, math.inf, j.submit_time, j.job_id)
-        return (1 if j.soft_deadline else 0, j.deadline, j.submit_time, j.job_id)
-
-    def ret(j: Job, cur: int, nxt: int) -> float:
+    def ret(j: Job, cur: int, nxt: int) -> float | None:
         at = j.curve.at
         t1 = at(1) or at(max(1, cur))
         if t1 <= 0 or nxt <= cur:
-            return 0.0
+            return None
         r = j.remaining
-        return (min(r, at(nxt) * slot) - min(r, at(cur) * slot)) / (nxt - cur) / (t1 * slot)
+        pr = (min(r, at(nxt) * slot) - min(r, at(cur) * slot)) / (nxt - cur) / (t1 * slot)
+        return pr if pr > 0 else None  # a step that adds nothing is not pushed
 
-    alloc = {j.job_id: int(base.get(j.job_id, 0)) for j in jobs}
-    spare = total_gpus - sum(alloc.values())
-    heap: list[tuple[float, tuple[int, float, float, str], int, int]] = []
-    for idx, j in enumerate(jobs):
-        if j.remaining <= 0:
-            continue
-        cap = j.gpu_cap(total_gpus)
-        cur = alloc[j.job_id]
-        if cur <= 0:
-            first = 1 << (max(1, j.min_gpus) - 1).bit_length()
-            nxt: int | None = first if first <= cap else None
-        else:
-            nxt = j.curve.next_faster(cur, cap)
-        if nxt is not None and ret(j, cur, nxt) > 0:
-            heapq.heappush(heap, (-ret(j, cur, nxt), tier(j), idx, nxt))
-    while spare > 0 and heap:
-        _, t, idx, n = heapq.heappop(heap)
-        j = jobs[idx]
-        if n - alloc[j.job_id] > spare:
-            continue
-        spare -= n - alloc[j.job_id]
-        alloc[j.job_id] = n
-        nxt = j.curve.next_faster(n, j.gpu_cap(total_gpus))
-        if nxt is not None and ret(j, n, nxt) > 0:
-            heapq.heappush(heap, (-ret(j, n, nxt), t, idx, nxt))
-    return alloc
+    return _greedy(jobs, base, total_gpus, ret)
 
 
 def distribute_spare_paper_reference(
@@ -202,14 +172,34 @@ def distribute_spare_paper_reference(
     step larger than the spare GPUs): every job's next step is pushed with its priority
     (``paper_rank``: GPU time saved per extra GPU, progressive filling re-run), ties by
     tier; a popped step that no longer fits is passed over."""
-    import heapq
-
     from flowcon.alloc.allocation import paper_rank
+
+    def rank(j: Job, cur: int, nxt: int) -> float:
+        return paper_rank(ledger, j, cur, nxt, now, slot)
+
+    return _greedy(jobs, base, total_gpus, rank)
+
+
+def _greedy(
+    jobs: Sequence[Job],
+    base: dict[str, int],
+    total_gpus: int,
+    priority: Callable[[Job, int, int], float | None],
+) -> dict[str, int]:
+    """The greedy loop both references share: each job's next power-of-two step (from zero
+    GPUs: its minimum count rounded up) pushed with ``priority`` (None: not pushed), the
+    best popped first, ties by tier; a step that no longer fits is passed over."""
+    import heapq
 
     def tier(j: Job) -> tuple[int, float, float, str]:
         if j.deadline is None:
             return (2, math.inf, j.submit_time, j.job_id)
         return (1 if j.soft_deadline else 0, j.deadline, j.submit_time, j.job_id)
+
+    def push(idx: int, t: tuple[int, float, float, str], cur: int, nxt: int | None) -> None:
+        pr = None if nxt is None else priority(jobs[idx], cur, nxt)
+        if nxt is not None and pr is not None:
+            heapq.heappush(heap, (-pr, t, idx, nxt))
 
     alloc = {j.job_id: int(base.get(j.job_id, 0)) for j in jobs}
     spare = total_gpus - sum(alloc.values())
@@ -221,12 +211,9 @@ def distribute_spare_paper_reference(
         cur = alloc[j.job_id]
         if cur <= 0:
             first = 1 << (max(1, j.min_gpus) - 1).bit_length()
-            nxt: int | None = first if first <= cap else None
+            push(idx, tier(j), cur, first if first <= cap else None)
         else:
-            nxt = j.curve.next_faster(cur, cap)
-        if nxt is not None:
-            pr = paper_rank(ledger, j, cur, nxt, now, slot)
-            heapq.heappush(heap, (-pr, tier(j), idx, nxt))
+            push(idx, tier(j), cur, j.curve.next_faster(cur, cap))
     while spare > 0 and heap:
         _, t, idx, n = heapq.heappop(heap)
         j = jobs[idx]
@@ -234,7 +221,5 @@ def distribute_spare_paper_reference(
             continue
         spare -= n - alloc[j.job_id]
         alloc[j.job_id] = n
-        nxt = j.curve.next_faster(n, j.gpu_cap(total_gpus))
-        if nxt is not None:
-            heapq.heappush(heap, (-paper_rank(ledger, j, n, nxt, now, slot), t, idx, nxt))
+        push(idx, t, n, j.curve.next_faster(n, j.gpu_cap(total_gpus)))
     return alloc
