@@ -380,6 +380,9 @@ def _reserve(
     return runs
 
 
+# SlotLedger.finish_probe: (remaining work, from time) -> GPU-seconds to finish, None: no plan
+FinishProbe = Callable[[float, float], float | None]
+
 # (now, remaining, deadline, curve, free-run starts, levels, the plan made from them)
 _Memo = tuple[float, float, float, _Curve, list[int], list[int], _Plan | None]
 
@@ -581,7 +584,7 @@ class SlotLedger:
         None: no plan meets its deadline."""
         return self.finish_probe(job)(remaining, from_t)
 
-    def finish_probe(self, job: Job) -> Callable[[float, float], float | None]:
+    def finish_probe(self, job: Job) -> FinishProbe:
         """``gpu_seconds_to_finish`` for one job, to be asked for several amounts of work:
         its own reservation is given back once, not at every question. Valid while the
         ledger does not change (Algorithm 2's loop asks between two decisions)."""

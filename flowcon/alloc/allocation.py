@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import cast
 
-from flowcon.alloc.admission import SlotLedger
+from flowcon.alloc.admission import FinishProbe, SlotLedger
 from flowcon.alloc.model import Job, ThroughputCurve, floor_power_of_two
 
 
@@ -294,15 +294,10 @@ def _merge(items: list[_Entry], held: list[int], spare: int) -> None:
                 break
 
 
-_Probe = Callable[[float, float], float | None]
-
-
-def _gpu_time(
-    ledger: SlotLedger, job: Job, n: int, now: float, slot: float, probe: _Probe | None = None
-) -> float:
+def _gpu_time(job: Job, n: int, now: float, slot: float, probe: FinishProbe) -> float:
     """GPU-seconds the job takes to finish when it runs on ``n`` GPUs in the slot from
-    ``now`` and then on its re-filled minimum satisfactory plan (no plan: it keeps ``n``).
-    ``probe``: the job's ``SlotLedger.finish_probe``, if the caller keeps one."""
+    ``now`` and then on its re-filled minimum satisfactory plan (no plan: it keeps ``n``);
+    ``probe``: the job's ``SlotLedger.finish_probe``."""
     at = job.curve.at
     r = job.remaining
     rate = at(n)
@@ -312,9 +307,7 @@ def _gpu_time(
         return n * r / rate
     rest = r - rate * slot
     nxt = (math.floor(now / slot + 1e-9) + 1) * slot
-    later = None
-    if job.deadline is not None:
-        later = (probe or ledger.finish_probe(job))(rest, nxt)
+    later = probe(rest, nxt) if job.deadline is not None else None
     if later is None:
         later = n * rest / rate
     return n * slot + later
@@ -335,11 +328,7 @@ def paper_rank(
     if nxt <= cur:
         return -math.inf
     if gpu_time is None:
-        probe = ledger.finish_probe(job)
-
-        def gpu_time(n: int) -> float:
-            return _gpu_time(ledger, job, n, now, slot, probe)
-
+        gpu_time = _gpu_times(ledger, job, now, slot)
     before = gpu_time(cur) if cur > 0 else math.inf
     after = gpu_time(nxt)
     if math.isinf(before):
@@ -413,7 +402,7 @@ def _gpu_times(ledger: SlotLedger, job: Job, now: float, slot: float) -> Callabl
     def gpu_time(n: int) -> float:
         t = known.get(n)
         if t is None:
-            t = known[n] = _gpu_time(ledger, job, n, now, slot, probe)
+            t = known[n] = _gpu_time(job, n, now, slot, probe)
         return t
 
     return gpu_time

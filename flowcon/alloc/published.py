@@ -71,7 +71,7 @@ class PublishedLedger(SlotLedger):
         # the partial slots (now_k, end_k - 1) lie in the first and the last period
         total, slot = self.total_gpus, self.slot
         periods: list[_Period] = [
-            (a, b, total - v, _floor_p2(total - v), (b - a) * slot)
+            (a, b, total - v, floor_power_of_two(total - v), (b - a) * slot)
             for a, b, v in used.segments(now_k, end_k)
         ]
         for i in {0, len(periods) - 1}:
@@ -126,11 +126,6 @@ class PublishedLedger(SlotLedger):
 # two not above them (0: none free), the seconds it holds)
 _Period = tuple[int, int, int, int, float]
 _Speed = Callable[[int], float]  # iterations per second at a GPU count
-
-
-def _floor_p2(n: int) -> int:
-    """``floor_power_of_two`` for an int (0 for n < 1), without its int() (a hot path)."""
-    return 1 << (n.bit_length() - 1) if n > 0 else 0
 
 
 def _point(periods: list[_Period], j: int, need: float, at: _Speed) -> int | None:
