@@ -24,7 +24,6 @@ import math
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from itertools import compress, repeat
 
 from flowcon.alloc.model import Job, ThroughputCurve, powers_of_two
@@ -63,11 +62,13 @@ class AdmissionDecision:
 class _Curve:
     """The GPU counts at which the job gets faster (``levels``, ascending), its throughput
     there, and ``by_used[v]``: index of the largest level <= the GPUs left free when ``v``
-    are reserved (-1: none)."""
+    are reserved (-1: none); ``thr``: the most GPUs that may be reserved in a slot while it
+    still buys ``by_used[0]`` (by_used[v] == by_used[0] for every v in [0, thr])."""
 
     levels: list[int]
     tps: list[float]
     by_used: list[int]
+    thr: int
 
 
 # (first slot, end slot (exclusive), GPUs > 0, iterations/s at that count)
@@ -81,6 +82,7 @@ class _Plan:
     breaks: list[int]  # absolute slot indices where the reservation changes value
     partial: tuple[tuple[int, float], ...] = ()  # (slot, seconds) for slots shorter than one
     _full: tuple[float, float] | None = field(default=None, repr=False, compare=False)
+    _peak: int = field(default=-1, repr=False, compare=False)
 
     def at(self, k: int) -> int:
         for a, b, g, _ in self.runs:
@@ -112,9 +114,12 @@ class _Plan:
                     total += (w - slot) * tp
         return total
 
-    @cached_property
-    def peak(self) -> int:  # runs are never changed once the plan is made
-        return max([g for _, _, g, _ in self.runs], default=0)
+    @property
+    def peak(self) -> int:  # runs are never changed once the plan is made: cached
+        pk = self._peak
+        if pk < 0:
+            pk = self._peak = max([g for _, _, g, _ in self.runs], default=0)
+        return pk
 
     def gpus(self) -> tuple[int, ...]:
         if not self.runs:
@@ -145,32 +150,73 @@ def _make_plan(start: int, runs: list[_Run], partial: tuple[tuple[int, float], .
 
 class _Profile:
     """GPUs reserved per slot as a step function: ``vals[i]`` holds on
-    [keys[i], keys[i+1]), 0 before keys[0]; the last value holds to infinity."""
+    [keys[i], keys[i+1]), 0 before keys[0]; the last value holds to infinity.
 
-    __slots__ = ("keys", "vals")
+    ``hi``: an upper bound of the function (the 0 before keys[0] included), None: not known;
+    ``nonneg``: no value is negative (None: not known). Kept up to date by ``add`` where
+    that is cheap, else computed on demand (``bounds``): they let ``SlotLedger._fill`` see
+    in O(1) that every slot buys a job its top level (``_Curve.thr``)."""
+
+    __slots__ = ("keys", "vals", "hi", "nonneg")
 
     def __init__(self, keys: list[int] | None = None, vals: list[int] | None = None) -> None:
         self.keys: list[int] = keys if keys is not None else []
         self.vals: list[int] = vals if vals is not None else []
+        self.hi: int | None = None
+        self.nonneg: bool | None = None
 
     def copy(self) -> _Profile:
-        return _Profile(self.keys[:], self.vals[:])
+        other = _Profile(self.keys[:], self.vals[:])
+        other.hi, other.nonneg = self.hi, self.nonneg
+        return other
 
-    def _split(self, k: int) -> int:
-        keys = self.keys
-        i = bisect.bisect_left(keys, k)
-        if i == len(keys) or keys[i] != k:
-            keys.insert(i, k)
-            self.vals.insert(i, self.vals[i - 1] if i else 0)
-        return i
+    def bounds(self) -> tuple[bool, int]:
+        """(no value negative, an upper bound of the values), computed when not known."""
+        hi, nonneg = self.hi, self.nonneg
+        if hi is None:
+            hi = self.hi = max(0, max(self.vals, default=0))
+        if nonneg is None:
+            nonneg = self.nonneg = min(self.vals, default=0) >= 0
+        return nonneg, hi
 
     def add(self, a: int, b: int, g: int) -> None:
-        if a >= b or g == 0:
-            return
-        i = self._split(a)
-        j = self._split(b)
-        vals = self.vals
-        vals[i:j] = map(operator.add, vals[i:j], repeat(g))  # v + g for each
+        """``g`` more GPUs reserved in slots [a, b)."""
+        self.add_runs([(a, b, g, 0.0)], a, 1)
+
+    def _bound(self, new: list[int], g: int) -> None:
+        """Keep ``hi`` and ``nonneg`` true after ``g`` was added to the values ``new``."""
+        if g > 0:
+            if self.hi is not None:
+                m = max(new)
+                if m > self.hi:
+                    self.hi = m
+        else:
+            self.hi = None  # it may have dropped: recomputed when asked
+            if self.nonneg and min(new) < 0:
+                self.nonneg = False
+
+    def add_runs(self, runs: list[_Run], floor: int, sign: int) -> None:
+        """``add`` for each run of a plan (``sign`` * its GPUs), clipped to slots >= floor."""
+        keys, vals = self.keys, self.vals
+        for a, b, g, _ in runs:
+            if b <= floor:
+                continue
+            if a < floor:
+                a = floor
+            if a >= b or g == 0:
+                continue
+            g *= sign
+            i = bisect.bisect_left(keys, a)
+            if i == len(keys) or keys[i] != a:
+                keys.insert(i, a)
+                vals.insert(i, vals[i - 1] if i else 0)
+            j = bisect.bisect_left(keys, b, i)
+            if j == len(keys) or keys[j] != b:
+                keys.insert(j, b)
+                vals.insert(j, vals[j - 1])
+            new = list(map(operator.add, vals[i:j], repeat(g)))
+            vals[i:j] = new
+            self._bound(new, g)
 
     def segments(self, a: int, b: int) -> list[tuple[int, int, int]]:
         """(start, end, value) steps covering [a, b)."""
@@ -200,6 +246,7 @@ class _Profile:
                 nk.append(keys[x])
                 nv.append(vals[x])
         self.keys, self.vals = nk, nv
+        self.hi = self.nonneg = None  # values before k are gone: recomputed when asked
 
 
 # -- the steps of progressive filling (SlotLedger._fill) -------------------------------------
@@ -383,8 +430,9 @@ def _reserve(
 # SlotLedger.finish_probe: (remaining work, from time) -> GPU-seconds to finish, None: no plan
 FinishProbe = Callable[[float, float], float | None]
 
-# (now, remaining, deadline, curve, free-run starts, levels, the plan made from them)
-_Memo = tuple[float, float, float, _Curve, list[int], list[int], _Plan | None]
+# (now, remaining, deadline, curve, free runs (None: one at the curve's by_used[0]), the
+# plan made from them)
+_Memo = tuple[float, float, float, _Curve, tuple[list[int], list[int]] | None, _Plan | None]
 
 
 class SlotLedger:
@@ -413,7 +461,7 @@ class SlotLedger:
         self._order: list[tuple[float, float, str]] = []  # (deadline, submit, id)
         self._curves: dict[tuple[int, int], tuple[object, _Curve]] = {}
         self._deadline: dict[str, float] = {}
-        # job id -> (now, remaining, deadline, curve, starts, levs, plan) of its last filling
+        # job id -> (now, remaining, deadline, curve, free runs, plan) of its last filling
         self._memo: dict[str, _Memo] = {}
         self._job_curves: dict[str, tuple[ThroughputCurve, int | None, _Curve]] = {}
 
@@ -465,7 +513,10 @@ class SlotLedger:
         for i, n in enumerate(levels):
             top = levels[i + 1] - 1 if i + 1 < len(levels) else g  # free counts n..top
             by_used[g - top : g - n + 1] = [i] * (top - n + 1)
-        c = _Curve(levels, tps, by_used)
+        thr = 0
+        while thr + 1 < len(by_used) and by_used[thr + 1] == by_used[0]:
+            thr += 1
+        c = _Curve(levels, tps, by_used, thr)
         # curves are shared by the jobs of one model and batch size: cache per curve
         if len(self._curves) > 4096:  # refined curves of a long-lived ledger
             self._curves.clear()
@@ -486,15 +537,25 @@ class SlotLedger:
         remaining = job.remaining
         if remaining <= 0:
             return _Plan(now_k, [], [])
-        horizon = _horizon(job.deadline, now_k, now, self.origin, self.slot)
-        if horizon is None:
-            return None
         c = self._curve(job)
         if not c.levels:
             return None
-        starts, levs = _free_runs(c.by_used, used, now_k, horizon[0])
-        # the rest is a function of (deadline, now, remaining, curve, starts, levs) and the
+        # the free runs: one at by_used[0] over the whole horizon when no slot holds more
+        # than c.thr reserved GPUs (the usual case; O(1) with the profile's bounds), None
+        # below; else step by step (``_free_runs``)
+        nonneg, hi = used.bounds()
+        free: tuple[list[int], list[int]] | None = None
+        horizon = None
+        if not (nonneg and hi <= c.thr):
+            horizon = _horizon(job.deadline, now_k, now, self.origin, self.slot)
+            if horizon is None:
+                return None
+            starts, levs = _free_runs(c.by_used, used, now_k, horizon[0])
+            if len(levs) > 1 or levs[0] != c.by_used[0]:
+                free = (starts, levs)
+        # the rest is a function of (deadline, now, remaining, curve, free runs) and the
         # ledger's constants: the same inputs as this job's previous filling give its plan
+        # (a plan is only remembered when the horizon has a slot, so a hit implies one)
         memo = self._memo.get(job.job_id)
         if (
             memo is not None
@@ -502,12 +563,18 @@ class SlotLedger:
             and memo[1] == remaining
             and memo[2] == job.deadline
             and memo[3] is c
-            and memo[4] == starts
-            and memo[5] == levs
+            and memo[4] == free
         ):
-            return memo[6]
-        plan = self._plan_runs(remaining, c, horizon, now_k, starts, levs)
-        self._memo[job.job_id] = (now, remaining, job.deadline, c, starts, levs, plan)
+            return memo[5]
+        if horizon is None:
+            horizon = _horizon(job.deadline, now_k, now, self.origin, self.slot)
+            if horizon is None:
+                return None
+        if free is None:
+            plan = self._plan_one_level(remaining, c, horizon, now_k)
+        else:
+            plan = self._plan_runs(remaining, c, horizon, now_k, *free)
+        self._memo[job.job_id] = (now, remaining, job.deadline, c, free, plan)
         return plan
 
     def _plan_runs(
@@ -529,6 +596,51 @@ class SlotLedger:
         hi = _smallest_level(tps, secs, need, extra)
         if hi is None:
             return None
+        target = need + extra * tps[hi]
+        first, b_slot, back_prev = _walk_back(segs, tps, hi, target, now_k)
+        runs = _reserve(segs[first:], c.levels, tps, hi, b_slot, target - back_prev)
+        return _make_plan(now_k, runs, partial)
+
+    def _plan_one_level(
+        self,
+        remaining: float,
+        c: _Curve,
+        horizon: tuple[int, float, float, tuple[tuple[int, float], ...]],
+        now_k: int,
+    ) -> _Plan | None:
+        """``_plan_runs`` for free runs of one level, ``c.by_used[0]``, over the whole
+        horizon (the usual case): the same segments, seconds and bisection written out for
+        that case, then the same walk back and reservation. The tests hold it equal to
+        ``_plan_runs``."""
+        end_k, w_first, w_last, partial = horizon
+        li = c.by_used[0]
+        if li < 0:
+            return None  # no level at all: no gain (``_smallest_level`` says None)
+        slot = self.slot
+        # _segments and _level_seconds for starts [now_k, end_k], levs [li]
+        segs: list[_Seg] = [(now_k, now_k + 1, li, w_first)]
+        s0 = 0.0 + w_first * 1
+        if end_k - now_k > 1:
+            if end_k - 1 > now_k + 1:
+                segs.append((now_k + 1, end_k - 1, li, slot))
+                s0 += slot * (end_k - 1 - (now_k + 1))
+            segs.append((end_k - 1, end_k, li, w_last))
+            s0 += w_last * 1
+        if not s0:
+            return None  # no seconds: no gain
+        # _smallest_level's one-level branch (nz = [(li, s0)])
+        tps = c.tps
+        need = remaining * (1.0 - _EPS)
+        extra = 2 * self.overhead
+        lo, hi = 0, len(tps) - 1
+        if tps[li if li < hi else hi] * s0 < need + extra * tps[hi]:
+            return None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if tps[li if li < mid else mid] * s0 >= need + extra * tps[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
         target = need + extra * tps[hi]
         first, b_slot, back_prev = _walk_back(segs, tps, hi, target, now_k)
         runs = _reserve(segs[first:], c.levels, tps, hi, b_slot, target - back_prev)
@@ -559,10 +671,7 @@ class SlotLedger:
         return _Profile(keys, vals)
 
     def _apply(self, plan: _Plan, sign: int, used: _Profile) -> None:
-        floor = self._floor
-        for a, b, g, _ in plan.runs:
-            if b > floor:
-                used.add(a if a > floor else floor, b, sign * g)
+        used.add_runs(plan.runs, self._floor, sign)
 
     # -- public API -------------------------------------------------------------------------
     def snapshot(self) -> SlotLedger:

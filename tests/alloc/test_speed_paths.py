@@ -6,6 +6,9 @@ the very same answer, so that simulated decisions stay identical.
 - ``SlotLedger._fill``'s memo: a job's previous plan when (now, remaining, deadline, curve,
   free runs) are the same; a ledger without the memo must decide and plan the same.
 - ``_Plan.provides`` for a slot at or before the plan's start: the whole plan's sum, cached.
+- ``SlotLedger._fill``'s shortcut: one free run at the top level when the profile's bound
+  (``_Profile.bounds``) is at most the curve's ``thr``, planned by ``_plan_one_level``
+  (``_plan_runs`` written out for that case); ``_Profile.add_runs`` is ``add`` per run.
 - ``distribute_spare``'s memo of idle jobs' chains (ElasticFlow Algorithm 2's loop):
   the same allocation as without it, across calls with progress and changed jobs.
 """
@@ -17,7 +20,15 @@ import bisect
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowcon.alloc.admission import SlotLedger, _free_runs, _free_runs_steps, _Plan, _Profile
+from flowcon.alloc.admission import (
+    SlotLedger,
+    _Curve,
+    _free_runs,
+    _free_runs_steps,
+    _horizon,
+    _Plan,
+    _Profile,
+)
 from flowcon.alloc.allocation import SpareMemo, distribute_spare
 from flowcon.alloc.model import Job, ThroughputCurve, floor_power_of_two
 
@@ -216,3 +227,118 @@ def test_policy_spare_memo_is_pruned_to_present_jobs() -> None:
     pol._spare_memo.update({f"gone{i}": stale for i in range(1100)})
     assert pol.schedule(0.0, state) == first == distribute_spare(jobs, {}, 8, SLOT)
     assert set(pol._spare_memo) == set(kept)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.data(),
+    st.floats(0.0, 40.0),
+    st.integers(-3, 50),
+    st.sampled_from([0.0, 13.0, 59.5]),
+    st.integers(1, 60),
+    st.sampled_from([0.0, 7.0, 60.0]),
+)
+def test_plan_one_level_is_plan_runs(
+    data: st.DataObject, overhead: float, now_k: int, cut: float, span: int, tail: float
+) -> None:
+    """``_plan_one_level`` against ``_plan_runs`` on one run at ``by_used[0]``: the same
+    plan (or None), float for float, for any work, horizon and margin."""
+    total = data.draw(st.sampled_from([1, 2, 8, 64, 1024]))
+    ledger = SlotLedger(total, SLOT, overhead=overhead)
+    curve = data.draw(curves(total))
+    now = now_k * SLOT + cut
+    deadline = (now_k + span) * SLOT + tail
+    work = curve.at(1) * SLOT * data.draw(st.floats(0.01, 80.0))
+    job = Job("j", 0.0, work, deadline, curve)
+    c = ledger._curve(job)
+    horizon = _horizon(deadline, now_k, now, 0.0, SLOT)
+    if horizon is None or not c.levels:
+        return
+    fast = ledger._plan_one_level(job.remaining, c, horizon, now_k)
+    slow = ledger._plan_runs(job.remaining, c, horizon, now_k, [now_k, horizon[0]], [c.by_used[0]])
+    assert fast == slow
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    profiles(64),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["add", "runs", "forget"]),
+            st.integers(-5, 70),
+            st.integers(1, 30),
+            st.integers(1, 64),
+            st.sampled_from([1, -1]),
+        ),
+        max_size=20,
+    ),
+)
+def test_profile_bounds_hold_and_add_runs_is_add(
+    start: _Profile, ops: list[tuple[str, int, int, int, int]]
+) -> None:
+    """The bounds ``_fill``'s shortcut trusts stay true after every change (``hi`` never
+    below a value, the 0 before the first step included; ``nonneg`` only while no value is
+    negative), and ``add_runs`` changes the profile as ``add`` run by run would."""
+    prof = start.copy()
+    for op, a, length, g, sign in ops:
+        if op == "forget":
+            prof.forget_before(a)
+        elif op == "add":
+            prof.add(a, a + length, sign * g)
+        else:
+            runs = [(a, a + 1, g, 1.0), (a + 1, a + length + 1, g + 1, 2.0)]
+            floor = a + length // 2
+            twin = prof.copy()
+            for ra, rb, rg, _ in runs:
+                if rb > floor:
+                    twin.add(max(ra, floor), rb, sign * rg)
+            prof.add_runs(runs, floor, sign)
+            assert (prof.keys, prof.vals) == (twin.keys, twin.vals)
+        nonneg, hi = prof.bounds()
+        assert hi >= max([0, *prof.vals])
+        if nonneg:
+            assert min([0, *prof.vals]) >= 0
+
+
+class _NoShortcutLedger(SlotLedger):
+    """A ledger whose curves never allow ``_fill``'s shortcut (``thr`` below any bound):
+    every filling goes step by step through ``_free_runs`` and ``_plan_runs``."""
+
+    def _curve(self, job: Job) -> _Curve:
+        c = super()._curve(job)
+        return _Curve(c.levels, c.tps, c.by_used, -1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(arrivals(), st.floats(0.0, 1.0), st.floats(0.0, 40.0))
+def test_fill_shortcut_decides_and_plans_the_same(
+    case: tuple[int, list[tuple[float, Job]]], speed: float, overhead: float
+) -> None:
+    total, arr = case
+    fast = SlotLedger(total, SLOT, overhead=overhead)
+    slow = _NoShortcutLedger(total, SLOT, overhead=overhead)
+    slow._memo = _NoMemo()
+    jobs: dict[str, Job] = {}
+    last = 0.0
+    for t, job in arr:
+        for j in jobs.values():
+            j.done_iterations = min(j.iterations, j.done_iterations + speed * (t - last) * 3)
+        last = t
+        jobs[job.job_id] = job
+        a = fast.try_admit(job, jobs, t)
+        b = slow.try_admit(job, jobs, t)
+        assert (a.admitted, a.reason, a.revoked) == (b.admitted, b.reason, b.revoked)
+        if not a.admitted:
+            del jobs[job.job_id]
+        assert fast.plans() == slow.plans()
+        behind = fast.behind(jobs, t)
+        assert behind == slow.behind(jobs, t)
+        assert fast.refresh(behind, jobs, t) == slow.refresh(behind, jobs, t)
+        assert fast.plans() == slow.plans()
+        nxt = (t // SLOT + 1) * SLOT
+        for j in jobs.values():
+            assert fast.gpu_seconds_to_finish(j, j.remaining * 0.5, nxt) == (
+                slow.gpu_seconds_to_finish(j, j.remaining * 0.5, nxt)
+            )
+        assert fast.replan(jobs, t, lossless=True) == slow.replan(jobs, t, lossless=True)
+        assert fast.plans() == slow.plans()
