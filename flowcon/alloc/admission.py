@@ -152,32 +152,38 @@ class _Profile:
     """GPUs reserved per slot as a step function: ``vals[i]`` holds on
     [keys[i], keys[i+1]), 0 before keys[0]; the last value holds to infinity.
 
-    ``hi``: an upper bound of the function (the 0 before keys[0] included), None: not known;
-    ``nonneg``: no value is negative (None: not known). Kept up to date by ``add`` where
-    that is cheap, else computed on demand (``bounds``): they let ``SlotLedger._fill`` see
-    in O(1) that every slot buys a job its top level (``_Curve.thr``)."""
+    ``fits(thr)`` answers whether every value (the 0 before keys[0] included) lies in
+    [0, thr], in O(1) where it can: the profile keeps ``hi``, an upper bound of the values
+    (None: not known), ``nonneg``, True when no value is negative (False or None: not
+    known), and ``exact``, whether both are exact; ``add`` keeps them true and they are
+    computed afresh only when the cheap answer is no. ``SlotLedger._fill`` asks it whether
+    every slot buys a job its top level (``_Curve.thr``)."""
 
-    __slots__ = ("keys", "vals", "hi", "nonneg")
+    __slots__ = ("keys", "vals", "hi", "nonneg", "exact")
 
     def __init__(self, keys: list[int] | None = None, vals: list[int] | None = None) -> None:
         self.keys: list[int] = keys if keys is not None else []
         self.vals: list[int] = vals if vals is not None else []
         self.hi: int | None = None
         self.nonneg: bool | None = None
+        self.exact = False
 
     def copy(self) -> _Profile:
         other = _Profile(self.keys[:], self.vals[:])
-        other.hi, other.nonneg = self.hi, self.nonneg
+        other.hi, other.nonneg, other.exact = self.hi, self.nonneg, self.exact
         return other
 
-    def bounds(self) -> tuple[bool, int]:
-        """(no value negative, an upper bound of the values), computed when not known."""
-        hi, nonneg = self.hi, self.nonneg
-        if hi is None:
-            hi = self.hi = max(0, max(self.vals, default=0))
-        if nonneg is None:
-            nonneg = self.nonneg = min(self.vals, default=0) >= 0
-        return nonneg, hi
+    def fits(self, thr: int) -> bool:
+        """Every value, the 0 before keys[0] included, lies in [0, thr]."""
+        hi = self.hi
+        if hi is not None and self.nonneg and hi <= thr:
+            return True
+        if hi is None or not self.exact:
+            vals = self.vals
+            hi = self.hi = max(0, max(vals, default=0))
+            self.nonneg = min(vals, default=0) >= 0
+            self.exact = True
+        return bool(self.nonneg) and hi <= thr
 
     def add(self, a: int, b: int, g: int) -> None:
         """``g`` more GPUs reserved in slots [a, b)."""
@@ -189,9 +195,11 @@ class _Profile:
             if self.hi is not None:
                 m = max(new)
                 if m > self.hi:
-                    self.hi = m
+                    self.hi = m  # exact stays exact: the largest value rose or did not
+            if not self.nonneg:
+                self.exact = False  # a negative value may have risen to 0 or above
         else:
-            self.hi = None  # it may have dropped: recomputed when asked
+            self.exact = False  # hi may be above the largest value now: still a bound
             if self.nonneg and min(new) < 0:
                 self.nonneg = False
 
@@ -246,7 +254,7 @@ class _Profile:
                 nk.append(keys[x])
                 nv.append(vals[x])
         self.keys, self.vals = nk, nv
-        self.hi = self.nonneg = None  # values before k are gone: recomputed when asked
+        self.exact = False  # values before k are gone: hi is still a bound, maybe loose
 
 
 # -- the steps of progressive filling (SlotLedger._fill) -------------------------------------
@@ -543,10 +551,9 @@ class SlotLedger:
         # the free runs: one at by_used[0] over the whole horizon when no slot holds more
         # than c.thr reserved GPUs (the usual case; O(1) with the profile's bounds), None
         # below; else step by step (``_free_runs``)
-        nonneg, hi = used.bounds()
         free: tuple[list[int], list[int]] | None = None
         horizon = None
-        if not (nonneg and hi <= c.thr):
+        if not used.fits(c.thr):
             horizon = _horizon(job.deadline, now_k, now, self.origin, self.slot)
             if horizon is None:
                 return None

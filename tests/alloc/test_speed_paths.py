@@ -7,7 +7,7 @@ the very same answer, so that simulated decisions stay identical.
   free runs) are the same; a ledger without the memo must decide and plan the same.
 - ``_Plan.provides`` for a slot at or before the plan's start: the whole plan's sum, cached.
 - ``SlotLedger._fill``'s shortcut: one free run at the top level when the profile's bound
-  (``_Profile.bounds``) is at most the curve's ``thr``, planned by ``_plan_one_level``
+  (``_Profile.fits``) is at most the curve's ``thr``, planned by ``_plan_one_level``
   (``_plan_runs`` written out for that case); ``_Profile.add_runs`` is ``add`` per run.
 - ``distribute_spare``'s memo of idle jobs' chains (ElasticFlow Algorithm 2's loop):
   the same allocation as without it, across calls with progress and changed jobs.
@@ -272,13 +272,15 @@ def test_plan_one_level_is_plan_runs(
         ),
         max_size=20,
     ),
+    st.integers(0, 200),
 )
 def test_profile_bounds_hold_and_add_runs_is_add(
-    start: _Profile, ops: list[tuple[str, int, int, int, int]]
+    start: _Profile, ops: list[tuple[str, int, int, int, int]], thr: int
 ) -> None:
     """The bounds ``_fill``'s shortcut trusts stay true after every change (``hi`` never
     below a value, the 0 before the first step included; ``nonneg`` only while no value is
-    negative), and ``add_runs`` changes the profile as ``add`` run by run would."""
+    negative), ``fits`` answers exactly, and ``add_runs`` changes the profile as ``add``
+    run by run would."""
     prof = start.copy()
     for op, a, length, g, sign in ops:
         if op == "forget":
@@ -294,10 +296,13 @@ def test_profile_bounds_hold_and_add_runs_is_add(
                     twin.add(max(ra, floor), rb, sign * rg)
             prof.add_runs(runs, floor, sign)
             assert (prof.keys, prof.vals) == (twin.keys, twin.vals)
-        nonneg, hi = prof.bounds()
-        assert hi >= max([0, *prof.vals])
-        if nonneg:
-            assert min([0, *prof.vals]) >= 0
+        values = [0, *prof.vals]
+        if prof.hi is not None:
+            assert prof.hi >= max(values)
+        if prof.nonneg:
+            assert min(values) >= 0
+        for t in (thr, 2 * thr):
+            assert prof.fits(t) == (min(values) >= 0 and max(values) <= t)
 
 
 class _NoShortcutLedger(SlotLedger):
