@@ -179,11 +179,61 @@ class _Profile:
         if hi is not None and self.nonneg and hi <= thr:
             return True
         if hi is None or not self.exact:
-            vals = self.vals
-            hi = self.hi = max(0, max(vals, default=0))
-            self.nonneg = min(vals, default=0) >= 0
-            self.exact = True
+            hi = self._measure()
         return bool(self.nonneg) and hi <= thr
+
+    def ceiling(self) -> int | None:
+        """The largest value (the 0 before keys[0] included); None: some value is negative."""
+        hi = self.hi if self.hi is not None and self.exact else self._measure()
+        return hi if self.nonneg else None
+
+    def _measure(self) -> int:
+        """``hi`` and ``nonneg`` made exact; returns ``hi``."""
+        vals = self.vals
+        hi = self.hi = max(0, max(vals, default=0))
+        self.nonneg = min(vals, default=0) >= 0
+        self.exact = True
+        return hi
+
+    def add_all(self, runs: Iterable[tuple[int, int, int]]) -> None:
+        """``add(a, b, g)`` for every (a, b, g) in one sweep over the steps (a < b); equal
+        neighbouring steps come out merged (the same function in fewer steps)."""
+        delta: dict[int, int] = {}
+        for a, b, g in runs:
+            delta[a] = delta.get(a, 0) + g
+            delta[b] = delta.get(b, 0) - g
+        keys, vals = self.keys, self.vals
+        nk: list[int] = []
+        nv: list[int] = []
+        i, n = 0, len(keys)
+        cur = acc = 0  # the profile's value and the sum of the deltas so far
+        last: int | None = None
+        for k in sorted(delta):
+            while i < n and keys[i] < k:
+                v = vals[i] + acc
+                if v != last:
+                    nk.append(keys[i])
+                    nv.append(v)
+                    last = v
+                cur = vals[i]
+                i += 1
+            if i < n and keys[i] == k:
+                cur = vals[i]
+                i += 1
+            acc += delta[k]
+            v = cur + acc
+            if v != last:
+                nk.append(k)
+                nv.append(v)
+                last = v
+        for x in range(i, n):
+            v = vals[x] + acc
+            if v != last:
+                nk.append(keys[x])
+                nv.append(v)
+                last = v
+        self.keys, self.vals = nk, nv
+        self._measure()
 
     def add(self, a: int, b: int, g: int) -> None:
         """``g`` more GPUs reserved in slots [a, b)."""
@@ -435,6 +485,34 @@ def _reserve(
     return runs
 
 
+def _rise(new: _Plan, old: _Plan, floor: int) -> int:
+    """The most GPUs ``new`` reserves above ``old`` in one slot from ``floor`` on (0: it
+    never reserves more): for each run of ``new``, its GPUs less the fewest ``old`` holds in
+    that run's slots (0 where ``old`` leaves a slot of it out)."""
+    if new is old:
+        return 0
+    most = 0
+    for a, b, g, _ in new.runs:
+        if b <= floor:
+            continue
+        if a < floor:
+            a = floor
+        fewest = g
+        covered = 0
+        for oa, ob, og, _ in old.runs:
+            lo = oa if oa > a else a
+            hi = ob if ob < b else b
+            if lo < hi:
+                covered += hi - lo
+                if og < fewest:
+                    fewest = og
+        if covered < b - a:
+            fewest = 0
+        if g - fewest > most:
+            most = g - fewest
+    return most
+
+
 # SlotLedger.finish_probe: (remaining work, from time) -> GPU-seconds to finish, None: no plan
 FinishProbe = Callable[[float, float], float | None]
 
@@ -447,6 +525,10 @@ class SlotLedger:
     """Minimum satisfactory shares of the admitted hard-deadline jobs on an absolute slot grid
     (slot k = [origin + k*slot, origin + (k+1)*slot)). Decisions are expected at slot
     boundaries; an off-boundary ``now`` is treated as the start of its slot's remainder."""
+
+    # ``_try`` may fill a job without its profile where a bound shows ``_fill``'s shortcut
+    # (a subclass whose filling reads the profile otherwise sets this False)
+    _bounded = True
 
     def __init__(
         self,
@@ -532,8 +614,9 @@ class SlotLedger:
         return c
 
     # -- progressive filling --------------------------------------------------------------
-    def _fill(self, job: Job, now_k: int, now: float, used: _Profile) -> _Plan | None:
-        """Algorithm 1's ProgressiveFilling for one job against ``used`` (not modified).
+    def _fill(self, job: Job, now_k: int, now: float, used: _Profile | None) -> _Plan | None:
+        """Algorithm 1's ProgressiveFilling for one job against ``used`` (not modified;
+        None: the caller knows that no slot holds more than the curve's ``thr``).
 
         The steps: the horizon and its partial first/last slots (``_horizon``); the free
         profile as runs of the curve level it can buy (``_free_runs``, ``_segments``); the
@@ -553,7 +636,7 @@ class SlotLedger:
         # below; else step by step (``_free_runs``)
         free: tuple[list[int], list[int]] | None = None
         horizon = None
-        if not used.fits(c.thr):
+        if used is not None and not used.fits(c.thr):
             horizon = _horizon(job.deadline, now_k, now, self.origin, self.slot)
             if horizon is None:
                 return None
@@ -808,23 +891,42 @@ class SlotLedger:
         key = (job.deadline, job.submit_time, job.job_id)
         pos = bisect.bisect_left(self._order, key)
         suffix = [k[2] for k in self._order[pos:]]
-        # the reservations without the later jobs', which are re-planned: the sum of the
-        # earlier jobs' plans (usually the shorter list) or the total minus the later ones
-        if pos < len(suffix):
-            work = self._sum_of(self._plans[k[2]] for k in self._order[:pos])
-        else:
-            work = self._used.copy()
-            for jid in suffix:
-                self._apply(self._plans[jid], -1, work)
+        order = [(job.job_id, job), *((s, jobs[s]) for s in suffix)]
+        old, floor = self._plans, self._floor
         new_plans: dict[str, _Plan] = {}
-        for jid, j in [(job.job_id, job), *((s, jobs[s]) for s in suffix)]:
+        # Each job is filled against the earlier jobs' plans, the newcomer's and the later
+        # jobs' new ones before it. While ``bound`` caps every such profile at or below the
+        # job's thr, its filling reads nothing of the profile (``_fill`` with None): the
+        # profile is at most the current reservations (``_used``, every old plan in it)
+        # plus the newcomer's peak plus, for each later job re-planned so far, the most its
+        # new plan reserves above its old one (``_rise``; 0 in the usual case), and never
+        # negative (a sum of plans). Once the bound is not enough, the profile is built
+        # exactly and kept up to date plan by plan (``_apply``).
+        bound = self._used.ceiling() if self._bounded else None
+        work: _Profile | None = None
+        for n, (jid, j) in enumerate(order):
+            if work is None and (bound is None or bound > self._curve(j).thr):
+                work = self._sum_of([old[k[2]] for k in self._order[:pos]] + [*new_plans.values()])
             plan = self._fill(j, now_k, now, work)
             if plan is None:
                 if jid == job.job_id:
                     return False, self._why(job, now)
                 return False, f"would violate the deadline of admitted job {jid}"
-            self._apply(plan, +1, work)
             new_plans[jid] = plan
+            if work is not None:
+                self._apply(plan, +1, work)
+            elif bound is not None:
+                bound += _rise(plan, old[jid], floor) if n else plan.peak
+        if work is None:
+            # the same profile as filling them one by one: the current one with the
+            # newcomer's plan added and every changed plan in place of the old one
+            work = self._used
+            runs = [(a, b, g) for a, b, g, _ in new_plans[job.job_id].runs]
+            for jid in suffix:
+                if new_plans[jid] is not old[jid]:
+                    runs += [(a, b, -g) for a, b, g, _ in old[jid].runs]
+                    runs += [(a, b, g) for a, b, g, _ in new_plans[jid].runs]
+            work.add_all((a if a > floor else floor, b, g) for a, b, g in runs if b > floor)
         self._used = work
         self._plans.update(new_plans)
         self._order.insert(pos, key)

@@ -57,8 +57,11 @@ class PublishedLedger(SlotLedger):
     its reservation ends in the slot where the work is done (early when j is more than
     needed). The shares are front-loaded where ours (``SlotLedger``) are back-loaded."""
 
-    def _fill(self, job: Job, now_k: int, now: float, used: _Profile) -> _Plan | None:
+    _bounded = False  # the filling always reads the free GPUs
+
+    def _fill(self, job: Job, now_k: int, now: float, used: _Profile | None) -> _Plan | None:
         assert job.deadline is not None
+        assert used is not None  # never left out: _bounded is False
         remaining = job.remaining
         if remaining <= 0:
             return _Plan(now_k, [], [])

@@ -9,6 +9,10 @@ the very same answer, so that simulated decisions stay identical.
 - ``SlotLedger._fill``'s shortcut: one free run at the top level when the profile's bound
   (``_Profile.fits``) is at most the curve's ``thr``, planned by ``_plan_one_level``
   (``_plan_runs`` written out for that case); ``_Profile.add_runs`` is ``add`` per run.
+- ``SlotLedger._try`` without the profile while a bound shows that shortcut (``_rise``:
+  the most a new plan reserves above the old one), the profile then made in one sweep
+  (``_Profile.add_all``): the same decisions, plans and reserved GPUs as filling against
+  the exact profile job by job.
 - ``distribute_spare``'s memo of idle jobs' chains (ElasticFlow Algorithm 2's loop):
   the same allocation as without it, across calls with progress and changed jobs.
 """
@@ -17,17 +21,21 @@ from __future__ import annotations
 
 import bisect
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from flowcon.alloc import admission
 from flowcon.alloc.admission import (
     SlotLedger,
     _Curve,
     _free_runs,
     _free_runs_steps,
     _horizon,
+    _make_plan,
     _Plan,
     _Profile,
+    _rise,
 )
 from flowcon.alloc.allocation import SpareMemo, distribute_spare
 from flowcon.alloc.model import Job, ThroughputCurve, floor_power_of_two
@@ -147,6 +155,7 @@ def test_fill_memo_decides_and_plans_the_same(
             j.done_iterations = min(j.iterations, j.done_iterations + speed * 7.0)
         assert fast.replan(jobs, t, lossless=True) == slow.replan(jobs, t, lossless=True)
         assert fast.plans() == slow.plans()
+        assert fast.used_profile(t, 60) == slow.used_profile(t, 60)
 
 
 @st.composite
@@ -347,3 +356,126 @@ def test_fill_shortcut_decides_and_plans_the_same(
             )
         assert fast.replan(jobs, t, lossless=True) == slow.replan(jobs, t, lossless=True)
         assert fast.plans() == slow.plans()
+        assert fast.used_profile(t, 60) == slow.used_profile(t, 60)
+
+
+def _values(p: _Profile, lo: int, hi: int) -> list[int]:
+    return [v for a, b, v in p.segments(lo, hi) for _ in range(b - a)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    profiles(64),
+    st.lists(st.tuples(st.integers(-5, 70), st.integers(1, 30), st.integers(-64, 64)), max_size=12),
+)
+def test_add_all_is_add_run_by_run(start: _Profile, runs: list[tuple[int, int, int]]) -> None:
+    """One sweep gives the function ``add`` run by run gives, with no two equal neighbouring
+    steps, and exact bounds."""
+    one = start.copy()
+    for a, length, g in runs:
+        one.add(a, a + length, g)
+    swept = start.copy()
+    swept.add_all((a, a + length, g) for a, length, g in runs)
+    assert _values(swept, -10, 110) == _values(one, -10, 110)
+    assert all(x < y for x, y in zip(swept.keys, swept.keys[1:], strict=False))
+    assert all(x != y for x, y in zip(swept.vals, swept.vals[1:], strict=False))
+    values = [0, *swept.vals]
+    assert (swept.hi, swept.nonneg) == (max(values), min(values) >= 0)
+
+
+def _plans(draw: st.DrawFn) -> _Plan:
+    runs = []
+    a = draw(st.integers(0, 10))
+    for _ in range(draw(st.integers(0, 4))):
+        a += draw(st.integers(0, 3))
+        b = a + draw(st.integers(1, 12))
+        runs.append((a, b, draw(st.integers(1, 64)), 1.0))
+        a = b
+    return _make_plan(0, runs, ())
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.data(), st.integers(0, 20))
+def test_rise_is_the_most_a_new_plan_reserves_above_the_old(
+    data: st.DataObject, floor: int
+) -> None:
+    new, old = _plans(data.draw), _plans(data.draw)
+    slots = range(floor, 80)
+    assert _rise(new, old, floor) == max(0, *(new.at(k) - old.at(k) for k in slots))
+
+
+class _WatchedLedger(SlotLedger):
+    """Records every filling of a ``_try`` (job id, whether the profile was left out, the
+    plan), so that the test can rebuild the exact profile each job was filled against."""
+
+    def __init__(self, *args: object, **kw: object) -> None:
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
+        self.fills: list[tuple[str, bool, _Plan | None]] | None = None
+
+    def _fill(self, job: Job, now_k: int, now: float, used: _Profile | None) -> _Plan | None:
+        plan = super()._fill(job, now_k, now, used)
+        if self.fills is not None:
+            self.fills.append((job.job_id, used is None, plan))
+        return plan
+
+
+@settings(max_examples=300, deadline=None)
+@given(arrivals(), st.floats(0.0, 1.0))
+def test_try_leaves_the_profile_out_only_where_it_fits(
+    case: tuple[int, list[tuple[float, Job]]], speed: float
+) -> None:
+    """Where ``_try`` fills a job without its profile, the exact profile (the earlier
+    jobs' plans, then the new plans of the jobs filled before it) holds at most the job's
+    ``thr`` in every slot from now on: the bound it trusts is a bound."""
+    total, arr = case
+    ledger = _WatchedLedger(total, SLOT)
+    jobs: dict[str, Job] = {}
+    last = 0.0
+    for t, job in arr:
+        for j in jobs.values():
+            j.done_iterations = min(j.iterations, j.done_iterations + speed * (t - last) * 3)
+        last = t
+        jobs[job.job_id] = job
+        key = (job.deadline, job.submit_time, job.job_id)
+        earlier = [ledger._plans[k[2]] for k in ledger._order if k < key]
+        ledger.fills = []
+        ledger._try(job, jobs, t)
+        fills, ledger.fills = ledger.fills, None
+        floor = ledger.slot_index(t)
+        before = list(earlier)
+        for jid, left_out, plan in fills:
+            if left_out:
+                exact = _Profile()
+                for p in before:
+                    exact.add_runs(p.runs, floor, +1)
+                assert exact.fits(ledger._curve(jobs[jid]).thr), jid
+            if plan is not None:
+                before.append(plan)
+        if job.job_id not in ledger:
+            del jobs[job.job_id]
+
+
+def test_try_counts_what_a_new_plan_reserves_above_the_old(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bound takes each re-planned later job's ``_rise``: where that rise is too much
+    for the next job's ``thr``, the next job is filled against the exact profile."""
+    curve = ThroughputCurve({1: 1.0, 2: 2.0, 4: 4.0})
+
+    def left_out(rise: int | None) -> list[bool]:
+        if rise is not None:
+            monkeypatch.setattr(admission, "_rise", lambda new, old, floor: rise)
+        ledger = _WatchedLedger(64, SLOT)
+        jobs = {f"l{i}": Job(f"l{i}", 0.0, 600.0, 1200.0 + 60 * i, curve) for i in range(3)}
+        for j in jobs.values():
+            assert ledger.try_admit(j, jobs, 0.0).admitted
+        newcomer = Job("n", 13.0, 60.0, 600.0, curve)
+        jobs["n"] = newcomer
+        ledger.fills = []
+        assert ledger._try(newcomer, jobs, 13.0) == (True, None)  # 13 s: every plan anew
+        monkeypatch.undo()
+        return [out for _, out, _ in ledger.fills]
+
+    assert left_out(None) == [True, True, True, True]
+    assert left_out(0) == [True, True, True, True]
+    assert left_out(64) == [True, True, False, False]  # 4 + 64 > thr = 60 from the 2nd on
