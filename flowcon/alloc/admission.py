@@ -954,19 +954,28 @@ class SlotLedger:
         now_k = self.slot_index(now)
         self._advance(now_k)
         lost: list[str] = []
-        work = _Profile()
         fresh: dict[str, _Plan] = {}
+        # as in ``_try``: the fresh plans before a job are at most the current reservations
+        # plus what each fresh plan reserves above its old one; while that bound shows the
+        # job's shortcut its profile is not built
+        bound = self._used.ceiling() if self._bounded else None
+        work: _Profile | None = None
         for _, _, jid in self._order:
             job = jobs.get(jid)
+            if job is not None and work is None and (bound is None or bound > self._curve(job).thr):
+                work = self._sum_of(fresh.values())
             plan = self._fill(job, now_k, now, work) if job is not None else None
             if plan is None:
                 lost.append(jid)
                 if lossless:
                     return lost
                 continue
-            self._apply(plan, +1, work)
+            if work is not None:
+                self._apply(plan, +1, work)
+            elif bound is not None:
+                bound += _rise(plan, self._plans[jid], self._floor)
             fresh[jid] = plan
-        self._used = work
+        self._used = work if work is not None else self._sum_of(fresh.values())
         self._plans.update(fresh)
         for jid in lost:
             self._plans[jid] = _Plan(now_k, [], [])

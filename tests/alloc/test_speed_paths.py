@@ -424,23 +424,15 @@ class _WatchedLedger(SlotLedger):
 def test_try_leaves_the_profile_out_only_where_it_fits(
     case: tuple[int, list[tuple[float, Job]]], speed: float
 ) -> None:
-    """Where ``_try`` fills a job without its profile, the exact profile (the earlier
-    jobs' plans, then the new plans of the jobs filled before it) holds at most the job's
-    ``thr`` in every slot from now on: the bound it trusts is a bound."""
+    """Where ``_try`` or ``replan`` fills a job without its profile, the exact profile (the
+    earlier jobs' plans, then the new plans of the jobs filled before it) holds at most the
+    job's ``thr`` in every slot from now on: the bound they trust is a bound."""
     total, arr = case
     ledger = _WatchedLedger(total, SLOT)
     jobs: dict[str, Job] = {}
     last = 0.0
-    for t, job in arr:
-        for j in jobs.values():
-            j.done_iterations = min(j.iterations, j.done_iterations + speed * (t - last) * 3)
-        last = t
-        jobs[job.job_id] = job
-        key = (job.deadline, job.submit_time, job.job_id)
-        earlier = [ledger._plans[k[2]] for k in ledger._order if k < key]
-        ledger.fills = []
-        ledger._try(job, jobs, t)
-        fills, ledger.fills = ledger.fills, None
+
+    def check(earlier: list[_Plan], fills: list[tuple[str, bool, _Plan | None]], t: float) -> None:
         floor = ledger.slot_index(t)
         before = list(earlier)
         for jid, left_out, plan in fills:
@@ -451,8 +443,25 @@ def test_try_leaves_the_profile_out_only_where_it_fits(
                 assert exact.fits(ledger._curve(jobs[jid]).thr), jid
             if plan is not None:
                 before.append(plan)
+
+    for t, job in arr:
+        for j in jobs.values():
+            j.done_iterations = min(j.iterations, j.done_iterations + speed * (t - last) * 3)
+        last = t
+        jobs[job.job_id] = job
+        key = (job.deadline, job.submit_time, job.job_id)
+        earlier = [ledger._plans[k[2]] for k in ledger._order if k < key]
+        ledger.fills = []
+        ledger._try(job, jobs, t)
+        check(earlier, ledger.fills, t)
         if job.job_id not in ledger:
             del jobs[job.job_id]
+        for j in jobs.values():  # progress at the same instant: every plan made anew
+            j.done_iterations = min(j.iterations, j.done_iterations + speed * 7.0)
+        ledger.fills = []
+        ledger.replan(jobs, t, lossless=True)
+        check([], ledger.fills, t)
+        ledger.fills = None
 
 
 def test_try_counts_what_a_new_plan_reserves_above_the_old(
@@ -479,3 +488,25 @@ def test_try_counts_what_a_new_plan_reserves_above_the_old(
     assert left_out(None) == [True, True, True, True]
     assert left_out(0) == [True, True, True, True]
     assert left_out(64) == [True, True, False, False]  # 4 + 64 > thr = 60 from the 2nd on
+
+
+def test_replan_counts_what_a_fresh_plan_reserves_above_the_old(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``replan``'s bound takes each fresh plan's ``_rise`` as ``_try``'s does."""
+    curve = ThroughputCurve({1: 1.0, 2: 2.0, 4: 4.0})
+
+    def left_out(rise: int | None) -> list[bool]:
+        if rise is not None:
+            monkeypatch.setattr(admission, "_rise", lambda new, old, floor: rise)
+        ledger = _WatchedLedger(64, SLOT)
+        jobs = {f"l{i}": Job(f"l{i}", 0.0, 600.0, 1200.0 + 60 * i, curve) for i in range(3)}
+        for j in jobs.values():
+            assert ledger.try_admit(j, jobs, 0.0).admitted
+        ledger.fills = []
+        assert ledger.replan(jobs, 13.0, lossless=True) == []  # 13 s: every plan anew
+        monkeypatch.undo()
+        return [out for _, out, _ in ledger.fills]
+
+    assert left_out(None) == [True, True, True]
+    assert left_out(64) == [True, False, False]  # 4 + 64 > thr = 60 from the 2nd on
