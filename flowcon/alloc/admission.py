@@ -417,21 +417,29 @@ def _smallest_level(tps: list[float], secs: list[float], need: float, extra: flo
     lo, hi = 0, len(tps) - 1
     nz = [(i, s) for i, s in enumerate(secs) if s]
     if len(nz) == 1:  # one level over the whole horizon (the usual case): _gain is one product
-        (i0, s0), top = nz[0], tps[hi]
-        if tps[i0 if i0 < hi else hi] * s0 < need + extra * top:
-            return None
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if tps[i0 if i0 < mid else mid] * s0 >= need + extra * tps[mid]:
-                hi = mid
-            else:
-                lo = mid + 1
-        return hi
+        return _smallest_level_one(tps, nz[0][0], nz[0][1], need, extra)
     if _gain(tps, nz, hi) < need + extra * tps[hi]:
         return None
     while lo < hi:
         mid = (lo + hi) // 2
         if _gain(tps, nz, mid) >= need + extra * tps[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def _smallest_level_one(
+    tps: list[float], i0: int, s0: float, need: float, extra: float
+) -> int | None:
+    """``_smallest_level`` when one level, index ``i0``, has all ``s0`` seconds: the gain at
+    cap j is one product, tps[min(i0, j)] * s0."""
+    lo, hi = 0, len(tps) - 1
+    if tps[i0 if i0 < hi else hi] * s0 < need + extra * tps[hi]:
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if tps[i0 if i0 < mid else mid] * s0 >= need + extra * tps[mid]:
             hi = mid
         else:
             lo = mid + 1
@@ -511,6 +519,21 @@ def _rise(new: _Plan, old: _Plan, floor: int) -> int:
         if g - fewest > most:
             most = g - fewest
     return most
+
+
+def _plan_at(
+    segs: list[_Seg],
+    c: _Curve,
+    hi: int,
+    target: float,
+    now_k: int,
+    partial: tuple[tuple[int, float], ...],
+) -> _Plan:
+    """The reservation at cap level ``hi`` for ``target`` iterations: the walk back from
+    the deadline (line 14) and the shares from the slot it reaches on."""
+    first, b_slot, back_prev = _walk_back(segs, c.tps, hi, target, now_k)
+    runs = _reserve(segs[first:], c.levels, c.tps, hi, b_slot, target - back_prev)
+    return _make_plan(now_k, runs, partial)
 
 
 # SlotLedger.finish_probe: (remaining work, from time) -> GPU-seconds to finish, None: no plan
@@ -684,12 +707,7 @@ class SlotLedger:
         need = remaining * (1.0 - _EPS)
         extra = 2 * self.overhead
         hi = _smallest_level(tps, secs, need, extra)
-        if hi is None:
-            return None
-        target = need + extra * tps[hi]
-        first, b_slot, back_prev = _walk_back(segs, tps, hi, target, now_k)
-        runs = _reserve(segs[first:], c.levels, tps, hi, b_slot, target - back_prev)
-        return _make_plan(now_k, runs, partial)
+        return None if hi is None else _plan_at(segs, c, hi, need + extra * tps[hi], now_k, partial)
 
     def _plan_one_level(
         self,
@@ -718,23 +736,11 @@ class SlotLedger:
             s0 += w_last * 1
         if not s0:
             return None  # no seconds: no gain
-        # _smallest_level's one-level branch (nz = [(li, s0)])
         tps = c.tps
         need = remaining * (1.0 - _EPS)
         extra = 2 * self.overhead
-        lo, hi = 0, len(tps) - 1
-        if tps[li if li < hi else hi] * s0 < need + extra * tps[hi]:
-            return None
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if tps[li if li < mid else mid] * s0 >= need + extra * tps[mid]:
-                hi = mid
-            else:
-                lo = mid + 1
-        target = need + extra * tps[hi]
-        first, b_slot, back_prev = _walk_back(segs, tps, hi, target, now_k)
-        runs = _reserve(segs[first:], c.levels, tps, hi, b_slot, target - back_prev)
-        return _make_plan(now_k, runs, partial)
+        hi = _smallest_level_one(tps, li, s0, need, extra)  # nz = [(li, s0)]
+        return None if hi is None else _plan_at(segs, c, hi, need + extra * tps[hi], now_k, partial)
 
     def _sum_of(self, plans: Iterable[_Plan]) -> _Profile:
         """The reserved GPUs of ``plans`` from the floor on, as ``_apply`` would add them

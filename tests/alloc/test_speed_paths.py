@@ -98,6 +98,15 @@ class _NoMemo(dict):  # type: ignore[type-arg]
         return default
 
 
+class _NoShortcutLedger(SlotLedger):
+    """A ledger whose curves never allow ``_fill``'s shortcut (``thr`` below any bound):
+    every filling goes step by step through ``_free_runs`` and ``_plan_runs``."""
+
+    def _curve(self, job: Job) -> _Curve:
+        c = super()._curve(job)
+        return _Curve(c.levels, c.tps, c.by_used, -1)
+
+
 @st.composite
 def arrivals(draw: st.DrawFn) -> tuple[int, list[tuple[float, Job]]]:
     total = draw(st.sampled_from([4, 8, 16]))
@@ -116,14 +125,19 @@ def arrivals(draw: st.DrawFn) -> tuple[int, list[tuple[float, Job]]]:
     return total, out
 
 
+@pytest.mark.parametrize("without", ["memo", "memo and shortcut"])
 @settings(max_examples=200, deadline=None)
 @given(arrivals(), st.floats(0.0, 1.0), st.floats(0.0, 40.0))
-def test_fill_memo_decides_and_plans_the_same(
-    case: tuple[int, list[tuple[float, Job]]], speed: float, overhead: float
+def test_fill_memo_and_shortcut_decide_and_plan_the_same(
+    without: str, case: tuple[int, list[tuple[float, Job]]], speed: float, overhead: float
 ) -> None:
+    """A ledger with every shortcut against one without the filling memo (each filling
+    made afresh), or without the memo and the one-level shortcut (every filling step by
+    step against its exact profile): the same decisions, plans and reserved GPUs."""
     total, arr = case
     fast = SlotLedger(total, SLOT, overhead=overhead)
-    slow = SlotLedger(total, SLOT, overhead=overhead)
+    kind = SlotLedger if without == "memo" else _NoShortcutLedger
+    slow = kind(total, SLOT, overhead=overhead)
     slow._memo = _NoMemo()
     jobs: dict[str, Job] = {}
     last = 0.0
@@ -134,7 +148,7 @@ def test_fill_memo_decides_and_plans_the_same(
         jobs[job.job_id] = job
         a = fast.try_admit(job, jobs, t)
         b = slow.try_admit(job, jobs, t)
-        assert (a.admitted, a.reason) == (b.admitted, b.reason)
+        assert (a.admitted, a.reason, a.revoked) == (b.admitted, b.reason, b.revoked)
         if not a.admitted:
             del jobs[job.job_id]
         assert fast.plans() == slow.plans()
@@ -314,51 +328,6 @@ def test_profile_bounds_hold_and_add_runs_is_add(
             assert prof.fits(t) == (min(values) >= 0 and max(values) <= t)
 
 
-class _NoShortcutLedger(SlotLedger):
-    """A ledger whose curves never allow ``_fill``'s shortcut (``thr`` below any bound):
-    every filling goes step by step through ``_free_runs`` and ``_plan_runs``."""
-
-    def _curve(self, job: Job) -> _Curve:
-        c = super()._curve(job)
-        return _Curve(c.levels, c.tps, c.by_used, -1)
-
-
-@settings(max_examples=200, deadline=None)
-@given(arrivals(), st.floats(0.0, 1.0), st.floats(0.0, 40.0))
-def test_fill_shortcut_decides_and_plans_the_same(
-    case: tuple[int, list[tuple[float, Job]]], speed: float, overhead: float
-) -> None:
-    total, arr = case
-    fast = SlotLedger(total, SLOT, overhead=overhead)
-    slow = _NoShortcutLedger(total, SLOT, overhead=overhead)
-    slow._memo = _NoMemo()
-    jobs: dict[str, Job] = {}
-    last = 0.0
-    for t, job in arr:
-        for j in jobs.values():
-            j.done_iterations = min(j.iterations, j.done_iterations + speed * (t - last) * 3)
-        last = t
-        jobs[job.job_id] = job
-        a = fast.try_admit(job, jobs, t)
-        b = slow.try_admit(job, jobs, t)
-        assert (a.admitted, a.reason, a.revoked) == (b.admitted, b.reason, b.revoked)
-        if not a.admitted:
-            del jobs[job.job_id]
-        assert fast.plans() == slow.plans()
-        behind = fast.behind(jobs, t)
-        assert behind == slow.behind(jobs, t)
-        assert fast.refresh(behind, jobs, t) == slow.refresh(behind, jobs, t)
-        assert fast.plans() == slow.plans()
-        nxt = (t // SLOT + 1) * SLOT
-        for j in jobs.values():
-            assert fast.gpu_seconds_to_finish(j, j.remaining * 0.5, nxt) == (
-                slow.gpu_seconds_to_finish(j, j.remaining * 0.5, nxt)
-            )
-        assert fast.replan(jobs, t, lossless=True) == slow.replan(jobs, t, lossless=True)
-        assert fast.plans() == slow.plans()
-        assert fast.used_profile(t, 60) == slow.used_profile(t, 60)
-
-
 def _values(p: _Profile, lo: int, hi: int) -> list[int]:
     return [v for a, b, v in p.segments(lo, hi) for _ in range(b - a)]
 
@@ -464,36 +433,13 @@ def test_try_leaves_the_profile_out_only_where_it_fits(
         ledger.fills = None
 
 
-def test_try_counts_what_a_new_plan_reserves_above_the_old(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("step", ["try", "replan"])
+def test_bound_counts_what_a_new_plan_reserves_above_the_old(
+    step: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The bound takes each re-planned later job's ``_rise``: where that rise is too much
-    for the next job's ``thr``, the next job is filled against the exact profile."""
-    curve = ThroughputCurve({1: 1.0, 2: 2.0, 4: 4.0})
-
-    def left_out(rise: int | None) -> list[bool]:
-        if rise is not None:
-            monkeypatch.setattr(admission, "_rise", lambda new, old, floor: rise)
-        ledger = _WatchedLedger(64, SLOT)
-        jobs = {f"l{i}": Job(f"l{i}", 0.0, 600.0, 1200.0 + 60 * i, curve) for i in range(3)}
-        for j in jobs.values():
-            assert ledger.try_admit(j, jobs, 0.0).admitted
-        newcomer = Job("n", 13.0, 60.0, 600.0, curve)
-        jobs["n"] = newcomer
-        ledger.fills = []
-        assert ledger._try(newcomer, jobs, 13.0) == (True, None)  # 13 s: every plan anew
-        monkeypatch.undo()
-        return [out for _, out, _ in ledger.fills]
-
-    assert left_out(None) == [True, True, True, True]
-    assert left_out(0) == [True, True, True, True]
-    assert left_out(64) == [True, True, False, False]  # 4 + 64 > thr = 60 from the 2nd on
-
-
-def test_replan_counts_what_a_fresh_plan_reserves_above_the_old(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """``replan``'s bound takes each fresh plan's ``_rise`` as ``_try``'s does."""
+    """The bound of ``_try`` (a newcomer and the later jobs) and of ``replan`` takes each
+    re-planned job's ``_rise``: where that rise is too much for the next job's ``thr``, the
+    next job is filled against the exact profile."""
     curve = ThroughputCurve({1: 1.0, 2: 2.0, 4: 4.0})
 
     def left_out(rise: int | None) -> list[bool]:
@@ -504,9 +450,16 @@ def test_replan_counts_what_a_fresh_plan_reserves_above_the_old(
         for j in jobs.values():
             assert ledger.try_admit(j, jobs, 0.0).admitted
         ledger.fills = []
-        assert ledger.replan(jobs, 13.0, lossless=True) == []  # 13 s: every plan anew
+        if step == "try":  # 13 s: every plan made anew
+            jobs["n"] = Job("n", 13.0, 60.0, 600.0, curve)
+            assert ledger._try(jobs["n"], jobs, 13.0) == (True, None)
+        else:
+            assert ledger.replan(jobs, 13.0, lossless=True) == []
         monkeypatch.undo()
         return [out for _, out, _ in ledger.fills]
 
-    assert left_out(None) == [True, True, True]
-    assert left_out(64) == [True, False, False]  # 4 + 64 > thr = 60 from the 2nd on
+    n = 4 if step == "try" else 3
+    assert left_out(None) == left_out(0) == [True] * n
+    # the newcomer adds its peak (4); 4 + 64 > thr = 60 after the first re-planned job
+    first = 2 if step == "try" else 1
+    assert left_out(64) == [True] * first + [False] * (n - first)
