@@ -740,7 +740,22 @@ class SlotLedger:
         need = remaining * (1.0 - _EPS)
         extra = 2 * self.overhead
         hi = _smallest_level_one(tps, li, s0, need, extra)  # nz = [(li, s0)]
-        return None if hi is None else _plan_at(segs, c, hi, need + extra * tps[hi], now_k, partial)
+        if hi is None:
+            return None
+        target = need + extra * tps[hi]
+        first, b_slot, back_prev = _walk_back(segs, tps, hi, target, now_k)
+        # _reserve and _make_plan for one level: the smallest level that covers the residual
+        # in b_slot, then level k to the end (one run when the two are the same)
+        k = li if li < hi else hi
+        w, residual, levels = segs[first][3], target - back_prev, c.levels
+        kk = next((lk for lk in range(k + 1) if tps[lk] * w >= residual), k)
+        if kk != k and b_slot + 1 < end_k:
+            runs = [
+                (b_slot, b_slot + 1, levels[kk], tps[kk]),
+                (b_slot + 1, end_k, levels[k], tps[k]),
+            ]
+            return _Plan(b_slot, runs, [b_slot, b_slot + 1, end_k], partial)
+        return _Plan(b_slot, [(b_slot, end_k, levels[kk], tps[kk])], [b_slot, end_k], partial)
 
     def _sum_of(self, plans: Iterable[_Plan]) -> _Profile:
         """The reserved GPUs of ``plans`` from the floor on, as ``_apply`` would add them

@@ -20,6 +20,7 @@ the very same answer, so that simulated decisions stay identical.
 from __future__ import annotations
 
 import bisect
+from itertools import product
 
 import pytest
 from hypothesis import given, settings
@@ -463,3 +464,30 @@ def test_bound_counts_what_a_new_plan_reserves_above_the_old(
     # the newcomer adds its peak (4); 4 + 64 > thr = 60 after the first re-planned job
     first = 2 if step == "try" else 1
     assert left_out(64) == [True] * first + [False] * (n - first)
+
+
+def test_plan_one_level_is_plan_runs_on_a_grid() -> None:
+    """The same comparison over a grid dense enough to reach the rare cases: the slot where
+    the walk back stops is a partial first or last slot, and a level below the cap covers
+    what is left there (about 1 plan in 4,000 of the random test's)."""
+    curves_ = [
+        ThroughputCurve({1: 1.0, 2: 1.9, 4: 3.5, 8: 6.0}),
+        ThroughputCurve({1: 2.0, 2: 2.5, 4: 9.0}),
+        ThroughputCurve({1: 1.0, 8: 7.9}),
+    ]
+    checked = 0
+    for total, curve, overhead in product([8, 64], curves_, [0.0, 10.0]):
+        ledger = SlotLedger(total, SLOT, overhead=overhead)
+        for cut, span, tail, tenths in product(
+            [0.0, 13.0, 59.5], [1, 2, 3, 5], [0.0, 7.0, 31.0], range(1, 400)
+        ):
+            now, deadline = 20 * SLOT + cut, (20 + span) * SLOT + tail
+            job = Job("j", 0.0, curve.at(1) * SLOT * tenths / 10, deadline, curve)
+            c = ledger._curve(job)
+            horizon = _horizon(deadline, 20, now, 0.0, SLOT)
+            assert horizon is not None
+            args = (job.remaining, c, horizon, 20)
+            slow = ledger._plan_runs(*args, [20, horizon[0]], [c.by_used[0]])
+            assert ledger._plan_one_level(*args) == slow
+            checked += slow is not None
+    assert checked > 10_000
