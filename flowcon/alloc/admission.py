@@ -155,7 +155,7 @@ class _Profile:
     ``fits(thr)`` answers whether every value (the 0 before keys[0] included) lies in
     [0, thr], in O(1) where it can: the profile keeps ``hi``, an upper bound of the values
     (None: not known), ``nonneg``, True when no value is negative (False or None: not
-    known), and ``exact``, whether both are exact; ``add`` keeps them true and they are
+    known), and ``exact``, whether both are exact; ``add_runs`` keeps them true and they are
     computed afresh only when the cheap answer is no. ``SlotLedger._fill`` asks it whether
     every slot buys a job its top level (``_Curve.thr``)."""
 
@@ -195,19 +195,23 @@ class _Profile:
         self.exact = True
         return hi
 
-    def add_all(self, runs: Iterable[tuple[int, int, int]]) -> None:
-        """``add(a, b, g)`` for every (a, b, g) in one sweep over the steps (a < b); equal
-        neighbouring steps come out merged (the same function in fewer steps)."""
+    def add_all(self, plans: Iterable[tuple[list[_Run], int]], floor: int) -> None:
+        """``add_runs(runs, floor, sign)`` for every (runs, sign) in one sweep over the steps;
+        equal neighbouring steps come out merged, a leading 0 dropped (the same function in
+        fewer steps)."""
         delta: dict[int, int] = {}
-        for a, b, g in runs:
-            delta[a] = delta.get(a, 0) + g
-            delta[b] = delta.get(b, 0) - g
+        for runs, sign in plans:
+            for a, b, g, _ in runs:
+                if b > floor:
+                    a = a if a > floor else floor
+                    delta[a] = delta.get(a, 0) + sign * g
+                    delta[b] = delta.get(b, 0) - sign * g
         keys, vals = self.keys, self.vals
         nk: list[int] = []
         nv: list[int] = []
         i, n = 0, len(keys)
         cur = acc = 0  # the profile's value and the sum of the deltas so far
-        last: int | None = None
+        last = 0  # the value before the first step
         for k in sorted(delta):
             while i < n and keys[i] < k:
                 v = vals[i] + acc
@@ -235,10 +239,6 @@ class _Profile:
         self.keys, self.vals = nk, nv
         self._measure()
 
-    def add(self, a: int, b: int, g: int) -> None:
-        """``g`` more GPUs reserved in slots [a, b)."""
-        self.add_runs([(a, b, g, 0.0)], a, 1)
-
     def _bound(self, new: list[int], g: int) -> None:
         """Keep ``hi`` and ``nonneg`` true after ``g`` was added to the values ``new``."""
         if g > 0:
@@ -254,7 +254,8 @@ class _Profile:
                 self.nonneg = False
 
     def add_runs(self, runs: list[_Run], floor: int, sign: int) -> None:
-        """``add`` for each run of a plan (``sign`` * its GPUs), clipped to slots >= floor."""
+        """``sign`` * GPUs more reserved in the slots of each run (a, b, GPUs, _) of a
+        plan, clipped to slots >= floor."""
         keys, vals = self.keys, self.vals
         for a, b, g, _ in runs:
             if b <= floor:
@@ -521,21 +522,6 @@ def _rise(new: _Plan, old: _Plan, floor: int) -> int:
     return most
 
 
-def _plan_at(
-    segs: list[_Seg],
-    c: _Curve,
-    hi: int,
-    target: float,
-    now_k: int,
-    partial: tuple[tuple[int, float], ...],
-) -> _Plan:
-    """The reservation at cap level ``hi`` for ``target`` iterations: the walk back from
-    the deadline (line 14) and the shares from the slot it reaches on."""
-    first, b_slot, back_prev = _walk_back(segs, c.tps, hi, target, now_k)
-    runs = _reserve(segs[first:], c.levels, c.tps, hi, b_slot, target - back_prev)
-    return _make_plan(now_k, runs, partial)
-
-
 # SlotLedger.finish_probe: (remaining work, from time) -> GPU-seconds to finish, None: no plan
 FinishProbe = Callable[[float, float], float | None]
 
@@ -707,7 +693,12 @@ class SlotLedger:
         need = remaining * (1.0 - _EPS)
         extra = 2 * self.overhead
         hi = _smallest_level(tps, secs, need, extra)
-        return None if hi is None else _plan_at(segs, c, hi, need + extra * tps[hi], now_k, partial)
+        if hi is None:
+            return None
+        target = need + extra * tps[hi]
+        first, b_slot, back_prev = _walk_back(segs, tps, hi, target, now_k)
+        runs = _reserve(segs[first:], c.levels, tps, hi, b_slot, target - back_prev)
+        return _make_plan(now_k, runs, partial)
 
     def _plan_one_level(
         self,
@@ -760,26 +751,9 @@ class SlotLedger:
     def _sum_of(self, plans: Iterable[_Plan]) -> _Profile:
         """The reserved GPUs of ``plans`` from the floor on, as ``_apply`` would add them
         to an empty profile (equal slot for slot from the floor on; one sweep)."""
-        floor = self._floor
-        delta: dict[int, int] = {}
-        for plan in plans:
-            for a, b, g, _ in plan.runs:
-                if b > floor:
-                    a = a if a > floor else floor
-                    delta[a] = delta.get(a, 0) + g
-                    delta[b] = delta.get(b, 0) - g
-        keys: list[int] = []
-        vals: list[int] = []
-        v = 0
-        for k in sorted(delta):
-            v += delta[k]
-            if vals and vals[-1] == v:
-                continue
-            if not vals and v == 0:
-                continue
-            keys.append(k)
-            vals.append(v)
-        return _Profile(keys, vals)
+        out = _Profile()
+        out.add_all(((plan.runs, +1) for plan in plans), self._floor)
+        return out
 
     def _apply(self, plan: _Plan, sign: int, used: _Profile) -> None:
         used.add_runs(plan.runs, self._floor, sign)
@@ -942,12 +916,11 @@ class SlotLedger:
             # the same profile as filling them one by one: the current one with the
             # newcomer's plan added and every changed plan in place of the old one
             work = self._used
-            runs = [(a, b, g) for a, b, g, _ in new_plans[job.job_id].runs]
+            changes = [(new_plans[job.job_id].runs, +1)]
             for jid in suffix:
                 if new_plans[jid] is not old[jid]:
-                    runs += [(a, b, -g) for a, b, g, _ in old[jid].runs]
-                    runs += [(a, b, g) for a, b, g, _ in new_plans[jid].runs]
-            work.add_all((a if a > floor else floor, b, g) for a, b, g in runs if b > floor)
+                    changes += [(old[jid].runs, -1), (new_plans[jid].runs, +1)]
+            work.add_all(changes, floor)
         self._used = work
         self._plans.update(new_plans)
         self._order.insert(pos, key)

@@ -71,8 +71,7 @@ def _fast(c: dict[str, object]) -> list[int] | None:
     used = _Profile()
     occupied = c["occupied"]
     assert isinstance(occupied, list)
-    for t, v in enumerate(occupied):
-        used.add(now_k + t, now_k + t + 1, v)
+    used.add_all([([(now_k + t, now_k + t + 1, v, 0.0) for t, v in enumerate(occupied)], 1)], now_k)
     plan = ledger._fill(job, now_k, now, used)
     if plan is None:
         return None

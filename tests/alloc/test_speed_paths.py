@@ -8,7 +8,7 @@ the very same answer, so that simulated decisions stay identical.
 - ``_Plan.provides`` for a slot at or before the plan's start: the whole plan's sum, cached.
 - ``SlotLedger._fill``'s shortcut: one free run at the top level when the profile's bound
   (``_Profile.fits``) is at most the curve's ``thr``, planned by ``_plan_one_level``
-  (``_plan_runs`` written out for that case); ``_Profile.add_runs`` is ``add`` per run.
+  (``_plan_runs`` written out for that case); ``_Profile.add_runs`` adds a plan's runs.
 - ``SlotLedger._try`` without the profile while a bound shows that shortcut (``_rise``:
   the most a new plan reserves above the old one), the profile then made in one sweep
   (``_Profile.add_all``): the same decisions, plans and reserved GPUs as filling against
@@ -283,6 +283,20 @@ def test_plan_one_level_is_plan_runs(
     assert fast == slow
 
 
+def _values(p: _Profile, lo: int, hi: int) -> list[int]:
+    """The profile slot by slot over [lo, hi)."""
+    return [v for a, b, v in p.segments(lo, hi) for _ in range(b - a)]
+
+
+def _added(values: list[int], lo: int, runs: list[tuple[int, int, int]]) -> list[int]:
+    """``values`` (slots from ``lo`` on) with g more in the slots [a, b) of each run."""
+    out = list(values)
+    for a, b, g in runs:
+        for t in range(max(a, lo), b):
+            out[t - lo] += g
+    return out
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     profiles(64),
@@ -303,23 +317,25 @@ def test_profile_bounds_hold_and_add_runs_is_add(
 ) -> None:
     """The bounds ``_fill``'s shortcut trusts stay true after every change (``hi`` never
     below a value, the 0 before the first step included; ``nonneg`` only while no value is
-    negative), ``fits`` answers exactly, and ``add_runs`` changes the profile as ``add``
-    run by run would."""
+    negative), ``fits`` answers exactly, and ``add_runs`` changes the profile slot by slot
+    as its runs say (clipped to the floor, times the sign), its steps strictly ordered."""
     prof = start.copy()
     for op, a, length, g, sign in ops:
         if op == "forget":
             prof.forget_before(a)
-        elif op == "add":
-            prof.add(a, a + length, sign * g)
         else:
             runs = [(a, a + 1, g, 1.0), (a + 1, a + length + 1, g + 1, 2.0)]
-            floor = a + length // 2
-            twin = prof.copy()
-            for ra, rb, rg, _ in runs:
-                if rb > floor:
-                    twin.add(max(ra, floor), rb, sign * rg)
+            floor = a + length // 2 if op == "runs" else a
+            if op == "add":
+                runs = [(a, a + length, g, 0.0)]
+            want = _added(
+                _values(prof, -10, 110),
+                -10,
+                [(max(ra, floor), rb, sign * rg) for ra, rb, rg, _ in runs],
+            )
             prof.add_runs(runs, floor, sign)
-            assert (prof.keys, prof.vals) == (twin.keys, twin.vals)
+            assert _values(prof, -10, 110) == want
+            assert all(x < y for x, y in zip(prof.keys, prof.keys[1:], strict=False))
         values = [0, *prof.vals]
         if prof.hi is not None:
             assert prof.hi >= max(values)
@@ -329,24 +345,31 @@ def test_profile_bounds_hold_and_add_runs_is_add(
             assert prof.fits(t) == (min(values) >= 0 and max(values) <= t)
 
 
-def _values(p: _Profile, lo: int, hi: int) -> list[int]:
-    return [v for a, b, v in p.segments(lo, hi) for _ in range(b - a)]
-
-
 @settings(max_examples=300, deadline=None)
 @given(
     profiles(64),
-    st.lists(st.tuples(st.integers(-5, 70), st.integers(1, 30), st.integers(-64, 64)), max_size=12),
+    st.lists(
+        st.tuples(
+            st.integers(-5, 70), st.integers(1, 30), st.integers(1, 64), st.sampled_from([1, -1])
+        ),
+        max_size=12,
+    ),
+    st.integers(-8, 60),
 )
-def test_add_all_is_add_run_by_run(start: _Profile, runs: list[tuple[int, int, int]]) -> None:
-    """One sweep gives the function ``add`` run by run gives, with no two equal neighbouring
+def test_add_all_is_add_run_by_run(
+    start: _Profile, runs: list[tuple[int, int, int, int]], floor: int
+) -> None:
+    """One sweep gives the function that adding the runs one by one gives (clipped to the
+    floor, times their sign), with strictly ordered steps, no two equal neighbouring
     steps, and exact bounds."""
-    one = start.copy()
-    for a, length, g in runs:
-        one.add(a, a + length, g)
+    want = _added(
+        _values(start, -10, 110),
+        -10,
+        [(max(a, floor), a + length, sign * g) for a, length, g, sign in runs],
+    )
     swept = start.copy()
-    swept.add_all((a, a + length, g) for a, length, g in runs)
-    assert _values(swept, -10, 110) == _values(one, -10, 110)
+    swept.add_all((([(a, a + length, g, 0.0)], sign) for a, length, g, sign in runs), floor)
+    assert _values(swept, -10, 110) == want
     assert all(x < y for x, y in zip(swept.keys, swept.keys[1:], strict=False))
     assert all(x != y for x, y in zip(swept.vals, swept.vals[1:], strict=False))
     values = [0, *swept.vals]
