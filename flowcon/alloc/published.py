@@ -70,16 +70,16 @@ class PublishedLedger(SlotLedger):
             return None
         end_k, _, _, partial = horizon
         part = dict(partial)
-        # each period: (start, end, free GPUs, largest power of two <= free, its seconds);
+        # each period: (start, end, largest power of two <= the free GPUs, its seconds);
         # the partial slots (now_k, end_k - 1) lie in the first and the last period
         total, slot = self.total_gpus, self.slot
         periods: list[_Period] = [
-            (a, b, total - v, floor_power_of_two(total - v), (b - a) * slot)
+            (a, b, floor_power_of_two(total - v), (b - a) * slot)
             for a, b, v in used.segments(now_k, end_k)
         ]
         for i in {0, len(periods) - 1}:
-            a, b, free, p2, _ = periods[i]
-            periods[i] = (a, b, free, p2, self._secs(a, b, part))
+            a, b, p2, _ = periods[i]
+            periods[i] = (a, b, p2, self._secs(a, b, part))
         quotas = powers_of_two(min(total, ef_max_gpu(job)))
         at = job.curve.at
         need = remaining * (1.0 - _EPS)
@@ -100,7 +100,7 @@ class PublishedLedger(SlotLedger):
         slot where ``need`` iterations are done."""
         runs: list[_Run] = []
         acc = 0.0
-        for a, b, _, p2, secs in periods:
+        for a, b, p2, secs in periods:
             q = j if a >= point else prev
             n = q if q < p2 else p2  # min(q, floor_power_of_two(free)), 0 when none free
             if n <= 0:
@@ -125,9 +125,9 @@ class PublishedLedger(SlotLedger):
         return _make_plan(now_k, runs, tuple(sorted(part.items())))
 
 
-# a period of PublishedLedger._fill: (first slot, end slot, free GPUs, the largest power of
-# two not above them (0: none free), the seconds it holds)
-_Period = tuple[int, int, int, int, float]
+# a period of PublishedLedger._fill: (first slot, end slot, the largest power of two not
+# above its free GPUs (0: none free), the seconds it holds)
+_Period = tuple[int, int, int, float]
 _Speed = Callable[[int], float]  # iterations per second at a GPU count
 
 
@@ -135,8 +135,8 @@ def _point(periods: list[_Period], j: int, need: float, at: _Speed) -> int | Non
     """Start of the period where quota ``j``, walked back from the deadline, covers
     ``need``; None: it never does."""
     acc = 0.0
-    for a, _, free, p2, secs in reversed(periods):
-        n = j if free >= j else p2
+    for a, _, p2, secs in reversed(periods):
+        n = j if j < p2 else p2  # min(j, free) as a power of two: j is one
         if n <= 0:
             continue
         acc += secs * at(n)
