@@ -19,6 +19,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Mapping, Sequence
+from itertools import repeat
+from operator import itemgetter
 from typing import cast
 
 from flowcon.alloc.admission import FinishProbe, SlotLedger
@@ -214,47 +216,46 @@ def distribute_spare(
 
     ``memo`` (kept by the caller between calls): the tier and the chain of a job that holds
     no GPU, reused while everything they are made of is the same (the same values)."""
-    alloc = {j.job_id: int(base.get(j.job_id, 0)) for j in jobs}
-    spare = total_gpus - sum(alloc.values())
+    ids = [j.job_id for j in jobs]
+    held = list(map(base.get, ids, repeat(0)))  # GPUs per job, in the order of ``jobs``
+    if len(set(ids)) != len(ids):
+        raise ValueError("distribute_spare: job ids must be distinct")
+    spare = total_gpus - sum(held)
     if spare < 0:
-        raise ValueError(f"minimum shares ({sum(alloc.values())}) exceed {total_gpus} GPUs")
+        raise ValueError(f"minimum shares ({sum(held)}) exceed {total_gpus} GPUs")
     if spare == 0:
-        return alloc  # nothing to hand out (a full cluster: the common case under load)
-    held: list[int] = []
-    items: list[_Entry] = []
+        return dict(zip(ids, held, strict=True))  # nothing to hand out (common under load)
+    stepping: list[_Stepping] = []
     demand = 0  # GPUs every step of every job would take: the last step's count less cur
     for idx, job in enumerate(jobs):
-        cur = alloc[job.job_id]
-        held.append(cur)
+        cur = held[idx]
         r = job.remaining
         if r <= 0:
             continue
         zero = _from_zero(job, total_gpus, slot, memo) if cur <= 0 and memo is not None else None
-        mine = _entries(job, idx, cur, r, total_gpus, slot, zero)
-        if mine:
-            demand += mine[-1][3] - cur
-            items.extend(mine)
+        steps = _entries(job, cur, r, total_gpus, slot, zero)
+        if steps:
+            demand += steps[-1][1] - cur
+            stepping.append((_tier(job) if zero is None else zero[1], idx, steps))
     if demand <= spare:
         # every step fits whatever the order: the loop takes them all and each job ends
         # at its last step (a job's steps come in rising counts)
-        for _, _, idx, nxt in items:
-            held[idx] = nxt
+        for _, idx, steps in stepping:
+            held[idx] = steps[-1][1]
     else:
-        _merge(items, held, spare)
-    for idx, job in enumerate(jobs):
-        alloc[job.job_id] = held[idx]
-    return alloc
+        _merge(stepping, held, spare)
+    return dict(zip(ids, held, strict=True))
 
 
 def _entries(
-    job: Job, idx: int, cur: int, r: float, total_gpus: int, slot: float,
-    zero: _Zero | None = None,
-) -> list[_Entry]:  # fmt: skip
-    """One job's steps for ``_merge`` (``distribute_spare``): the cached chain unless its
-    remaining work ``r`` caps a step. ``zero``: the memo's entry of a job that holds no GPU
-    (``_from_zero``: its tier and its chain from zero GPUs), used instead of looking them up."""
+    job: Job, cur: int, r: float, total_gpus: int, slot: float, zero: _Zero | None = None
+) -> list[tuple[float, int]]:
+    """One job's steps for ``_merge`` (``distribute_spare``) as (order key, next count):
+    the cached chain unless its remaining work ``r`` caps a step (the cached lists are
+    shared: read, never changed). ``zero``: the memo's entry of a job that holds no GPU
+    (``_from_zero``: its tier and its chain from zero GPUs), used instead of looking it up."""
     if zero is not None and r >= zero[3]:
-        return [(k, zero[1], idx, n) for k, n in zero[2]]
+        return zero[2]
     cap = job.gpu_cap(total_gpus)
     curve = job.curve
     table = _steps(curve, cap, slot)
@@ -264,31 +265,40 @@ def _entries(
         else:
             chain, top = _chain_from_zero(curve, cap, slot, _next_step(job, 0, cap), table)
         if r >= top:
-            return [(k, _tier(job), idx, n) for k, n in chain] if chain else []
+            return chain
     nxt = _next_step(job, cur, cap)
     if nxt is None:
         return []
     pr = _return(curve.at, r, cur, nxt, slot)
     if not pr > 0:
         return []
-    tier = _tier(job)
-    steps = _job_steps(curve, cap, slot, (-pr, nxt), r, table)
-    return [(k, tier, idx, n) for k, n in steps]
+    return _job_steps(curve, cap, slot, (-pr, nxt), r, table)
 
 
-# (order key, tie-break tier, index of the job, the GPU count this step brings it to)
-_Entry = tuple[float, tuple[int, float, float, str], int, int]
+# one job's part of the greedy loop: (its tie-break tier, its index, its steps as (order
+# key, the GPU count the step brings it to), in rising counts)
+_Stepping = tuple[tuple[int, float, float, str], int, list[tuple[float, int]]]
 
 
-def _merge(items: list[_Entry], held: list[int], spare: int) -> None:
-    """The greedy loop over every job's steps in its pop order (``_job_steps``). A step
-    that does not fit is passed over, as the loop does; the job's later steps, larger
-    still, do not fit either (the loop would not even have pushed them)."""
-    items.sort()
-    for _, _, idx, nxt in items:
-        step = nxt - held[idx]
+def _merge(stepping: list[_Stepping], held: list[int], spare: int) -> None:
+    """The greedy loop over every job's steps in its pop order (``_job_steps``): by order
+    key, ties by the job's tier, a job's own steps in rising counts. The steps are laid out
+    job after job in tier order, each job's in rising counts, and then sorted by the key
+    alone: the sort is stable, so that is the same order, with float comparisons only.
+    A step that does not fit is passed over, as the loop does; the job's later steps,
+    larger still, do not fit either (the loop would not even have pushed them)."""
+    stepping.sort(key=itemgetter(0))  # tiers are unique (they end with the job id)
+    steps: list[tuple[float, int]] = []
+    owner: list[int] = []
+    for _, idx, mine in stepping:
+        steps += mine
+        owner += [idx] * len(mine)
+    key: Callable[[int], float] = list(map(itemgetter(0), steps)).__getitem__
+    for i in sorted(range(len(steps)), key=key):
+        idx = owner[i]
+        step = steps[i][1] - held[idx]
         if step <= spare:
-            held[idx] = nxt
+            held[idx] += step
             spare -= step
             if spare <= 0:
                 break
