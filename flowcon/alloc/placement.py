@@ -21,7 +21,7 @@ import heapq
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from itertools import compress, repeat
+from typing import cast
 
 from flowcon.alloc.model import Topology, is_power_of_two
 
@@ -81,9 +81,18 @@ class _Grid:
         counts = self.idle.get(n)
         if not counts:
             return None
-        cands = list(compress(range(len(counts)), map(operator.eq, counts, repeat(n))))
-        if not cands:
-            return None
+        # the free blocks, each found by counts.index in C (cluster04: about 35 free
+        # one-GPU blocks of 1,024 at a time, five or fewer of 8 GPUs or more)
+        cands: list[int] = []
+        find = counts.index
+        try:
+            b = find(n)
+            while True:
+                cands.append(b)
+                b = find(n, b + 1)
+        except ValueError:
+            if not cands:
+                return None
         s = 2 * n
         while len(cands) > 1 and s in self.idle:
             parent = self.idle[s]
@@ -139,18 +148,21 @@ class BuddyPlacer:
             raise PlacementError(f"{sum(sizes.values())} GPUs requested, {self.total} exist")
         last = self._last
         todo: list[tuple[int, str]] = []
+        prev: dict[str, Placement] | None = None
         if last is not None and self._continues(last, current):
             # ``current`` is (a subset of) our previous answer: start from its grid, changed
             # in place (it is ours alone; forgotten until this answer is made, so a failure
             # half-way makes the next call start afresh), and free only the jobs that left
             # or changed size
             self._last = None
-            grid, offsets = last[1], last[2]
+            prev, grid, offsets = last
+            freed: list[str] = []
             for j, off in list(offsets.items()):
-                n = len(last[0][j])
+                n = len(prev[j])
                 if sizes.get(j) != n or j not in current:
                     grid.set(off, n, None)
                     del offsets[j]
+                    freed.append(j)
             todo = [(-n, j) for j, n in sizes.items() if j not in offsets]
         else:
             owner: list[str | None] = [None] * self.total
@@ -175,9 +187,19 @@ class BuddyPlacer:
             grid.set(off, n, j)
             offsets[j] = off
             placed.append(j)
-        placements = {j: self._placement(offsets[j], n) for j, n in sizes.items()}
-        rescaled = {j for j, p in current.items() if len(p) != sizes.get(j, 0)}
-        rescaled.update(j for j in sizes if j not in current)
+        if prev is None:
+            placements = {j: self._placement(offsets[j], n) for j, n in sizes.items()}
+            rescaled = {j for j, p in current.items() if len(p) != sizes.get(j, 0)}
+        else:
+            # a job neither freed nor evicted keeps its block: the same placement object
+            # (``_placement`` caches them); a job of ``current`` (every one is in ``prev``)
+            # was freed where its size changed; every job not in ``prev`` was placed
+            got = dict(zip(sizes, map(prev.get, sizes), strict=True))
+            for j in placed:
+                got[j] = self._placement(offsets[j], sizes[j])
+            placements = cast("dict[str, Placement]", got)
+            rescaled = {j for j in freed if j in current}
+        rescaled.update(sizes.keys() - current.keys())
         migrated = {
             j for j in placed if j not in rescaled and set(current.get(j, ())) != set(placements[j])
         }
@@ -192,7 +214,7 @@ class BuddyPlacer:
         prev = last[0]
         if len(current) > len(prev):
             return False
-        return all(prev.get(j) is p for j, p in current.items())
+        return all(map(operator.is_, map(prev.get, current), current.values()))
 
     def _offset_of(self, p: Placement) -> int | None:
         """Offset of a placement this placer produced (cached), else checked from scratch."""

@@ -246,7 +246,8 @@ def test_best_fit_picks_the_block_its_definition_names(total: int) -> None:
 def test_a_placer_that_goes_on_from_its_answer_agrees_with_a_fresh_one(spec: str) -> None:
     """The placer goes on from its previous answer's grid, changed in place; a fresh placer
     given the same current placements must answer the same, step after step (arrivals,
-    departures, resizes, repacks, refused calls in between)."""
+    departures with or without their placement, resizes, repacks, refused calls in
+    between)."""
     topo = Topology.from_spec(spec)
     placer = BuddyPlacer(topo, overhead=5.0)
     rng = random.Random(f"fresh-{spec}")
@@ -256,6 +257,9 @@ def test_a_placer_that_goes_on_from_its_answer_agrees_with_a_fresh_one(spec: str
     alloc: dict[str, int] = {}
     for step in range(300):
         _random_step(rng, alloc, sizes, total, step)
+        for jid in [j for j in current if j not in alloc]:
+            if rng.random() < 0.5:  # finished: the engine drops its placement too
+                del current[jid]
         if step % 7 == 3:  # a refused call in between changes nothing
             with pytest.raises(PlacementError):
                 placer.place({**alloc, "too-big": 3}, current)
