@@ -83,6 +83,11 @@ class _Plan:
     partial: tuple[tuple[int, float], ...] = ()  # (slot, seconds) for slots shorter than one
     _full: tuple[float, float] | None = field(default=None, repr=False, compare=False)
     _peak: int = field(default=-1, repr=False, compare=False)
+    # ``SlotLedger.behind``'s terms while the plan has not started: (curve, overhead, slot,
+    # the margin, the whole plan's iterations with the tolerance), for those three
+    _behind: tuple[object, float, float, float, float] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def at(self, k: int) -> int:
         for a, b, g, _ in self.runs:
@@ -455,7 +460,7 @@ def _walk_back(
     acc = 0.0
     for idx in range(len(segs) - 1, -1, -1):
         a, b, li, w = segs[idx]
-        per = tps[min(li, hi)] * w if li >= 0 else 0.0
+        per = tps[li if li < hi else hi] * w if li >= 0 else 0.0
         n = b - a
         if per > 0 and acc + per * n >= target:
             m = min(n, max(1, math.ceil((target - acc) / per)))
@@ -484,9 +489,11 @@ def _reserve(
     for a, b, li, w in segs:
         if li < 0:
             continue
-        k = min(li, hi)
+        k = li if li < hi else hi
         if a <= b_slot:
-            kk = next((lk for lk in range(k + 1) if tps[lk] * w >= residual), k)
+            kk = 0  # the first level that covers the residual; k when none below does
+            while kk < k and not tps[kk] * w >= residual:
+                kk += 1
             runs.append((b_slot, b_slot + 1, levels[kk], tps[kk]))
             a = b_slot + 1
         if a < b:
@@ -623,9 +630,12 @@ class SlotLedger:
         return c
 
     # -- progressive filling --------------------------------------------------------------
-    def _fill(self, job: Job, now_k: int, now: float, used: _Profile | None) -> _Plan | None:
+    def _fill(
+        self, job: Job, now_k: int, now: float, used: _Profile | None, c: _Curve | None = None
+    ) -> _Plan | None:
         """Algorithm 1's ProgressiveFilling for one job against ``used`` (not modified;
-        None: the caller knows that no slot holds more than the curve's ``thr``).
+        None: the caller knows that no slot holds more than the curve's ``thr``); ``c``:
+        the job's ``_curve`` where the caller has it.
 
         The steps: the horizon and its partial first/last slots (``_horizon``); the free
         profile as runs of the curve level it can buy (``_free_runs``, ``_segments``); the
@@ -637,7 +647,8 @@ class SlotLedger:
         remaining = job.remaining
         if remaining <= 0:
             return _Plan(now_k, [], [])
-        c = self._curve(job)
+        if c is None:
+            c = self._curve(job)
         if not c.levels:
             return None
         # the free runs: one at by_used[0] over the whole horizon when no slot holds more
@@ -739,7 +750,9 @@ class SlotLedger:
         # in b_slot, then level k to the end (one run when the two are the same)
         k = li if li < hi else hi
         w, residual, levels = segs[first][3], target - back_prev, c.levels
-        kk = next((lk for lk in range(k + 1) if tps[lk] * w >= residual), k)
+        kk = 0  # the first level that covers the residual; k when none below does
+        while kk < k and not tps[kk] * w >= residual:
+            kk += 1
         if kk != k and b_slot + 1 < end_k:
             runs = [
                 (b_slot, b_slot + 1, levels[kk], tps[kk]),
@@ -900,9 +913,10 @@ class SlotLedger:
         bound = self._used.ceiling() if self._bounded else None
         work: _Profile | None = None
         for n, (jid, j) in enumerate(order):
-            if work is None and (bound is None or bound > self._curve(j).thr):
+            c = self._curve(j)
+            if work is None and (bound is None or bound > c.thr):
                 work = self._sum_of([old[k[2]] for k in self._order[:pos]] + [*new_plans.values()])
-            plan = self._fill(j, now_k, now, work)
+            plan = self._fill(j, now_k, now, work, c)
             if plan is None:
                 if jid == job.job_id:
                     return False, self._why(job, now)
@@ -956,9 +970,12 @@ class SlotLedger:
         work: _Profile | None = None
         for _, _, jid in self._order:
             job = jobs.get(jid)
-            if job is not None and work is None and (bound is None or bound > self._curve(job).thr):
-                work = self._sum_of(fresh.values())
-            plan = self._fill(job, now_k, now, work) if job is not None else None
+            plan = None
+            if job is not None:
+                c = self._curve(job)
+                if work is None and (bound is None or bound > c.thr):
+                    work = self._sum_of(fresh.values())
+                plan = self._fill(job, now_k, now, work, c)
             if plan is None:
                 lost.append(jid)
                 if lossless:
@@ -1001,14 +1018,21 @@ class SlotLedger:
         """Ledger jobs whose reservation no longer covers their remaining work (rescale
         overheads, slower-than-profiled speed): the caller should ``refresh`` them."""
         k = self.slot_index(now)
-        slot = self.slot
+        slot, overhead = self.slot, self.overhead
         out = []
         for jid, p in self._plans.items():
             j = jobs.get(jid)
             if j is None or not p.runs:
                 continue
-            margin = self.overhead * j.curve.at(p.peak)
-            if j.remaining + margin > p.provides(k, slot) * (1.0 + 1e-9):
+            # the margin and the limit are the same numbers each time while the job's curve,
+            # the overhead and the slot are, and the plan has not started (cached on it)
+            c = p._behind
+            if c is None or c[0] is not j.curve or c[1] != overhead or c[2] != slot:
+                margin = overhead * j.curve.at(p.peak)
+                whole = p.provides(p.runs[0][0], slot) * (1.0 + 1e-9)
+                c = p._behind = (j.curve, overhead, slot, margin, whole)
+            limit = c[4] if k <= p.runs[0][0] else p.provides(k, slot) * (1.0 + 1e-9)
+            if j.remaining + c[3] > limit:
                 out.append(jid)
         return out
 

@@ -22,6 +22,7 @@ from flowcon.alloc.admission import (
     _EPS,
     AdmissionDecision,
     SlotLedger,
+    _Curve,
     _horizon,
     _make_plan,
     _Plan,
@@ -59,7 +60,9 @@ class PublishedLedger(SlotLedger):
 
     _bounded = False  # the filling always reads the free GPUs
 
-    def _fill(self, job: Job, now_k: int, now: float, used: _Profile | None) -> _Plan | None:
+    def _fill(
+        self, job: Job, now_k: int, now: float, used: _Profile | None, c: _Curve | None = None
+    ) -> _Plan | None:
         assert job.deadline is not None
         assert used is not None  # never left out: _bounded is False
         remaining = job.remaining

@@ -62,7 +62,10 @@ class _SlotWalkLedger(PublishedLedger):
     walking slot by slot. The ledger now precomputes the periods once per fill and
     bisects for that slot; the plans must be the same, float for float."""
 
-    def _fill(self, job: Job, now_k: int, now: float, used: _Profile) -> _Plan | None:
+    def _fill(
+        self, job: Job, now_k: int, now: float, used: _Profile | None, c: object = None
+    ) -> _Plan | None:
+        assert used is not None  # never left out: _bounded is False
         assert job.deadline is not None
         if job.remaining <= 0:
             return _Plan(now_k, [], [])

@@ -13,6 +13,7 @@ the very same answer, so that simulated decisions stay identical.
   the most a new plan reserves above the old one), the profile then made in one sweep
   (``_Profile.add_all``): the same decisions, plans and reserved GPUs as filling against
   the exact profile job by job.
+- ``SlotLedger.behind``'s terms cached on a plan that has not started.
 - ``distribute_spare``'s memo of idle jobs' chains (ElasticFlow Algorithm 2's loop):
   the same allocation as without it, across calls with progress and changed jobs.
 """
@@ -171,6 +172,50 @@ def test_fill_memo_and_shortcut_decide_and_plan_the_same(
         assert fast.replan(jobs, t, lossless=True) == slow.replan(jobs, t, lossless=True)
         assert fast.plans() == slow.plans()
         assert fast.used_profile(t, 60) == slow.used_profile(t, 60)
+
+
+def _behind_by_definition(ledger: SlotLedger, jobs: dict[str, Job], now: float) -> list[str]:
+    """``SlotLedger.behind`` as its docstring states it, every term computed afresh."""
+    k = ledger.slot_index(now)
+    out = []
+    for jid, p in ledger._plans.items():
+        j = jobs.get(jid)
+        if j is not None and p.runs:
+            margin = ledger.overhead * j.curve.at(p.peak)
+            if j.remaining + margin > p._provides(k, ledger.slot) * (1.0 + 1e-9):
+                out.append(jid)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(arrivals(), st.data())
+def test_behind_keeps_its_terms_only_while_they_hold(
+    case: tuple[int, list[tuple[float, Job]]], data: st.DataObject
+) -> None:
+    """``behind`` caches a plan's margin and whole-plan iterations: after progress, time
+    past the plan's start, a changed overhead or a changed curve it must still name the
+    jobs that the definition names."""
+    total, arr = case
+    ledger = SlotLedger(total, SLOT, overhead=data.draw(st.sampled_from([0.0, 10.0, 30.0])))
+    jobs: dict[str, Job] = {}
+    for t, job in arr:
+        jobs[job.job_id] = job
+        if not ledger.try_admit(job, jobs, t).admitted:
+            del jobs[job.job_id]
+    now = arr[-1][0]
+    for _ in range(6):
+        assert ledger.behind(jobs, now) == _behind_by_definition(ledger, jobs, now)
+        change = data.draw(st.sampled_from(["progress", "time", "overhead", "curve"]))
+        if change == "progress" and jobs:
+            j = jobs[data.draw(st.sampled_from(sorted(jobs)))]
+            j.done_iterations = min(j.iterations, j.done_iterations + j.iterations * 0.3)
+        elif change == "time":
+            now += SLOT * data.draw(st.integers(1, 10))
+        elif change == "overhead":
+            ledger.overhead = data.draw(st.sampled_from([0.0, 5.0, 10.0, 60.0]))
+        elif change == "curve" and jobs:
+            j = jobs[data.draw(st.sampled_from(sorted(jobs)))]
+            j.curve = ThroughputCurve({n: 0.5 * j.curve.at(n) for n in j.curve.points})
 
 
 @st.composite
@@ -405,8 +450,10 @@ class _WatchedLedger(SlotLedger):
         super().__init__(*args, **kw)  # type: ignore[arg-type]
         self.fills: list[tuple[str, bool, _Plan | None]] | None = None
 
-    def _fill(self, job: Job, now_k: int, now: float, used: _Profile | None) -> _Plan | None:
-        plan = super()._fill(job, now_k, now, used)
+    def _fill(
+        self, job: Job, now_k: int, now: float, used: _Profile | None, c: _Curve | None = None
+    ) -> _Plan | None:
+        plan = super()._fill(job, now_k, now, used, c)
         if self.fills is not None:
             self.fills.append((job.job_id, used is None, plan))
         return plan
