@@ -10,6 +10,7 @@ remaining work)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -94,3 +95,12 @@ def test_a_roomy_cluster_gives_every_job_its_last_step_as_the_loop_does(
     assert sum(got.values()) < total
     more = distribute_spare(jobs, base, 2 * total, SLOT)
     assert more == got
+
+
+def test_jobs_with_one_id_twice_are_refused() -> None:
+    """The GPU counts are kept per position in ``jobs``: one id twice would count its
+    minimum share twice, so it is refused by name."""
+    c = ThroughputCurve({1: 1.0, 2: 1.8})
+    jobs = [Job("a", 0.0, 1e4, None, c), Job("a", 0.0, 1e4, None, c)]
+    with pytest.raises(ValueError, match="distinct"):
+        distribute_spare(jobs, {"a": 1}, 8, SLOT)
