@@ -75,7 +75,7 @@ class _Curve:
 _Run = tuple[int, int, int, float]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Plan:
     start: int  # absolute slot index of the first reserved slot
     runs: list[_Run]
