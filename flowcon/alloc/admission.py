@@ -537,6 +537,13 @@ FinishProbe = Callable[[float, float], float | None]
 _Memo = tuple[float, float, float, _Curve, tuple[list[int], list[int]] | None, _Plan | None]
 
 
+# SlotLedger._replan_key: (now, overhead, per job in deadline order: None where ``jobs``
+# lacks it, else (id, remaining work, deadline, curve, GPU limit))
+_ReplanKey = tuple[
+    float, float, tuple[tuple[str, float, float | None, ThroughputCurve, int | None] | None, ...]
+]
+
+
 class SlotLedger:
     """Minimum satisfactory shares of the admitted hard-deadline jobs on an absolute slot grid
     (slot k = [origin + k*slot, origin + (k+1)*slot)). Decisions are expected at slot
@@ -570,6 +577,9 @@ class SlotLedger:
         # job id -> (now, remaining, deadline, curve, free runs, plan) of its last filling
         self._memo: dict[str, _Memo] = {}
         self._job_curves: dict[str, tuple[ThroughputCurve, int | None, _Curve]] = {}
+        # the inputs of the last lossless ``replan`` and what it returned, while nothing has
+        # changed the plans since (then the same inputs give the same plans: skipped)
+        self._fixed: tuple[_ReplanKey, tuple[str, ...]] | None = None
 
     # -- grid -----------------------------------------------------------------------------
     def slot_index(self, t: float) -> int:
@@ -839,6 +849,7 @@ class SlotLedger:
         plan = self._plans.pop(job_id, None)
         if plan is None:
             return
+        self._fixed = None
         self._apply(plan, -1, self._used)
         d = self._deadline.pop(job_id)
         self._memo.pop(job_id, None)
@@ -873,8 +884,10 @@ class SlotLedger:
         # Plans of earlier-deadline jobs may be stale and over-reserve: re-plan all of them
         # from their current progress before giving up.
         if not ok:
-            if not self.replan(jobs, now, lossless=True):
-                ok, reason = self._try(job, jobs, now)
+            lost, changed = self._replan(jobs, now, lossless=True)
+            if not lost:
+                if changed:  # else the plans the try failed against: it fails the same way
+                    ok, reason = self._try(job, jobs, now)
             else:
                 revoked = tuple(self.stuck(jobs, now))
                 for jid in revoked:
@@ -937,6 +950,7 @@ class SlotLedger:
             work.add_all(changes, floor)
         self._used = work
         self._plans.update(new_plans)
+        self._fixed = None
         self._order.insert(pos, key)
         self._deadline[job.job_id] = job.deadline
         return True, None
@@ -959,6 +973,28 @@ class SlotLedger:
         still holds: with ``lossless=True`` nothing changes unless every job fits again.
         Otherwise jobs that no longer fit (e.g. after a measured slowdown) lose their
         guarantee and are returned; they keep running on spare GPUs."""
+        return self._replan(jobs, now, lossless=lossless)[0]
+
+    def _replan_key(self, jobs: Mapping[str, Job], now: float) -> _ReplanKey:
+        """What a re-plan's plans are made of besides the ledger's constants: the instant,
+        the overhead, the jobs in deadline order and what their filling reads of each."""
+        sig: list[tuple[str, float, float | None, ThroughputCurve, int | None] | None] = []
+        for _, _, jid in self._order:
+            j = jobs.get(jid)
+            sig.append(None if j is None else (jid, j.remaining, j.deadline, j.curve, j.max_gpus))
+        return now, self.overhead, tuple(sig)
+
+    def _replan(
+        self, jobs: Mapping[str, Job], now: float, *, lossless: bool
+    ) -> tuple[list[str], bool]:
+        """``replan`` and whether any plan changed. The fresh plans are a function of
+        ``_replan_key`` alone (each job is filled against the fresh plans before it, never
+        against the old ones), so a lossless re-plan with the same key as the last one,
+        nothing changed since, gives that one's answer and changes nothing."""
+        key = self._replan_key(jobs, now) if lossless else None
+        fixed = self._fixed
+        if key is not None and fixed is not None and fixed[0] == key:
+            return list(fixed[1]), False
         now_k = self.slot_index(now)
         self._advance(now_k)
         lost: list[str] = []
@@ -978,20 +1014,23 @@ class SlotLedger:
                 plan = self._fill(job, now_k, now, work, c)
             if plan is None:
                 lost.append(jid)
-                if lossless:
-                    return lost
+                if key is not None:  # lossless: nothing changes
+                    self._fixed = (key, tuple(lost))
+                    return lost, False
                 continue
             if work is not None:
                 self._apply(plan, +1, work)
             elif bound is not None:
                 bound += _rise(plan, self._plans[jid], self._floor)
             fresh[jid] = plan
+        changed = any(p is not self._plans.get(jid) for jid, p in fresh.items())
         self._used = work if work is not None else self._sum_of(fresh.values())
         self._plans.update(fresh)
         for jid in lost:
             self._plans[jid] = _Plan(now_k, [], [])
             self.remove(jid)
-        return lost
+        self._fixed = None if key is None else (key, ())
+        return lost, changed or bool(lost)
 
     def refresh(self, job_ids: Iterable[str], jobs: Mapping[str, Job], now: float) -> list[str]:
         """Re-plan single jobs against everybody else's reservations (e.g. a job that fell
@@ -999,6 +1038,7 @@ class SlotLedger:
         those are returned."""
         now_k = self.slot_index(now)
         self._advance(now_k)
+        self._fixed = None
         failed: list[str] = []
         for jid in job_ids:
             old = self._plans.get(jid)

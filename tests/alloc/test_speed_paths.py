@@ -21,6 +21,8 @@ the very same answer, so that simulated decisions stay identical.
 from __future__ import annotations
 
 import bisect
+import random
+from collections.abc import Mapping
 from itertools import product
 
 import pytest
@@ -109,6 +111,22 @@ class _NoShortcutLedger(SlotLedger):
         return _Curve(c.levels, c.tps, c.by_used, -1)
 
 
+class _NoFixedPointLedger(SlotLedger):
+    """A ledger that re-plans every time it is asked (its re-plan keys never compare
+    equal: a new NaN each) and tries an arrival again after every lossless re-plan that
+    lost no job, as if a plan had changed."""
+
+    def _replan_key(self, jobs: Mapping[str, Job], now: float) -> admission._ReplanKey:
+        _, overhead, sig = super()._replan_key(jobs, now)
+        return float("nan"), overhead, sig
+
+    def _replan(
+        self, jobs: Mapping[str, Job], now: float, *, lossless: bool
+    ) -> tuple[list[str], bool]:
+        lost, _ = super()._replan(jobs, now, lossless=lossless)
+        return lost, True
+
+
 @st.composite
 def arrivals(draw: st.DrawFn) -> tuple[int, list[tuple[float, Job]]]:
     total = draw(st.sampled_from([4, 8, 16]))
@@ -127,7 +145,7 @@ def arrivals(draw: st.DrawFn) -> tuple[int, list[tuple[float, Job]]]:
     return total, out
 
 
-@pytest.mark.parametrize("without", ["memo", "memo and shortcut"])
+@pytest.mark.parametrize("without", ["memo", "memo and shortcut", "fixed point"])
 @settings(max_examples=200, deadline=None)
 @given(arrivals(), st.floats(0.0, 1.0), st.floats(0.0, 40.0))
 def test_fill_memo_and_shortcut_decide_and_plan_the_same(
@@ -135,12 +153,15 @@ def test_fill_memo_and_shortcut_decide_and_plan_the_same(
 ) -> None:
     """A ledger with every shortcut against one without the filling memo (each filling
     made afresh), or without the memo and the one-level shortcut (every filling step by
-    step against its exact profile): the same decisions, plans and reserved GPUs."""
+    step against its exact profile), or without the re-plan's fixed point (every lossless
+    re-plan made, every arrival tried again after one that lost no job): the same
+    decisions, plans and reserved GPUs."""
     total, arr = case
     fast = SlotLedger(total, SLOT, overhead=overhead)
-    kind = SlotLedger if without == "memo" else _NoShortcutLedger
-    slow = kind(total, SLOT, overhead=overhead)
-    slow._memo = _NoMemo()
+    kinds = {"memo": SlotLedger, "memo and shortcut": _NoShortcutLedger}
+    slow = kinds.get(without, _NoFixedPointLedger)(total, SLOT, overhead=overhead)
+    if without != "fixed point":
+        slow._memo = _NoMemo()
     jobs: dict[str, Job] = {}
     last = 0.0
     for t, job in arr:
@@ -561,3 +582,86 @@ def test_plan_one_level_is_plan_runs_on_a_grid() -> None:
             assert ledger._plan_one_level(*args) == slow
             checked += slow is not None
     assert checked > 10_000
+
+
+class _CountingLedger(SlotLedger):
+    """Counts the lossless re-plans answered from the fixed point (no filling made)."""
+
+    def __init__(self, *args: object, **kw: object) -> None:
+        super().__init__(*args, **kw)  # type: ignore[arg-type]
+        self.fills = 0
+        self.skipped = 0
+
+    def _fill(
+        self, job: Job, now_k: int, now: float, used: _Profile | None, c: _Curve | None = None
+    ) -> _Plan | None:
+        self.fills += 1
+        return super()._fill(job, now_k, now, used, c)
+
+    def _replan(
+        self, jobs: Mapping[str, Job], now: float, *, lossless: bool
+    ) -> tuple[list[str], bool]:
+        before = self.fills
+        out = super()._replan(jobs, now, lossless=lossless)
+        if lossless and self.fills == before and self._order:
+            self.skipped += 1
+        return out
+
+
+def _crowded_scenario(seed: int) -> int:
+    """One scenario of ``test_replan_fixed_point_decides_as_replanning_every_time``;
+    returns how many re-plans the fixed point answered."""
+    rng = random.Random(seed)
+    total = rng.choice([2, 4, 8])
+    curves = [
+        ThroughputCurve({1: 1.0, 2: 1.7, 4: 2.6, 8: 3.2}),
+        ThroughputCurve({1: 2.0, 2: 3.9}),
+    ]
+    overhead = rng.choice([0.0, 10.0])
+    fast = _CountingLedger(total, SLOT, overhead=overhead)
+    slow = _NoFixedPointLedger(total, SLOT, overhead=overhead)
+    jobs: dict[str, Job] = {}
+    t = 0.0
+    for i in range(60):
+        if rng.random() < 0.2:  # the clock moves, the admitted jobs progress
+            dt = rng.choice([13.0, SLOT, 3 * SLOT])
+            t += dt
+            for j in jobs.values():
+                j.done_iterations = min(j.iterations, j.done_iterations + rng.random() * dt)
+        c = rng.choice(curves)
+        work = c.at(1) * SLOT * rng.uniform(0.5, 12.0)
+        job = Job(f"j{i}", t, work, t + SLOT * rng.randint(1, 12), c)
+        jobs[job.job_id] = job
+        a, b = fast.try_admit(job, jobs, t), slow.try_admit(job, jobs, t)
+        assert (a.admitted, a.reason, a.revoked) == (b.admitted, b.reason, b.revoked)
+        if not a.admitted:
+            del jobs[job.job_id]
+        for jid in a.revoked:
+            jobs.pop(jid, None)
+        assert fast.plans() == slow.plans()
+        r = rng.random()
+        if r < 0.1 and jobs:  # a job finishes or is cancelled
+            gone = rng.choice(sorted(jobs))
+            del jobs[gone]
+            fast.remove(gone)
+            slow.remove(gone)
+        elif r < 0.2 and jobs:  # progress reported without the clock moving
+            j = jobs[rng.choice(sorted(jobs))]
+            j.done_iterations = min(j.iterations, j.done_iterations + j.iterations * 0.2)
+        elif r < 0.35:
+            ids = rng.sample(sorted(jobs), k=len(jobs) // 2)
+            assert fast.refresh(ids, jobs, t) == slow.refresh(ids, jobs, t)
+        elif r < 0.5:
+            assert fast.replan(jobs, t, lossless=True) == slow.replan(jobs, t, lossless=True)
+        assert fast.plans() == slow.plans()
+        assert fast.used_profile(t, 40) == slow.used_profile(t, 40)
+    return fast.skipped
+
+
+def test_replan_fixed_point_decides_as_replanning_every_time() -> None:
+    """Crowded arrivals in batches at one instant, so that arrivals are declined one after
+    the other, with progress, refreshes and removals in between: a ledger that answers a
+    repeated lossless re-plan from its fixed point (and does not try an arrival again
+    after a re-plan that changed no plan) decides, plans and re-plans as one that re-plans
+    every time. The scenarios must reach the fixed point."""
+    assert sum(_crowded_scenario(seed) for seed in range(40)) > 0
