@@ -267,3 +267,32 @@ def test_a_placer_that_goes_on_from_its_answer_agrees_with_a_fresh_one(spec: str
         fresh = BuddyPlacer(topo, overhead=5.0).place(alloc, current)
         assert plan == fresh
         current = dict(plan.placements)
+
+
+@pytest.mark.parametrize("spec", ["4x8", "3x8", "2x2x8"])
+def test_unchanged_counts_need_no_call(spec: str) -> None:
+    """The engine does not call the placer when every job keeps its GPU count (jobs that
+    finished only leave): the placer would answer the current placements, nothing
+    rescaled, migrated or charged; and a placer that was not called then goes on as a
+    fresh one would, step after step."""
+    topo = Topology.from_spec(spec)
+    placer = BuddyPlacer(topo, overhead=5.0)
+    rng = random.Random(f"skip-{spec}")
+    total = topo.total_gpus
+    sizes = [1 << k for k in range(total.bit_length()) if (1 << k) <= total]
+    current: dict[str, Placement] = {}
+    alloc: dict[str, int] = {}
+    for step in range(300):
+        if step % 3 == 0 and alloc:  # same counts; maybe a job finished
+            if rng.random() < 0.5:
+                gone = rng.choice(sorted(alloc))
+                del alloc[gone]
+                del current[gone]
+            same = BuddyPlacer(topo, overhead=5.0).place(alloc, current)
+            assert same.placements == current
+            assert not same.rescaled and not same.migrated and not same.overhead
+            continue  # the engine's shortcut: no call
+        _random_step(rng, alloc, sizes, total, step)
+        plan = placer.place(alloc, current)
+        assert plan == BuddyPlacer(topo, overhead=5.0).place(alloc, current)
+        current = dict(plan.placements)
