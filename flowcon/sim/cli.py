@@ -50,11 +50,15 @@ def run_simulation(
     progress: bool = False,
     world: str = "ours",
     batch_ranges: bool = False,
+    jitter: int = 0,
+    seed: int = 0,
 ) -> tuple[object, dict[str, object]]:
     """Load, simulate, summarise. Returns (SimResult, summary dict). ``world``: ``ours`` or
     ``published`` (the published ElasticFlow simulator's world, see flowcon/sim/world.py).
     ``batch_ranges``: jobs without a batch-size range get the default one
-    (``flowcon.alloc.batch.default_range``: half to twice their batch, table rows only)."""
+    (``flowcon.alloc.batch.default_range``: half to twice their batch, table rows only).
+    ``jitter`` > 0: each submission moved by up to that many whole seconds, drawn with
+    ``seed`` (``flowcon.sim.perturb.jitter_submissions``; the summary says so)."""
     from flowcon.alloc.model import Topology
     from flowcon.sim.engine import Simulator
     from flowcon.sim.loaders import load_throughputs, load_trace
@@ -64,6 +68,10 @@ def run_simulation(
     topo = Topology.from_spec(cluster)
     tables = load_throughputs(throughputs or DEFAULT_THROUGHPUTS)
     jobs = load_trace(trace, tables)
+    if jitter:
+        from flowcon.sim.perturb import jitter_submissions
+
+        jobs = jitter_submissions(jobs, seed, jitter)
     if batch_ranges:
         from flowcon.alloc.batch import with_default_ranges
 
@@ -73,6 +81,7 @@ def run_simulation(
         summary = summarize(res)
         summary["world"] = world
         summary["trace"] = str(trace)
+        _note_jitter(summary, jitter, seed)
         summary["wall_seconds"] = round(time.perf_counter() - wall0, 3)
         return res, summary
     if world != "ours":
@@ -99,8 +108,14 @@ def run_simulation(
     summary = summarize(res)
     summary["world"] = world
     summary["trace"] = str(trace)
+    _note_jitter(summary, jitter, seed)
     summary["wall_seconds"] = round(time.perf_counter() - wall0, 3)
     return res, summary
+
+
+def _note_jitter(summary: dict[str, object], jitter: int, seed: int) -> None:
+    if jitter:
+        summary["jitter"] = {"seconds": jitter, "seed": seed}
 
 
 def _policy(name: str, overhead: float, tables: Tables | None = None) -> Policy:
@@ -207,6 +222,15 @@ def _stderr_console() -> Console:
     help="Jobs without batch_size_min/max get a range of half to twice their batch size "
     "(table rows only), for the batch-size-aware policies.",
 )
+@click.option(
+    "--jitter",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Move each submission by up to this many whole seconds (a perturbed copy of the "
+    "trace, drawn with --seed), to see how much a result owes to the trace's luck.",
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of --jitter.")
 @click.option("--no-placement", is_flag=True, help="Skip buddy placement (counts only).")
 @click.option("--no-plots", is_flag=True, help="Write the CSV/JSON but no PNG plots.")
 @click.option(
@@ -227,6 +251,8 @@ def simulate(
     progress: bool | None,
     world: str,
     batch_ranges: bool,
+    jitter: int,
+    seed: int,
 ) -> None:
     """Simulate a trace on a GPU cluster; the last stdout line is a JSON summary."""
     from flowcon.sim.loaders import InputError
@@ -238,7 +264,7 @@ def simulate(
     try:
         res, summary = run_simulation(
             trace, cluster, policy, throughputs, slot, overhead, not no_placement, progress, world,
-            batch_ranges,
+            batch_ranges, jitter, seed,
         )  # fmt: skip
     except (InputError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
