@@ -1,9 +1,11 @@
 """Admission control by minimum satisfactory share (ElasticFlow Algorithm 1).
 
 Time is cut into scheduling slots. Hard-deadline jobs are planned in deadline order; each one
-gets ``x(t) = min(j, free(t))`` GPUs (rounded down to the best power of two) in the slots
-before its deadline, filled from the deadline backwards, with ``j = 1, 2, 4, ...`` raised until
-the iterations fit. A job is admitted only if every hard-deadline job still fits afterwards.
+is satisfied at the smallest cap ``j = 1, 2, 4, ...`` whose ``x(t) = min(j, free(t))`` GPUs
+(rounded down to the best power of two) over the slots before its deadline cover its
+iterations, and holds that cap from now on until they are covered (as early as the free GPUs
+allow; the paper fills from the deadline backwards, see ``_reserve_forward``). A job is
+admitted only if every hard-deadline job still fits afterwards.
 
 ``SlotLedger`` keeps the plans between decisions so that an arrival only re-plans the jobs
 whose deadline is not earlier than the newcomer's (earlier ones cannot be affected: they are
@@ -452,15 +454,21 @@ def _smallest_level_one(
     return hi
 
 
-def _walk_back(
-    segs: list[_Seg], tps: list[float], hi: int, target: float, now_k: int
-) -> tuple[int, int, float]:
-    """Line 14, from the deadline backwards until the iterations reach ``target``: (index
-    into segs of the earliest reserved slot, that slot, iterations of the later slots)."""
+def _reserve_forward(
+    segs: list[_Seg], levels: list[int], tps: list[float], hi: int, target: float
+) -> list[_Run]:
+    """Where the share is held: x(t) = level min(free, ``hi``) from the first slot on, until
+    the iterations reach ``target``; in the last of those slots only the smallest level that
+    covers what the earlier ones leave over (the share is minimal also there). The share
+    ends as early as the free GPUs allow, so the slack before the deadline lies at its end
+    (see "How the core works" in docs/simulator.md)."""
+    runs: list[_Run] = []
     acc = 0.0
-    for idx in range(len(segs) - 1, -1, -1):
-        a, b, li, w = segs[idx]
-        per = tps[li if li < hi else hi] * w if li >= 0 else 0.0
+    for a, b, li, w in segs:
+        if li < 0:
+            continue
+        k = li if li < hi else hi
+        per = tps[k] * w
         n = b - a
         if per > 0 and acc + per * n >= target:
             m = min(n, max(1, math.ceil((target - acc) / per)))
@@ -468,37 +476,17 @@ def _walk_back(
                 m -= 1
             while m < n and acc + m * per < target:
                 m += 1
-            return idx, b - m, acc + (m - 1) * per
-        acc += per * n
-    # rounding: reserve everything (the level check said it suffices)
-    a, b, li, w = segs[0]
-    return 0, now_k, acc - (tps[min(li, hi)] * w if li >= 0 else 0.0)
-
-
-def _reserve(
-    segs: list[_Seg],
-    levels: list[int],
-    tps: list[float],
-    hi: int,
-    b_slot: int,
-    residual: float,
-) -> list[_Run]:
-    """x(t) = level min(free, j) from slot ``b_slot`` on; in ``b_slot`` itself only the
-    smallest level that covers the ``residual`` iterations (the share is minimal)."""
-    runs: list[_Run] = []
-    for a, b, li, w in segs:
-        if li < 0:
-            continue
-        k = li if li < hi else hi
-        if a <= b_slot:
+            if m > 1:
+                runs.append((a, a + m - 1, levels[k], tps[k]))
+            residual = target - (acc + (m - 1) * per)
             kk = 0  # the first level that covers the residual; k when none below does
             while kk < k and not tps[kk] * w >= residual:
                 kk += 1
-            runs.append((b_slot, b_slot + 1, levels[kk], tps[kk]))
-            a = b_slot + 1
-        if a < b:
-            runs.append((a, b, levels[k], tps[k]))
-    return runs
+            runs.append((a + m - 1, a + m, levels[kk], tps[kk]))
+            return runs
+        runs.append((a, b, levels[k], tps[k]))
+        acc += per * n
+    return runs  # rounding: every slot (the level check said it suffices)
 
 
 def _rise(new: _Plan, old: _Plan, floor: int) -> int:
@@ -650,9 +638,9 @@ class SlotLedger:
         The steps: the horizon and its partial first/last slots (``_horizon``); the free
         profile as runs of the curve level it can buy (``_free_runs``, ``_segments``); the
         smallest cap ``j`` whose gain covers the work (``_smallest_level``, lines 13-19);
-        the walk back from the deadline (``_walk_back``, line 14); the reservation
-        (``_reserve``). ``flowcon.alloc.reference.progressive_filling_reference`` is the same
-        thing slot by slot, line by line, and the tests hold the two equal."""
+        the reservation at that cap from now on (``_reserve_forward``).
+        ``flowcon.alloc.reference.progressive_filling_reference`` is the same thing slot by
+        slot, line by line, and the tests hold the two equal."""
         assert job.deadline is not None
         remaining = job.remaining
         if remaining <= 0:
@@ -717,9 +705,7 @@ class SlotLedger:
         if hi is None:
             return None
         target = need + extra * tps[hi]
-        first, b_slot, back_prev = _walk_back(segs, tps, hi, target, now_k)
-        runs = _reserve(segs[first:], c.levels, tps, hi, b_slot, target - back_prev)
-        return _make_plan(now_k, runs, partial)
+        return _make_plan(now_k, _reserve_forward(segs, c.levels, tps, hi, target), partial)
 
     def _plan_one_level(
         self,
@@ -730,8 +716,7 @@ class SlotLedger:
     ) -> _Plan | None:
         """``_plan_runs`` for free runs of one level, ``c.by_used[0]``, over the whole
         horizon (the usual case): the same segments, seconds and bisection written out for
-        that case, then the same walk back and reservation. The tests hold it equal to
-        ``_plan_runs``."""
+        that case, then the same reservation. The tests hold it equal to ``_plan_runs``."""
         end_k, w_first, w_last, partial = horizon
         li = c.by_used[0]
         if li < 0:
@@ -755,21 +740,7 @@ class SlotLedger:
         if hi is None:
             return None
         target = need + extra * tps[hi]
-        first, b_slot, back_prev = _walk_back(segs, tps, hi, target, now_k)
-        # _reserve and _make_plan for one level: the smallest level that covers the residual
-        # in b_slot, then level k to the end (one run when the two are the same)
-        k = li if li < hi else hi
-        w, residual, levels = segs[first][3], target - back_prev, c.levels
-        kk = 0  # the first level that covers the residual; k when none below does
-        while kk < k and not tps[kk] * w >= residual:
-            kk += 1
-        if kk != k and b_slot + 1 < end_k:
-            runs = [
-                (b_slot, b_slot + 1, levels[kk], tps[kk]),
-                (b_slot + 1, end_k, levels[k], tps[k]),
-            ]
-            return _Plan(b_slot, runs, [b_slot, b_slot + 1, end_k], partial)
-        return _Plan(b_slot, [(b_slot, end_k, levels[kk], tps[kk])], [b_slot, end_k], partial)
+        return _make_plan(now_k, _reserve_forward(segs, c.levels, tps, hi, target), partial)
 
     def _sum_of(self, plans: Iterable[_Plan]) -> _Profile:
         """The reserved GPUs of ``plans`` from the floor on, as ``_apply`` would add them

@@ -26,8 +26,14 @@ What FlowCon adds to the printed algorithm, the same in both versions:
   last slot count only their usable seconds, and M_i is iterations, T_i iterations/s.
 * ``overhead``: line 17 also asks for 2 * overhead seconds of work at the cap's speed (a
   rescale at the start and one at the end).
-* The earliest reserved slot keeps only the smallest level that covers what the later slots
-  leave over (the share is minimal also there).
+* Where the share is held. Lines 13-19 decide whether the job fits and at which cap j;
+  as printed, x_i(t) then holds min(j, free) from the slot where the walk back from D_i
+  stopped up to D_i: the share waits for the deadline and ends on it. FlowCon holds the
+  same cap from startTime forward instead, min(j, free) slot by slot until line 17's sum
+  is reached, so the share ends as early as the free GPUs allow and the slack before the
+  deadline lies at its end (see "How the core works" in docs/simulator.md). The last
+  reserved slot keeps only the smallest level that covers what the earlier slots leave
+  over (the share is minimal also there).
 """
 
 from __future__ import annotations
@@ -102,6 +108,7 @@ def progressive_filling_reference(
     M = job.remaining * (1.0 - _EPS)
     is_satisfied = False  # line 12
     x: list[int] = [0] * n_slots
+    target = M
     for j in range(1, G + 1):  # line 13
         _, j_t = _usable(job, cap, j, power_of_two)  # a j between two levels acts as the lower
         target = M + 2 * overhead * j_t
@@ -110,15 +117,27 @@ def progressive_filling_reference(
         for t in range(n_slots - 1, -1, -1):  # line 14: from D_i back to startTime
             free = G - occupied[t]
             x[t], tp = _usable(job, cap, min(j, free), power_of_two)  # line 15
-            later = total
             total += tp * w[t]
             if tp > 0 and total >= target:  # line 17
-                x[t] = _smallest_covering(job, cap, x[t], w[t], target - later, power_of_two)
                 is_satisfied = True  # line 18
                 break  # line 19
         if is_satisfied:  # line 20
             break  # line 21
-    return x if is_satisfied else None  # line 22
+    if not is_satisfied:
+        return None  # line 22
+    # where the share is held: the satisfied cap j, min(j, free) from startTime forward
+    # until line 17's sum is reached (FlowCon's placement, see the module docstring)
+    x = [0] * n_slots
+    total = 0.0
+    for t in range(n_slots):
+        free = G - occupied[t]
+        x[t], tp = _usable(job, cap, min(j, free), power_of_two)
+        earlier = total
+        total += tp * w[t]
+        if tp > 0 and total >= target:
+            x[t] = _smallest_covering(job, cap, x[t], w[t], target - earlier, power_of_two)
+            break
+    return x
 
 
 def _smallest_covering(

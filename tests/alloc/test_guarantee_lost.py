@@ -86,10 +86,11 @@ def test_the_policy_passes_the_revoked_jobs_on() -> None:
 
 def test_the_simulator_records_when_a_guarantee_was_lost() -> None:
     """Every start costs 300 s here and the policy planned with none: A (4,000 iterations
-    by t=1,200, all 4 GPUs reserved from t=180) cannot make it once it has paid its
-    start. B arrives at t=660, needs room that only A's reservation holds, and is admitted
+    by t=1,200, all 4 GPUs reserved from t=0 until its work is done, t=1,020) cannot make
+    it once it has paid its start. B (1,000 iterations by t=1,200) arrives at t=660, needs
+    room that only A's reservation holds (the 180 s after it give 720), and is admitted
     when A's guarantee is given up; A is then recorded as having lost it at t=660."""
-    jobs = [_job("a", 4000.0, 1200.0), _job("b", 400.0, 1200.0, submit=660.0)]
+    jobs = [_job("a", 4000.0, 1200.0), _job("b", 1000.0, 1200.0, submit=660.0)]
     pol = make_policy("elasticflow", overhead=0.0)
     res = Simulator(jobs, Topology(1, 4), pol, slot=60.0, overhead=300.0).run()
     by = {r.job.job_id: r for r in res.results}

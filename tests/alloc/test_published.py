@@ -31,19 +31,19 @@ def test_edf_gives_max_gpu_even_where_throughput_falls() -> None:
     assert alloc == {"a": 8}  # 8 GPUs (2.5 it/s) although 4 are faster (3.0 it/s)
 
 
-def test_published_shares_are_front_loaded_ours_back_loaded() -> None:
+def test_both_hold_the_share_from_now_ours_minimal_in_its_last_slot() -> None:
     """700 iterations, deadline 600 s, 8 free GPUs: 1 GPU is too slow (600 iterations), 2
-    GPUs (1.8 it/s) suffice. Ours reserves 2 GPUs in the last slots before the deadline;
-    the published fill holds them from now and ends early (389 s: 7 slots)."""
+    GPUs (1.8 it/s) suffice. Both hold 2 GPUs from now and end early (389 s: 7 slots); in
+    the last slot ours keeps only 1 GPU (52 iterations left, 60 at 1 GPU)."""
     job = _job("a", 700, 600)
     ours, pub = SlotLedger(8, 60.0), PublishedLedger(8, 60.0)
     for led in (ours, pub):
         assert led.try_admit(job, {"a": job}, 0.0).admitted
-    assert pub.share("a", 0.0) == 2 and ours.share("a", 0.0) == 0
+    assert pub.share("a", 0.0) == 2 and ours.share("a", 0.0) == 2
     p = pub.plan_of("a")
     assert p is not None and p.gpus == (2,) * 7
     o = ours.plan_of("a")
-    assert o is not None and o.start == 180.0 and o.gpus == (1,) + (2,) * 6
+    assert o is not None and o.start == 0.0 and o.gpus == (2,) * 6 + (1,)
 
 
 def test_a_batch_is_declined_together() -> None:
