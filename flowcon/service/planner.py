@@ -285,9 +285,10 @@ class Planner:
     def _guarantees_lost(self, names: tuple[str, ...], newcomer: str, now: float) -> None:
         """Admitted jobs whose deadline guarantee admission gave up while it decided on
         ``newcomer`` (``SlotLedger.try_admit``): they fell behind their reservation and
-        no plan meets their deadline any more. They keep running on spare GPUs (their
-        record's reason then says "at risk" with the predicted finish, as for any job
-        predicted late); the event says when and why the guarantee went."""
+        no plan meets their deadline any more. They keep running on spare GPUs, or wait
+        for some with none now: their record's reason says "at risk" from here on (also
+        while they hold no GPU and have no predicted finish); the event says when and why
+        the guarantee went."""
         why = (
             "deadline guarantee lost: behind its reservation and no plan meets its "
             f"deadline any more (given up while admitting {newcomer})"
@@ -295,6 +296,10 @@ class Planner:
         for name in names:
             self.store.append_event("guarantee_lost", name, ts=now, reason=why, newcomer=newcomer)
             log.warning("job %s: %s", name, why)
+            rec = self.store.get_job(name)
+            if rec is not None and rec.active and not rec.reason.startswith("at risk"):
+                rec.reason = f"at risk: {why}"
+                self.store.put_job(rec)
 
     def dry_run(self, spec: JobSpec, now: float | None = None) -> DryRunResult:
         """What ``submit`` would decide now, creating nothing (``sbatch --test-only``).

@@ -364,14 +364,15 @@ def test_soft_deadline_reaches_the_policy(tmp_path):
 
 def test_a_guarantee_that_cannot_be_kept_is_given_up_for_a_newcomer(tmp_path):
     """A reports no progress by t=60: 2,400 iterations in the 40 s left need more than the
-    cluster's 8 GPUs (2,000 at most), so no plan meets its deadline any more. B needs the
-    room A's reservation holds; it is admitted, and A's lost guarantee is recorded as an
-    event while A keeps running, "at risk"."""
+    cluster's 8 GPUs (2,000 at most), so no plan meets its deadline any more. B (1,800
+    iterations in those 40 s) needs the room A's reservation holds (4 GPUs until t=80:
+    beside it B gets 1,640 at most); it is admitted, and A's lost guarantee is recorded as
+    an event while A keeps running, "at risk"."""
     st = Store(tmp_path / "g.db")
     pl = Planner(st, 8, 10.0)
     assert pl.submit(_spec("a", 2400, 100, 0.0), now=0.0).admitted
     assert pl.observe_progress("a", 0.0, 60.0)
-    res = pl.submit(_spec("b", 1500, 40, 60.0), now=60.0)
+    res = pl.submit(_spec("b", 1800, 40, 60.0), now=60.0)
     assert res.admitted, res.reason
     (ev,) = st.events(job="a", kind="guarantee_lost")
     assert ev.data["newcomer"] == "b" and "no plan meets its deadline" in ev.data["reason"]
