@@ -118,6 +118,12 @@ def _run(
     return s
 
 
+def _ratio(s: dict[str, object]) -> float:
+    r = s["deadline_satisfactory_ratio"]
+    assert isinstance(r, float)
+    return r
+
+
 def _table(world: str, traces: list[str], args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """One world's table; returns {trace: {policy: ratio}}."""
     print(f"\n== world: {world} ==")
@@ -134,8 +140,7 @@ def _table(world: str, traces: list[str], args: argparse.Namespace) -> dict[str,
             if policy == "elasticflow-published" and ref is None:
                 continue  # minutes to hours where there is nothing to compare it with
             s = _run(trace, policy, world, args.overhead, args.slot)
-            ratio = s["deadline_satisfactory_ratio"]
-            assert isinstance(ratio, float)
+            ratio = _ratio(s)
             wall = s["bench_wall_s"]
             assert isinstance(wall, float)
             ref_wall = REF_WALL.get(trace) if policy.startswith("elasticflow") else None
@@ -175,23 +180,15 @@ def _breakdown(traces: list[str], args: argparse.Namespace) -> None:
                     trace, pol, "ours", args.overhead, args.slot
                 )
         base = r[base_label]
-        b = base["deadline_satisfactory_ratio"]
-        assert isinstance(b, float)
+        b = _ratio(base)
         for label, s in r.items():
-            x = s["deadline_satisfactory_ratio"]
-            assert isinstance(x, float)
+            x = _ratio(s)
             print(f"{trace:<10} {label:<72} {x:6.3f} {x - b:+7.3f}", flush=True)
 
 
 SPREAD_BASE = "elasticflow-published"
 SPREAD_OURS = ("elasticflow", "elasticflow-paper")
 GOAL_GAIN = 0.03  # issue 12: ours at least +0.03 over the published loop
-
-
-def _ratio(s: dict[str, object]) -> float:
-    r = s["deadline_satisfactory_ratio"]
-    assert isinstance(r, float)
-    return r
 
 
 def _spread(traces: list[str], args: argparse.Namespace) -> dict[str, dict[str, object]]:
