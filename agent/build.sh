@@ -27,13 +27,7 @@ PIP_ROOT_USER_ACTION=ignore "$PY" -m pip install --quiet --disable-pip-version-c
     "regex>=2023.0"
 rm -rf "$CTX"/lib/bin
 mkdir -p "$CTX/src"
-# flowcon/agent and flowcon/listeners are symlinks to ../agent and ../listeners: copy
-# the package without them, then the two folders in their place.
-tar --exclude=__pycache__ --exclude=flowcon/agent --exclude=flowcon/listeners -cf - flowcon \
-    | tar -C "$CTX/src" -xf -
-tar --exclude=__pycache__ -C agent -cf - --exclude=Dockerfile --exclude=build.sh \
-    --exclude=stack.yml --exclude=flowcon.yaml --exclude=allocator.yaml --exclude=secrets . | (mkdir -p "$CTX/src/flowcon/agent" && tar -C "$CTX/src/flowcon/agent" -xf -)
-tar --exclude=__pycache__ -C listeners -cf - . | (mkdir -p "$CTX/src/flowcon/listeners" && tar -C "$CTX/src/flowcon/listeners" -xf -)
+tar --exclude=__pycache__ -cf - flowcon | tar -C "$CTX/src" -xf -
 cp agent/Dockerfile agent/flowcon.yaml "$CTX/"
 log "docker build $IMAGE"
 docker build -q -t "$IMAGE" "$CTX" >/dev/null

@@ -27,12 +27,12 @@ from typing import Any
 
 import docker
 
+from flowcon.agent.config import Config
 from flowcon.agent.controller import Controller
-from flowcon.agent.state import StateStore
-from flowcon.config import Config
+from flowcon.agent.listeners import EventListener
+from flowcon.agent.state_file import StateStore
 from flowcon.engine.docker_engine import DockerEngine
 from flowcon.interrupts import cleanup_guard, raise_interrupt
-from flowcon.listeners.events import EventListener
 
 IMAGE = "flowcon/testbox:latest"
 LOOP = (

@@ -3,7 +3,7 @@
 
 The live run starts the real allocator daemon (HTTP API, SQLite, planning loop) with the
 real executor on the plain Docker engine and a declared 2 nodes x 4 GPUs inventory; jobs are
-the testbox rate job (flowcon.service.ratejob), which runs at its profile's speed for the
+the testbox rate job (flowcon.testing.ratejob), which runs at its profile's speed for the
 GPU count it is given and is rescaled by real checkpoint-restart. The same trace then goes
 through flowcon.sim with the ElasticFlow policy. Both deadline satisfactory ratios are
 printed (jobs that met their deadline / all submitted jobs), with a per-job comparison.
@@ -34,13 +34,13 @@ import contextlib  # noqa: E402
 
 from flowcon.alloc.model import Job, ThroughputCurve, Topology  # noqa: E402
 from flowcon.alloc.policy import ElasticFlowPolicy  # noqa: E402
+from flowcon.allocator.config import load_config  # noqa: E402
+from flowcon.allocator.daemon import Allocator  # noqa: E402
+from flowcon.allocator.target import build_target  # noqa: E402
+from flowcon.client.http import AllocatorClient, ClientError  # noqa: E402
 from flowcon.interrupts import cleanup_guard, raise_interrupt  # noqa: E402
-from flowcon.service.client import AllocatorClient, ClientError  # noqa: E402
-from flowcon.service.config import load_config  # noqa: E402
-from flowcon.service.daemon import Allocator  # noqa: E402
-from flowcon.service.ratejob import rate_job_spec  # noqa: E402
-from flowcon.service.target import build_target  # noqa: E402
 from flowcon.sim.engine import Simulator  # noqa: E402
+from flowcon.testing.ratejob import rate_job_spec  # noqa: E402
 
 # Concave curves shaped like the A100 tables (iterations/s by GPU count), slowed down so a
 # job lasts tens of seconds.

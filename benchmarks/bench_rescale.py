@@ -52,11 +52,11 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 from flowcon.engine.gpus import discover  # noqa: E402
+from flowcon.executor.backend import Worker  # noqa: E402
+from flowcon.executor.backends.engine import EngineBackend  # noqa: E402
+from flowcon.executor.lifecycle import Executor, ExecutorOptions  # noqa: E402
 from flowcon.interrupts import raise_interrupt  # noqa: E402
-from flowcon.service.backend import Worker  # noqa: E402
-from flowcon.service.executor import Executor, ExecutorOptions  # noqa: E402
-from flowcon.service.executor_engine import EngineBackend  # noqa: E402
-from flowcon.service.jobspec import parse_jobspec  # noqa: E402
+from flowcon.jobspec.spec import parse_jobspec  # noqa: E402
 
 EXAMPLE = "flowcon/elastic-example:latest"
 TESTBOX = "flowcon/testbox:latest"

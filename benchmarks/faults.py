@@ -113,16 +113,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from flowcon.service.config import AllocatorConfig  # noqa: E402
-from flowcon.service.daemon import Allocator  # noqa: E402
-from flowcon.service.jobspec import NAME_RE  # noqa: E402
-from flowcon.service.store import (  # noqa: E402
+from flowcon.allocator.config import AllocatorConfig  # noqa: E402
+from flowcon.allocator.daemon import Allocator  # noqa: E402
+from flowcon.allocator.store import (  # noqa: E402
     ACTIVE_STATES,
     ALL_STATES,
     TERMINAL_STATES,
     JobRecord,
     Store,
 )
+from flowcon.jobspec.spec import NAME_RE  # noqa: E402
 
 # -- the framework ------------------------------------------------------------------------
 
@@ -839,10 +839,10 @@ CORPUS = REPO / "tests" / "data" / "malformed"
 
 def load_input(kind: str, path: Path) -> Any:
     """A corpus file through the real loader of its kind (the corpus folder's name)."""
-    from flowcon import config as agent_config
+    from flowcon.agent import config as agent_config
+    from flowcon.allocator.config import load_config
+    from flowcon.jobspec.spec import load_jobspec
     from flowcon.replay.scenario import load_scenario
-    from flowcon.service.config import load_config
-    from flowcon.service.jobspec import load_jobspec
     from flowcon.sim.loaders import load_throughputs, load_trace
 
     loaders: dict[str, Callable[[], Any]] = {
@@ -897,8 +897,8 @@ def inputs_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
 
 def _leftovers(client: Any, run: str) -> list[str]:
     """What a bench_rescale run ``run`` left in the engine."""
-    from flowcon.service.executor import Executor
-    from flowcon.service.executor_engine import network_name
+    from flowcon.executor.backends.engine import network_name
+    from flowcon.executor.lifecycle import Executor
 
     job = f"bench-{run}"
     left = [

@@ -2,7 +2,7 @@
 executor").
 
 allocator-kill: a real ``flowcon allocator`` subprocess (declared inventory 2 nodes x 4
-GPUs, the engine executor, 1 s slots) runs rate jobs (``flowcon.service.ratejob``: testbox
+GPUs, the engine executor, 1 s slots) runs rate jobs (``flowcon.testing.ratejob``: testbox
 containers that advance at their profile's speed and checkpoint their step every 0.25 s).
 Each run submits one more job (and cancels the oldest when three are active), which makes
 the allocator re-divide the GPUs and rescale the others by checkpoint-restart. The
@@ -222,7 +222,7 @@ class AllocatorProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def client(self, timeout: float = 10.0) -> Any:
-        from flowcon.service.client import AllocatorClient
+        from flowcon.client.http import AllocatorClient
 
         return AllocatorClient(self.url, TOKEN, timeout=timeout)
 
@@ -384,7 +384,7 @@ class KillSession:
         ):
             with contextlib.suppress(Exception):
                 c.remove(force=True)
-        from flowcon.service.executor import Executor
+        from flowcon.executor.lifecycle import Executor
 
         for job in self.submitted:
             with contextlib.suppress(Exception):
@@ -397,7 +397,7 @@ class KillSession:
     # -- one run
 
     def _spec(self, i: int) -> dict[str, Any]:
-        from flowcon.service.ratejob import rate_job_spec
+        from flowcon.testing.ratejob import rate_job_spec
 
         name = f"{self.run_id}-j{i}"
         return rate_job_spec(name, 10**7, None, PROFILE)
@@ -563,8 +563,8 @@ class DiskFullSession:
     health ok."""
 
     def __init__(self, folder: Path) -> None:
-        from flowcon.service.config import AllocatorConfig
-        from flowcon.service.daemon import Allocator
+        from flowcon.allocator.config import AllocatorConfig
+        from flowcon.allocator.daemon import Allocator
 
         cfg = AllocatorConfig(
             state_dir=folder / "state", slot_seconds=0.5, listen="127.0.0.1:0", token=TOKEN
@@ -576,7 +576,7 @@ class DiskFullSession:
         self.client.submit(_spec_plain("keep"))
 
     def _client(self) -> Any:
-        from flowcon.service.client import AllocatorClient
+        from flowcon.client.http import AllocatorClient
 
         return AllocatorClient(self.alloc.url, TOKEN, timeout=10)
 
@@ -606,7 +606,7 @@ class DiskFullSession:
 
     def _refusals(self, i: int) -> list[str]:
         """A submit, a cancel and a submit while the disk is full, then /healthz."""
-        from flowcon.service.client import ClientError
+        from flowcon.client.http import ClientError
 
         problems: list[str] = []
         calls: list[tuple[str, Callable[[], Any]]] = [
@@ -631,7 +631,7 @@ class DiskFullSession:
 
     def _recovery(self, i: int) -> tuple[float | None, list[str]]:
         """Seconds until /healthz is ok again, and a submit that must be admitted."""
-        from flowcon.service.client import ClientError
+        from flowcon.client.http import ClientError
 
         problems: list[str] = []
         t0 = time.monotonic()
@@ -702,9 +702,9 @@ class EngineRestartSession:
         self.docker = docker.DockerClient(base_url=PRIVATE_HOST, timeout=30)
         self.run_id = f"e{uuid.uuid4().hex[:8]}"
         self.labels = {**labels, "flowcon.faults": self.run_id}
-        from flowcon.service.config import load_config
-        from flowcon.service.daemon import Allocator
-        from flowcon.service.target import build_target
+        from flowcon.allocator.config import load_config
+        from flowcon.allocator.daemon import Allocator
+        from flowcon.allocator.target import build_target
 
         write_config(
             folder / "allocator.yaml",
@@ -717,7 +717,7 @@ class EngineRestartSession:
         self.alloc.start(port=0)
         self.poller = StepPoller(self.docker, f"flowcon.faults={self.run_id}")
         self.poller.start()
-        from flowcon.service.client import AllocatorClient
+        from flowcon.client.http import AllocatorClient
 
         self.client = AllocatorClient(self.alloc.url, TOKEN, timeout=10)
 
@@ -788,7 +788,7 @@ def _started_at(container: Any) -> float:
 
 
 def rate_spec(name: str) -> dict[str, Any]:
-    from flowcon.service.ratejob import rate_job_spec
+    from flowcon.testing.ratejob import rate_job_spec
 
     return rate_job_spec(name, 10**7, None, PROFILE)
 
@@ -877,9 +877,9 @@ class SwarmNodeRestartSession:
         self.node2 = docker.DockerClient(base_url=NODE2_SOCK, timeout=30)
         self.run_id = f"s{uuid.uuid4().hex[:8]}"
         self.labels = {**labels, "flowcon.faults": self.run_id}
-        from flowcon.service.config import load_config
-        from flowcon.service.daemon import Allocator
-        from flowcon.service.target import build_target
+        from flowcon.allocator.config import load_config
+        from flowcon.allocator.daemon import Allocator
+        from flowcon.allocator.target import build_target
 
         (folder / "ckpt").mkdir()
         write_config(
@@ -896,7 +896,7 @@ class SwarmNodeRestartSession:
         self.alloc.start(port=0)
         self.poller = StepPoller([self.manager, self.node2], f"flowcon.faults={self.run_id}")
         self.poller.start()
-        from flowcon.service.client import AllocatorClient
+        from flowcon.client.http import AllocatorClient
 
         self.client = AllocatorClient(self.alloc.url, TOKEN, timeout=10)
 
@@ -1021,9 +1021,9 @@ class CorruptCheckpointSession:
     def __init__(self, folder: Path, labels: dict[str, str]) -> None:
         import docker
 
-        from flowcon.service.config import load_config
-        from flowcon.service.daemon import Allocator
-        from flowcon.service.target import build_target
+        from flowcon.allocator.config import load_config
+        from flowcon.allocator.daemon import Allocator
+        from flowcon.allocator.target import build_target
 
         self.docker = docker.from_env(timeout=60)
         self.docker.images.get(EXAMPLE_IMAGE)  # ImageNotFound: not run
@@ -1038,7 +1038,7 @@ class CorruptCheckpointSession:
         cfg = load_config(folder / "allocator.yaml", {}, folder / "no-secrets")
         self.alloc = Allocator(cfg, build_target(cfg, client=self.docker, extra_labels=self.labels))
         self.alloc.start(port=0)
-        from flowcon.service.client import AllocatorClient
+        from flowcon.client.http import AllocatorClient
 
         self.client = AllocatorClient(self.alloc.url, TOKEN, timeout=10)
         self.jobs: list[str] = []
@@ -1075,7 +1075,7 @@ class CorruptCheckpointSession:
         return False
 
     def one_run(self, i: int) -> Outcome:
-        from flowcon.service.executor import Executor
+        from flowcon.executor.lifecycle import Executor
 
         problems: list[str] = []
         victim = f"{self.run_id}-v{i}"
@@ -1127,7 +1127,7 @@ class CorruptCheckpointSession:
         return problems, took
 
     def close(self) -> None:
-        from flowcon.service.executor import Executor
+        from flowcon.executor.lifecycle import Executor
 
         try:
             for job in self.jobs:
@@ -1148,7 +1148,7 @@ class CorruptCheckpointSession:
 
 
 def rate_job_spec_1gpu(name: str) -> dict[str, Any]:
-    from flowcon.service.ratejob import rate_job_spec
+    from flowcon.testing.ratejob import rate_job_spec
 
     return rate_job_spec(name, 10**7, None, {1: 4.0})
 

@@ -20,12 +20,12 @@ SUBCOMMANDS: dict[str, str] = {
     "status": "flowcon.agent.cli:status",
     "simulate": "flowcon.sim.cli:simulate",
     "replay": "flowcon.replay.cli:replay",
-    "allocator": "flowcon.service.cli:allocator",
-    "submit": "flowcon.service.cli:submit",
-    "jobs": "flowcon.service.cli:jobs",
-    "cancel": "flowcon.service.cli:cancel",
-    "job": "flowcon.service.cli:job_cmd",
-    "logs": "flowcon.service.cli:logs",
+    "allocator": "flowcon.client.cli:allocator",
+    "submit": "flowcon.client.cli:submit",
+    "jobs": "flowcon.client.cli:jobs",
+    "cancel": "flowcon.client.cli:cancel",
+    "job": "flowcon.client.cli:job_cmd",
+    "logs": "flowcon.client.cli:logs",
     "images": "flowcon.engine.images_cli:images",
 }
 

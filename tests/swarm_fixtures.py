@@ -36,8 +36,8 @@ def swarm_executor_for(
     """A real executor on the two-node swarm with a declared inventory (``gpus_per_node``
     GPUs on node1 and node2), this test's labels and checkpoint folder."""
     from flowcon.engine.gpus import discover
-    from flowcon.service.executor import Executor, ExecutorOptions
-    from flowcon.service.executor_swarm import SwarmBackend
+    from flowcon.executor.backends.swarm import SwarmBackend
+    from flowcon.executor.lifecycle import Executor, ExecutorOptions
 
     nodes = [{"name": n, "gpus": gpus_per_node} for n in ("node1", "node2")]
     inv = discover({"declared": {"nodes": nodes}})
@@ -64,7 +64,7 @@ save; exit 0
 
 def step_job_spec(name: str, iterations: int = 10000, **overrides: Any) -> Any:
     """A JobSpec running STEP_JOB on the testbox image."""
-    from flowcon.service.jobspec import parse_jobspec
+    from flowcon.jobspec.spec import parse_jobspec
 
     raw: dict[str, Any] = {
         "name": name,
@@ -83,7 +83,7 @@ def step_job_spec(name: str, iterations: int = 10000, **overrides: Any) -> Any:
 def step_metrics(ex: Any, job: str) -> list[dict[str, Any]]:
     """The step lines of the job's rank-0 container (``flowcon.report`` JSON with a
     ``step`` and no ``event``: step, world_size, the script's values)."""
-    from flowcon.service.stopfree import json_objects
+    from flowcon.executor.stopfree_plan import json_objects
 
     return [o for o in json_objects(ex.logs(job)) if "event" not in o and "step" in o]
 
@@ -130,8 +130,8 @@ def sweep(client: Any, label: str) -> None:
 def executor(docker_client, labeled, test_run_id):  # type: ignore[no-untyped-def]
     """An engine-backend Executor with a declared 2x4 inventory; everything it made is removed."""
     from flowcon.engine.gpus import discover
-    from flowcon.service.executor import Executor, ExecutorOptions
-    from flowcon.service.executor_engine import EngineBackend
+    from flowcon.executor.backends.engine import EngineBackend
+    from flowcon.executor.lifecycle import Executor, ExecutorOptions
 
     inv = discover(
         {"declared": {"nodes": [{"name": "node1", "gpus": 4}, {"name": "node2", "gpus": 4}]}},

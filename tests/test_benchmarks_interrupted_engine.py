@@ -20,8 +20,8 @@ import docker.errors
 import pytest
 from conftest import REPO, SESSION_ID, SESSION_LABEL, TEST_LABEL, TESTBOX_IMAGE, load_script
 
-from flowcon.service.executor import Executor
-from flowcon.service.executor_engine import network_name
+from flowcon.executor.backends.engine import network_name
+from flowcon.executor.lifecycle import Executor
 
 pytestmark = pytest.mark.docker
 

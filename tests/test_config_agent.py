@@ -1,4 +1,4 @@
-"""The agent's config (flowcon/config.py): every bad value the issue lists is refused with
+"""The agent's config (flowcon/agent/config.py): every bad value the issue lists is refused with
 a message naming the field; FLOWCON_* environment overrides, FLOWCON_CONFIG, *_FILE and
 the allocator token file / Swarm secret."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import flowcon.config as config_mod
-from flowcon.config import ConfigError, load
+import flowcon.agent.config as config_mod
+from flowcon.agent.config import ConfigError, load
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -13,11 +13,11 @@ from typing import Any
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from flowcon.agent.config import Config
 from flowcon.agent.exporter import Exporter
-from flowcon.config import Config
-from flowcon.service.config import DEFAULT_PORT
-from flowcon.service.metrics import AllocatorMetrics
-from flowcon.service.store import Store
+from flowcon.allocator.config import DEFAULT_PORT
+from flowcon.allocator.metrics import AllocatorMetrics
+from flowcon.allocator.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
 AGENT_PORT = Config().metrics_port

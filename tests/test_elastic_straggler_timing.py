@@ -1,6 +1,6 @@
 """The step time a stop-free worker votes is its own work (EDL section 5.2).
 
-Found by the engine straggler test (tests/service/test_stopfree_straggler_engine.py): with
+Found by the engine straggler test (tests/executor/test_stopfree_straggler_engine.py): with
 the job's checkpoints every 5 steps, a worker at ``--cpus 0.2`` was never removed. The
 checkpoint inside the measured window gathers every rank's RNG state, so at each checkpoint
 the fast ranks waited for the straggler there, voted its time, and its streak of 10 slow

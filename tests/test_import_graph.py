@@ -1,8 +1,7 @@
 """No import cycle anywhere in the ``flowcon`` package (pure: reads the sources with ``ast``).
 
-The graph: one node per module of the package as installed (``flowcon/``, whose ``agent``
-and ``listeners`` are symlinks to the top-level ``agent/`` and ``listeners/`` folders); an
-edge ``a -> b`` when ``a`` imports ``b``.
+The graph: one node per module of the package (``flowcon/``); an edge ``a -> b`` when ``a``
+imports ``b``.
 
 What counts as an import:
 
@@ -236,10 +235,10 @@ def later():
 
 def test_the_graph_covers_the_mapped_packages() -> None:
     graph = import_graph()
-    assert "flowcon.service.executor" in graph and "flowcon.contract" in graph
+    assert "flowcon.executor.lifecycle" in graph and "flowcon.contract" in graph
     assert any(m.startswith("flowcon.agent.") for m in graph)
-    assert any(m.startswith("flowcon.listeners") for m in graph)
-    assert "flowcon.service.backend" in graph["flowcon.service.executor_engine"]
+    assert "flowcon.agent.listeners" in graph
+    assert "flowcon.executor.backend" in graph["flowcon.executor.backends.engine"]
 
 
 # ---------------------------------------------------------------- the package
@@ -248,20 +247,20 @@ def test_the_graph_covers_the_mapped_packages() -> None:
 def test_executor_modules_import_neither_each_other_back() -> None:
     graph = import_graph()
     executor_side = {
-        "flowcon.service.workers",
-        "flowcon.service.backend",
-        "flowcon.service.profiling",
-        "flowcon.service.executor",
-        "flowcon.service.executor_engine",
-        "flowcon.service.executor_swarm",
-        "flowcon.service.executor_factory",
+        "flowcon.executor.workers",
+        "flowcon.executor.backend",
+        "flowcon.executor.profiling",
+        "flowcon.executor.lifecycle",
+        "flowcon.executor.backends.engine",
+        "flowcon.executor.backends.swarm",
+        "flowcon.executor.factory",
     }
     sub = {m: graph[m] & executor_side for m in executor_side}
     assert find_cycles(sub) == []
-    backends = {"flowcon.service.executor_engine", "flowcon.service.executor_swarm"}
+    backends = {"flowcon.executor.backends.engine", "flowcon.executor.backends.swarm"}
     for m in backends:
-        assert "flowcon.service.executor" not in graph[m], m
-    assert not graph["flowcon.service.executor"] & (backends | {"flowcon.service.executor_factory"})
+        assert "flowcon.executor.lifecycle" not in graph[m], m
+    assert not graph["flowcon.executor.lifecycle"] & (backends | {"flowcon.executor.factory"})
 
 
 def test_no_import_cycle_in_flowcon() -> None:

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from conftest import load_script
 
-from flowcon import config as agent_config
+from flowcon.agent import config as agent_config
+from flowcon.allocator.config import ConfigError, load_config
+from flowcon.client.cli import InvalidInput, read_spec_file
+from flowcon.jobspec.spec import JobSpecError, load_jobspec
 from flowcon.replay.scenario import ScenarioError, load_scenario
-from flowcon.service.cli import InvalidInput, read_spec_file
-from flowcon.service.config import ConfigError, load_config
-from flowcon.service.jobspec import JobSpecError, load_jobspec
 from flowcon.sim.loaders import InputError, load_throughputs, load_trace
 
 CORPUS = Path(__file__).parent / "data" / "malformed"

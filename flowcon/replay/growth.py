@@ -1,6 +1,6 @@
 """Growth efficiency G over time per job, read from the agent's decision log.
 
-Every round the agent logs one line per container it manages (``agent/executor.py``)::
+Every round the agent logs one line per container it manages (``flowcon/agent/limit_executor.py``)::
 
     2026-11-24 14:51:05,041 INFO flowcon.agent.decision decision container=NAME id=ID
     list=NL->CL old=... new=... cpus=... g=0.8123 reason="..." trigger=round outcome=updated

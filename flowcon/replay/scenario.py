@@ -305,7 +305,7 @@ def _agent_settings(
         chk.bad("alpha", "missing (the agent's threshold, e.g. 0.05 for 5 %)")
     else:
         alpha = chk.number("alpha", data["alpha"], 0, strict=True)
-        if alpha is not None and alpha >= 1:  # the agent's own range (flowcon.config)
+        if alpha is not None and alpha >= 1:  # the agent's own range (flowcon.agent.config)
             chk.bad("alpha", f"expected a fraction in (0, 1) (0.05 = 5 %), got {data['alpha']!r}")
     itval = None
     if "itval" not in data:

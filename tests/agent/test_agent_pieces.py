@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from flowcon.agent.config import ConfigError, from_mapping, load
 from flowcon.agent.reporter import AllocatorReporter
-from flowcon.agent.state import AgentState, ContainerRecord, StateStore
-from flowcon.config import ConfigError, from_mapping, load
+from flowcon.agent.state_file import AgentState, ContainerRecord, StateStore
 from flowcon.engine.logs import LineAssembler, parse_ts, read_lines
 
 TS = b"2026-11-21T19:18:06.591384983Z "

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from stub_engine import ENGINE_29, TOO_OLD, StubEngine
 
+from flowcon.agent.config import Config
 from flowcon.agent.daemon import Agent, opt_in_hint, watching_line
-from flowcon.config import Config
 
 REPO = Path(__file__).resolve().parents[2]
 BAD = "f" * 64
@@ -142,7 +142,7 @@ def test_start_up_with_no_engine(tmp_path: Path, caplog: pytest.LogCaptureFixtur
 
 def test_status_control_column() -> None:
     from flowcon.agent.cli import _control
-    from flowcon.agent.state import ContainerRecord
+    from flowcon.agent.state_file import ContainerRecord
 
     def rec(**kw: object) -> ContainerRecord:
         return ContainerRecord(id="x", name="x", managed=True, **kw)  # type: ignore[arg-type]

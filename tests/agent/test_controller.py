@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from flowcon.agent.config import Config
 from flowcon.agent.controller import Controller
-from flowcon.agent.state import StateStore
-from flowcon.config import Config
+from flowcon.agent.state_file import StateStore
 from flowcon.core.control import AppliedMode, CpuControl
 from flowcon.core.limits import CpuLimit
 from flowcon.core.lists import ListName

@@ -1,4 +1,4 @@
-"""agent/daemon.py without an engine: the HTTP endpoints on the metrics port (a port in
+"""flowcon/agent/daemon.py without an engine: the HTTP endpoints on the metrics port (a port in
 use is logged, not fatal), and /healthz reporting the engine it cannot reach."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import free_port
 
+from flowcon.agent.config import Config
 from flowcon.agent.daemon import Agent
-from flowcon.config import Config
 
 
 def _agent(tmp_path: Path, port: int) -> Agent:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from flowcon.agent.config import Config
 from flowcon.agent.controller import Controller
-from flowcon.agent.state import StateStore
-from flowcon.config import Config
+from flowcon.agent.state_file import StateStore
 from flowcon.engine.docker_engine import DockerEngine
 
 pytestmark = pytest.mark.docker

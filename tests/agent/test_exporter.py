@@ -1,4 +1,4 @@
-"""agent/exporter.py: the exposition's names, types and labels (Prometheus conventions,
+"""flowcon/agent/exporter.py: the exposition's names, types and labels (Prometheus conventions,
 cAdvisor-joinable container labels)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""agent/webview.py: the agent's HTTP endpoints on a real local server, and /healthz
+"""flowcon/agent/webview.py: the agent's HTTP endpoints on a real local server, and /healthz
 turning 503 when the round loop stops or the engine fails (the daemon's wiring)."""
 
 from __future__ import annotations

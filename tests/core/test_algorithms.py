@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from flowcon.core.algorithm1 import algorithm1, classify
-from flowcon.core.algorithm2 import apply_change, pool_change
 from flowcon.core.backoff import Itval
+from flowcon.core.list_limits import algorithm1, classify
 from flowcon.core.lists import ListName
+from flowcon.core.pool_change import apply_change, pool_change
 
 NL, WL, CL = ListName.NL, ListName.WL, ListName.CL
 ALPHA = 0.05

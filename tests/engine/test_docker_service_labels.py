@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from stub_engine import ENGINE_29, StubEngine
 
+from flowcon.agent.config import Config
 from flowcon.agent.controller import Controller
-from flowcon.agent.state import StateStore
-from flowcon.config import Config
+from flowcon.agent.state_file import StateStore
 from flowcon.core.labels import SERVICE_ID
 from flowcon.engine.docker_engine import DockerEngine
 

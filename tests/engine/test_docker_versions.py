@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from stub_engine import BOOKWORM, ENGINE_29, TOO_NEW, TOO_OLD, TRIXIE, Release, StubEngine
 
+from flowcon.agent.config import Config
 from flowcon.agent.controller import Controller
-from flowcon.agent.state import StateStore
-from flowcon.config import Config
+from flowcon.agent.state_file import StateStore
 from flowcon.engine.api_version import (
     MAX_API,
     MIN_API,

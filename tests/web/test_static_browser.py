@@ -20,9 +20,9 @@ import pytest
 
 from flowcon.agent.exporter import Exporter
 from flowcon.agent.webview import AgentWeb
-from flowcon.service.client import AllocatorClient
-from flowcon.service.config import AllocatorConfig
-from flowcon.service.daemon import Allocator
+from flowcon.allocator.config import AllocatorConfig
+from flowcon.allocator.daemon import Allocator
+from flowcon.client.http import AllocatorClient
 from flowcon.web.health import Liveness
 from flowcon.web.history import History
 from flowcon.web.server import HttpServer

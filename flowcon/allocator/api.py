@@ -1,0 +1,346 @@
+"""The allocator's local HTTP JSON API (stdlib ThreadingHTTPServer).
+
+Routes (all JSON), with the role each needs (flowcon.allocator.auth):
+  GET    /healthz                    200 ok / 503 unhealthy (loop stuck, engine failing)  public
+  GET    /metrics                    Prometheus text                                public
+  GET    /ui, /static/*              the live view (HTML, JS, CSS)                  public
+  GET    /api/v1/history             jobs, GPUs per job over time, admissions       read
+  GET    /api/v1/jobs                every job (env values as "***")                read
+  GET    /api/v1/jobs/{name}         one job, with its admissions and events        read
+  GET    /api/v1/jobs/{name}/logs    its workers' output (?rank=N&after=CURSOR&tail=N)  read
+  POST   /api/v1/jobs                submit a job spec (JSON object or YAML text)   user
+  POST   /api/v1/jobs?dry_run=true   what a submit would decide now; creates nothing  user
+  DELETE /api/v1/jobs/{name}         cancel                                         user
+  POST   /api/v1/measurements        agent measurements                             agent
+
+Calls carry ``Authorization: Bearer <token>``; the token and the body's declared size are
+checked before the body is read (401/403, 411 without Content-Length, 413 over 1 MiB), so
+a refused call cannot change state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Protocol
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import yaml
+
+from flowcon.allocator.auth import Credentials, required_role
+from flowcon.allocator.store import write_failure
+from flowcon.textfile import safe_load_yaml
+from flowcon.web.static import static_response
+
+log = logging.getLogger(__name__)
+
+MAX_BODY = 1 << 20  # 1 MiB: a job spec or a round of measurements is far smaller
+
+
+def _failure(method: str, path: str, exc: Exception) -> tuple[int, Any, str]:
+    """The answer for an exception a route did not handle: 507/503 with a clear message
+    when the store cannot be written (nothing was changed), else 500 (a bug, logged with
+    its traceback)."""
+    failed = write_failure(exc)
+    if failed is None:
+        log.exception("%s %s failed", method, path)
+        return 500, {"error": f"internal error: {exc}"}, _JSON
+    full, why = failed
+    log.error("%s %s refused: the allocator's store cannot be written: %s", method, path, why)
+    status = HTTPStatus.INSUFFICIENT_STORAGE if full else HTTPStatus.SERVICE_UNAVAILABLE
+    message = (
+        f"the allocator's store cannot be written ({why}): nothing was changed; "
+        "try again once its disk has space"
+        if full
+        else f"the allocator's store cannot be written ({why}): nothing was changed"
+    )
+    return int(status), {"error": message, "store": why}, _JSON
+
+
+class ApiError(Exception):
+    """An error with an HTTP status and a JSON body ({"error": ..., "field": ...})."""
+
+    def __init__(self, status: int, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body: dict[str, Any] = {"error": message, **extra}
+
+
+class Service(Protocol):
+    """What the HTTP layer needs from the daemon."""
+
+    def health(self) -> dict[str, Any]: ...
+    def history(self, since: float | None = None) -> dict[str, Any]: ...
+    def metrics_text(self) -> bytes: ...
+    def list_jobs(self) -> list[dict[str, Any]]: ...
+    def get_job(self, name: str) -> dict[str, Any]: ...
+    def submit(self, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]: ...
+    def dry_run(self, spec: dict[str, Any]) -> dict[str, Any]: ...
+    def job_logs(
+        self, name: str, rank: int | None = None, after_ns: int = 0, tail: int | None = None
+    ) -> dict[str, Any]: ...
+    def cancel(self, name: str) -> dict[str, Any]: ...
+    def ingest_measurements(self, body: dict[str, Any]) -> dict[str, Any]: ...
+
+
+_JSON = "application/json"
+_WITH_BODY = ("POST", "PUT", "PATCH")
+
+
+def _parse_body(raw: bytes, content_type: str) -> Any:
+    """A request body as YAML (``*yaml*`` content types) or JSON."""
+    if not raw.strip():
+        raise ApiError(HTTPStatus.BAD_REQUEST, "empty body")
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        raise ApiError(HTTPStatus.BAD_REQUEST, "body is not UTF-8") from None
+    if "yaml" in content_type.lower():
+        try:
+            return safe_load_yaml(text)  # "[[[[..." too deep is a YAMLError there
+        except yaml.YAMLError as exc:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"invalid YAML: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ApiError(HTTPStatus.BAD_REQUEST, f"invalid JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(HTTPStatus.BAD_REQUEST, "invalid JSON: nested too deeply") from None
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """The routes of the allocator; ``_handler_class`` binds the service and credentials."""
+
+    server_version = "flowcon-allocator/1"
+    protocol_version = "HTTP/1.1"
+    service: Service
+    credentials: Credentials
+    _length = 0  # the request body's declared size, until the route reads it
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        log.debug("%s %s", self.address_string(), format % args)
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _send(self, status: int, body: Any, content_type: str = _JSON) -> None:
+        data = body if isinstance(body, bytes) else json.dumps(body, default=str).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _authorise(self, method: str, path: str) -> None:
+        """401 without a known token, 403 when the token lacks the route's role."""
+        status = self.credentials.check(
+            self.headers.get("Authorization"), required_role(method, path)
+        )
+        if status == 401:
+            raise ApiError(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
+        if status == 403:
+            raise ApiError(HTTPStatus.FORBIDDEN, "this token may not do that")
+
+    def _declared_length(self, method: str) -> int:
+        """The body's Content-Length, checked before anything is read."""
+        raw = self.headers.get("Content-Length")
+        if raw is None:
+            if method in _WITH_BODY:
+                raise ApiError(HTTPStatus.LENGTH_REQUIRED, "Content-Length required")
+            return 0
+        try:
+            length = int(raw)
+        except ValueError:
+            raise ApiError(HTTPStatus.BAD_REQUEST, "bad Content-Length") from None
+        if length < 0:
+            raise ApiError(HTTPStatus.BAD_REQUEST, "bad Content-Length")
+        if length > MAX_BODY:
+            raise ApiError(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} bytes", limit=MAX_BODY
+            )
+        return length
+
+    def _body(self) -> Any:
+        raw = self.rfile.read(self._length) if self._length > 0 else b""
+        self._length = 0
+        return _parse_body(raw, self.headers.get("Content-Type") or _JSON)
+
+    def _route(self, method: str) -> None:
+        path = urlsplit(self.path).path.rstrip("/") or "/"
+        self._length = 0
+        try:
+            try:
+                self._authorise(method, path)
+                self._length = self._declared_length(method)
+            except ApiError:
+                # Refused without reading the body; the connection is closed after.
+                self.close_connection = True
+                raise
+            status, body, ctype = self._dispatch(method, path)
+        except ApiError as exc:
+            status, body, ctype = exc.status, exc.body, _JSON
+        except Exception as exc:  # a bug must not kill the server thread
+            status, body, ctype = _failure(method, path, exc)
+        if self._length > 0:
+            self.close_connection = True  # a body the route did not read
+        self._send(status, body, ctype)
+
+    # -- routes -----------------------------------------------------------------------
+
+    def _dispatch(self, method: str, path: str) -> tuple[int, Any, str]:
+        if path == "/healthz" and method == "GET":
+            health = self.service.health()
+            return (200 if health.get("status") == "ok" else 503), health, _JSON
+        view = self._view(method, path)
+        if view is not None:
+            return view
+        if path == "/metrics" and method == "GET":
+            return 200, self.service.metrics_text(), "text/plain; version=0.0.4; charset=utf-8"
+        if path == "/api/v1/jobs":
+            return self._jobs(method)
+        if path.startswith("/api/v1/jobs/"):
+            return self._job(method, unquote(path[len("/api/v1/jobs/") :]))
+        if path == "/api/v1/measurements":
+            return self._measurements(method)
+        raise ApiError(404, "no such route")
+
+    def _view(self, method: str, path: str) -> tuple[int, Any, str] | None:
+        """The live view: its page and files, and the history it polls."""
+        if method != "GET":
+            return None
+        if path == "/api/v1/history":
+            query = parse_qs(urlsplit(self.path).query)
+            try:
+                since = float(query["since"][0]) if query.get("since") else None
+            except ValueError:
+                raise ApiError(400, "since must be a Unix time", field="since") from None
+            return 200, self.service.history(since), _JSON
+        return static_response(path, "allocator.html")
+
+    def _jobs(self, method: str) -> tuple[int, Any, str]:
+        if method == "GET":
+            return 200, {"jobs": self.service.list_jobs()}, _JSON
+        if method == "POST":
+            body = self._body()
+            if isinstance(body, dict) and isinstance(body.get("spec"), dict):
+                body = body["spec"]
+            if not isinstance(body, dict):
+                raise ApiError(400, "job spec must be a mapping", field="")
+            if self._flag("dry_run"):
+                return 200, self.service.dry_run(body), _JSON
+            status, out = self.service.submit(body)
+            return status, out, _JSON
+        raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
+
+    def _query(self) -> dict[str, str]:
+        return {k: v[-1] for k, v in parse_qs(urlsplit(self.path).query).items()}
+
+    def _flag(self, key: str) -> bool:
+        value = self._query().get(key, "false").lower()
+        if value not in ("true", "1", "false", "0", ""):
+            raise ApiError(400, f"{key} must be true or false", field=key)
+        return value in ("true", "1")
+
+    def _int_arg(self, key: str, minimum: int = 0) -> int | None:
+        raw = self._query().get(key)
+        if raw is None or raw == "":
+            return None
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ApiError(400, f"{key} must be an integer", field=key) from None
+        if value < minimum:
+            raise ApiError(400, f"{key} must be >= {minimum}", field=key)
+        return value
+
+    def _logs(self, method: str, name: str) -> tuple[int, Any, str]:
+        if method != "GET":
+            raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
+        after = self._int_arg("after") or 0
+        out = self.service.job_logs(name, self._int_arg("rank"), after, self._int_arg("tail"))
+        return 200, out, _JSON
+
+    def _job(self, method: str, name: str) -> tuple[int, Any, str]:
+        if name.endswith("/logs") and "/" not in name[: -len("/logs")]:
+            return self._logs(method, name[: -len("/logs")])
+        if not name or "/" in name:
+            raise ApiError(404, "no such route")
+        if method == "GET":
+            return 200, self.service.get_job(name), _JSON
+        if method == "DELETE":
+            return 200, self.service.cancel(name), _JSON
+        raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
+
+    def _measurements(self, method: str) -> tuple[int, Any, str]:
+        if method == "POST":
+            body = self._body()
+            if not isinstance(body, dict):
+                raise ApiError(400, "measurement body must be a JSON object")
+            return 200, self.service.ingest_measurements(body), _JSON
+        raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._route("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._route("POST")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._route("DELETE")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._route("PUT")
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._route("PATCH")
+
+
+def _handler_class(
+    service: Service, credentials: Credentials | str
+) -> type[BaseHTTPRequestHandler]:
+    """A request handler class bound to ``service`` and its credentials (a plain string:
+    the operator token alone)."""
+    if isinstance(credentials, str):
+        credentials = Credentials(operator=credentials)
+    attrs = {"service": service, "credentials": credentials}
+    return type("Handler", (_Handler,), attrs)
+
+
+class ApiServer:
+    """The HTTP server on its own thread; ``port=0`` picks a free port."""
+
+    def __init__(
+        self,
+        service: Service,
+        token: Credentials | str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ):
+        self.httpd = ThreadingHTTPServer((host, port), _handler_class(service, token))
+        self.httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.httpd.server_address[1])
+
+    @property
+    def url(self) -> str:
+        host = str(self.httpd.server_address[0])
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return f"http://{host}:{self.port}"
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, name="allocator-http", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

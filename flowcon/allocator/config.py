@@ -1,0 +1,374 @@
+"""The allocator's configuration file, shared by the daemon and the CLI clients.
+
+One YAML file answers both "where do I listen / keep state" (daemon) and "where is the
+daemon and what is its token" (``flowcon submit``/``jobs``/``cancel``), so a user points
+both at the same file. Every section (``allocator``, ``gpus``, ``executor``) is checked by
+a strict schema (flowcon.schema): a typo or a bad value is refused with a message naming
+the key; ``gpus.declared`` is checked in detail by flowcon.engine.gpus. Each key can be
+overridden from the environment as ``FLOWCON_<SECTION>_<KEY>`` (``*_FILE`` for secrets).
+
+The API's credentials are per role (flowcon.allocator.auth): ``agent_token``,
+``user_token``, ``read_token``, each also as ``<name>_file`` or the Swarm secret
+``/run/secrets/flowcon_<role>_token``; the legacy ``token`` is the operator's, valid for
+every role, and generated into the state folder when none is given.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, field_validator
+
+from flowcon.alloc.policy import POLICIES
+from flowcon.contract import EXECUTOR_LABELS
+from flowcon.schema import SchemaError, Strict, env_overrides, merge, path_problem
+from flowcon.schema import validate as schema_validate
+from flowcon.textfile import NotText, SecretError, read_secret, read_text, safe_load_yaml
+
+DEFAULT_PORT = 8470
+DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
+DEFAULT_STATE_DIR = "~/.local/state/flowcon/allocator"
+TOKEN_FILE = "token"
+DB_FILE = "allocator.db"
+ENV_URL = "FLOWCON_ALLOCATOR_URL"
+ENV_TOKEN = "FLOWCON_ALLOCATOR_TOKEN"
+ENV_TOKEN_SHORT = "FLOWCON_TOKEN"  # accepted by the clients too
+ENV_CONFIG = "FLOWCON_ALLOCATOR_CONFIG"
+
+
+class ConfigError(ValueError):
+    pass
+
+
+# The API's roles (flowcon.allocator.auth): each token may be given inline, as a file, or
+# (when neither) as the Swarm secret /run/secrets/flowcon_<role>_token. ``token`` is the
+# legacy single token, now the operator's: valid for every role.
+ROLES = ("agent", "user", "read")
+SECRETS_DIR = Path("/run/secrets")
+_HOSTPORT_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})$")
+_NETWORK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+@dataclass
+class AllocatorConfig:
+    listen: str = DEFAULT_LISTEN
+    url: str | None = None
+    state_dir: Path = field(default_factory=lambda: Path(DEFAULT_STATE_DIR).expanduser())
+    token: str | None = None  # operator (legacy single token): every role
+    agent_token: str | None = None  # POST measurements
+    user_token: str | None = None  # submit, cancel (and read)
+    read_token: str | None = None  # GET only
+    slot_seconds: float = 60.0
+    # weight of a new measurement in the EWMA of a job's speed at its current GPU count
+    ewma_alpha: float = 0.3
+    # measurements are trusted only after this many samples at one GPU count
+    min_measurements: int = 2
+    # pre-run of a ``profile: auto`` job: at most this long per GPU count, done once the
+    # job printed this many metric lines after its first (start-up) one
+    profile_seconds: float = 60.0
+    profile_min_lines: int = 6
+    executor: str = "engine"
+    # the scheduling policy, any of ``flowcon simulate --policy`` (flowcon.alloc.policy)
+    policy: str = "elasticflow"
+    raw: dict[str, Any] = field(default_factory=dict)
+    source: Path | None = None
+
+    @property
+    def host(self) -> str:
+        return self.listen.rsplit(":", 1)[0] or "127.0.0.1"
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rsplit(":", 1)[1])
+
+    @property
+    def db_path(self) -> Path:
+        return self.state_dir / DB_FILE
+
+    @property
+    def token_path(self) -> Path:
+        return self.state_dir / TOKEN_FILE
+
+    @property
+    def client_url(self) -> str:
+        if self.url:
+            return self.url.rstrip("/")
+        host = self.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"http://{host}:{self.port}"
+
+    def section(self, name: str) -> dict[str, Any]:
+        value = self.raw.get(name) or {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{self.source or 'config'}: '{name}' must be a mapping")
+        return value
+
+
+# ---------------------------------------------------------------- schema
+
+
+def _secret_field(role: str) -> Any:
+    return Field(None, description=f"the {role} token (a string)")
+
+
+def _file_field(role: str) -> Any:
+    return Field(None, description=f"a file holding the {role} token (e.g. a Swarm secret)")
+
+
+class AllocatorSection(Strict):
+    listen: str = Field(DEFAULT_LISTEN, description="HOST:PORT with a port in 0..65535")
+    url: str | None = Field(None, description="http(s)://HOST:PORT the clients use, or null")
+    state_dir: str | None = Field(None, description="a directory path without '..'")
+    token: str | None = _secret_field("operator (legacy, every role)")
+    token_file: str | None = _file_field("operator")
+    agent_token: str | None = _secret_field("agent")
+    agent_token_file: str | None = _file_field("agent")
+    user_token: str | None = _secret_field("user")
+    user_token_file: str | None = _file_field("user")
+    read_token: str | None = _secret_field("read-only")
+    read_token_file: str | None = _file_field("read-only")
+    slot_seconds: float = Field(60.0, gt=0, allow_inf_nan=False, description="seconds > 0")
+    ewma_alpha: float = Field(0.3, gt=0, le=1, description="a fraction in (0, 1]")
+    min_measurements: int = Field(2, ge=1, description="an integer >= 1")
+    profile_seconds: float = Field(60.0, gt=0, allow_inf_nan=False, description="seconds > 0")
+    profile_min_lines: int = Field(6, ge=2, description="an integer >= 2")
+    executor: Literal["engine", "swarm"] = Field(
+        "engine", description="engine or swarm (legacy: use executor.backend)"
+    )
+    policy: str = Field("elasticflow", description=f"one of {', '.join(POLICIES)}")
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        m = _HOSTPORT_RE.match(value)
+        if m is None or int(m.group(2)) > 65535:
+            raise ValueError("HOST:PORT with a port in 0..65535")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^\s/]+", value):
+            raise ValueError("http(s)://HOST:PORT the clients use, or null")
+        return value
+
+    @field_validator(
+        "state_dir", "token_file", "agent_token_file", "user_token_file", "read_token_file"
+    )
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        why = path_problem(value) if value is not None else None
+        if why:
+            raise ValueError(why)
+        return value
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, value: str) -> str:
+        if value not in POLICIES:
+            raise ValueError(f"one of {', '.join(POLICIES)}")
+        return value
+
+
+class ExecutorSection(Strict):
+    backend: Literal["engine", "swarm"] = Field("engine", description="engine or swarm")
+    grace_s: float = Field(30.0, ge=0, allow_inf_nan=False, description="seconds >= 0")
+    max_restarts: int = Field(3, ge=0, description="an integer >= 0")
+    checkpoint_every: int | None = Field(
+        None, ge=1, description="an integer >= 1 (steps), or null (the job's own)"
+    )
+    checkpoint_host_dir: str | None = Field(
+        None, description="an absolute directory path without '..', or null"
+    )
+    network: str = Field("auto", description="auto, host or a Docker network name")
+    # stop-free scale-in: how long a leaving container has to exit before the job is
+    # checkpoint-restarted instead (docs/elastic.md, "Executor: stop-free rescale")
+    leave_timeout_s: float = Field(60.0, gt=0, allow_inf_nan=False, description="seconds > 0")
+    # Extra labels on every container the executor creates; it also only sees containers
+    # that carry them, so two allocators on one engine (or a test) stay apart.
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="a mapping of label: value (strings)"
+    )
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        taken = sorted(set(value) & set(EXECUTOR_LABELS))
+        if taken:
+            raise ValueError(f"{', '.join(taken)}: set by the executor itself")
+        return value
+
+    @field_validator("checkpoint_host_dir")
+    @classmethod
+    def _host_dir(cls, value: str | None) -> str | None:
+        why = path_problem(value, absolute=True) if value is not None else None
+        if why:
+            raise ValueError(why)
+        return value
+
+    @field_validator("network")
+    @classmethod
+    def _network(cls, value: str) -> str:
+        if not _NETWORK_RE.match(value):
+            raise ValueError("auto, host or a Docker network name ([A-Za-z0-9_.-])")
+        return value
+
+
+class GpusSection(Strict):
+    node_name: str | None = Field(None, description="this machine's node name, or null")
+    # checked by flowcon.engine.gpus.declared_nodes, which names the entry at fault
+    declared: dict[str, Any] | None = Field(None, description="{nodes: [{name, gpus}, ...]}")
+
+
+class AllocatorFile(Strict):
+    allocator: AllocatorSection = Field(
+        default_factory=AllocatorSection, description="a mapping of allocator settings"
+    )
+    gpus: GpusSection = Field(default_factory=GpusSection, description="a mapping")
+    executor: ExecutorSection = Field(default_factory=ExecutorSection, description="a mapping")
+
+
+SECTIONS = ("allocator", "gpus", "executor")
+
+
+def check_listen(value: str) -> str:
+    """``--listen`` as the config's ``allocator.listen`` is checked (ConfigError if bad)."""
+    try:
+        return schema_validate(AllocatorSection, {"listen": value}, "--listen").listen
+    except SchemaError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _read_mapping(p: Path) -> dict[str, Any]:
+    """The YAML file's top-level mapping."""
+    try:
+        raw = safe_load_yaml(read_text(p)) or {}
+    except NotText as exc:
+        raise ConfigError(f"{p}, {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {p}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: invalid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{p}: top level must be a mapping")
+    for name in SECTIONS:
+        if raw.get(name) is None and name in raw:
+            raw[name] = {}  # an empty section
+    return raw
+
+
+def _read_token(path: str | Path, where: str) -> str | None:
+    try:
+        return read_secret(path)
+    except SecretError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _role_token(
+    sec: AllocatorSection, key: str, secret: str, secrets_dir: Path, where: str
+) -> str | None:
+    """A role's token: inline, else its file, else the Swarm secret when present."""
+    value: str | None = getattr(sec, key)
+    if value:
+        return value
+    path: str | None = getattr(sec, f"{key}_file")
+    if path:
+        return _read_token(path, f"{where}allocator.{key}_file")
+    default = secrets_dir / secret
+    return _read_token(default, where + str(default)) if default.is_file() else None
+
+
+def load_config(
+    path: str | Path | None,
+    environ: Mapping[str, str] | None = None,
+    secrets_dir: Path | None = None,
+) -> AllocatorConfig:
+    """Read ``path`` (or the defaults when None), then the ``FLOWCON_<SECTION>_<KEY>``
+    overrides; relative state_dir is resolved against the config file's folder so a
+    scenario folder is self-contained. Raises ConfigError naming each bad key."""
+    p = Path(path) if path is not None else None
+    raw = _read_mapping(p) if p is not None else {}
+    try:
+        over, sources = env_overrides(AllocatorFile, environ, sections=SECTIONS)
+        model = schema_validate(AllocatorFile, merge(raw, over), str(p or ""), sources)
+    except SchemaError as exc:
+        raise ConfigError(str(exc)) from None
+    sec = model.allocator
+    where = f"{p}: " if p is not None else ""
+    secrets = SECRETS_DIR if secrets_dir is None else secrets_dir
+    cfg = AllocatorConfig(
+        listen=sec.listen,
+        url=sec.url,
+        token=_role_token(sec, "token", "flowcon_token", secrets, where),
+        agent_token=_role_token(sec, "agent_token", "flowcon_agent_token", secrets, where),
+        user_token=_role_token(sec, "user_token", "flowcon_user_token", secrets, where),
+        read_token=_role_token(sec, "read_token", "flowcon_read_token", secrets, where),
+        slot_seconds=sec.slot_seconds,
+        ewma_alpha=sec.ewma_alpha,
+        min_measurements=sec.min_measurements,
+        profile_seconds=sec.profile_seconds,
+        profile_min_lines=sec.profile_min_lines,
+        executor=sec.executor,
+        policy=sec.policy,
+        raw={
+            **raw,
+            "gpus": model.gpus.model_dump(exclude_none=True),
+            "executor": model.executor.model_dump(exclude_unset=True),
+        },
+        source=p,
+    )
+    if sec.state_dir:
+        sd = Path(sec.state_dir).expanduser()
+        cfg.state_dir = sd if sd.is_absolute() else ((p.parent if p else Path.cwd()) / sd).resolve()
+    return cfg
+
+
+def ensure_token(cfg: AllocatorConfig) -> str:
+    """The daemon's token: from the config, else the 0600 token file next to the DB
+    (created with a fresh random token at first start)."""
+    if cfg.token:
+        return cfg.token
+    path = cfg.token_path
+    if path.exists():
+        token = path.read_text().strip()
+        if token:
+            return token
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(str(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token + "\n")
+    os.chmod(path, 0o600)
+    return token
+
+
+def client_settings(
+    config: str | Path | None, url: str | None, token: str | None
+) -> tuple[str, str | None]:
+    """URL and token for a CLI client: flags, then environment (``FLOWCON_ALLOCATOR_URL``,
+    ``FLOWCON_ALLOCATOR_TOKEN`` or ``FLOWCON_TOKEN``), then the config file (its user
+    token, its operator token, or the daemon's token file)."""
+    url = url or os.environ.get(ENV_URL)
+    token = token or os.environ.get(ENV_TOKEN) or os.environ.get(ENV_TOKEN_SHORT)
+    config = config or os.environ.get(ENV_CONFIG)
+    if url and token:
+        return url.rstrip("/"), token
+    cfg = load_config(config)
+    if not url:
+        url = cfg.client_url
+    if not token:
+        token = cfg.user_token or cfg.token
+    if not token and cfg.token_path.exists():
+        try:
+            token = cfg.token_path.read_text().strip() or None
+        except OSError:
+            token = None
+    return url.rstrip("/"), token

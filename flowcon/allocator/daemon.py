@@ -1,0 +1,576 @@
+"""The allocator daemon: HTTP API + planning loop + executor, around one SQLite store.
+
+Threads: the HTTP server handles requests (submit/cancel/measurements go through the
+planner under one lock); the planning loop wakes every slot, or at once when a submit,
+cancel, completion or a refined curve asks for it, and makes the executor's containers
+match the stored plan. The store is written before containers are touched, so a crash
+between the two is repaired by the next round (the executor's state is compared with the
+store every round, not patched incrementally).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+from flowcon.allocator.api import ApiError, ApiServer
+from flowcon.allocator.auth import Credentials
+from flowcon.allocator.config import AllocatorConfig, ConfigError, ensure_token
+from flowcon.allocator.metrics import AllocatorMetrics
+from flowcon.allocator.planner import Plan, PlanError, Planner
+from flowcon.allocator.records import job_metric, spec_from_dict
+from flowcon.allocator.store import SCHEMA_VERSION, Store, write_failure
+from flowcon.allocator.target import ExecutorTarget, build_placer, build_target
+from flowcon.contract import SCALING_RESTART, Measurement
+from flowcon.jobspec.spec import JobSpec, JobSpecError, parse_jobspec
+from flowcon.web.health import Liveness
+from flowcon.web.history import History
+
+log = logging.getLogger(__name__)
+
+
+class Allocator:
+    """The service behind the HTTP API (``flowcon.allocator.api.Service``)."""
+
+    def __init__(
+        self,
+        cfg: AllocatorConfig,
+        target: ExecutorTarget | None = None,
+        total_gpus: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.store = Store(cfg.db_path)
+        self.token = ensure_token(cfg)  # the operator's: valid for every role
+        self.credentials = Credentials(
+            operator=self.token, user=cfg.user_token, read=cfg.read_token, agent=cfg.agent_token
+        )
+        self.target = target
+        inventory = target.inventory if target is not None else None
+        if total_gpus is None:
+            if inventory is None:
+                raise ValueError("need an executor target (GPU inventory) or total_gpus")
+            total_gpus = inventory.total_gpus
+        if total_gpus < 1:
+            # a configuration problem the operator fixes, said in one line (not a traceback)
+            raise ConfigError(
+                "no GPUs to allocate: NVML found none on this host and the config declares"
+                " none; declare the cluster's GPUs (gpus: {declared: {nodes: [{name: node1,"
+                " gpus: 4}]}}, docs/allocator.md)"
+            )
+        self.total_gpus = total_gpus
+        self.planner = Planner(
+            self.store,
+            total_gpus,
+            cfg.slot_seconds,
+            placer=build_placer(inventory) if inventory is not None else None,
+            ewma_alpha=cfg.ewma_alpha,
+            min_measurements=cfg.min_measurements,
+            complete_on_progress=target is None,
+            clock=clock,
+            policy=cfg.policy,
+        )
+        # the restart cost measured before a daemon restart still holds
+        for mode, cost in overhead_costs(self.store)[-20:]:
+            self.planner.observe_overhead(cost, mode)
+        self.metrics = AllocatorMetrics(self.store, total_gpus)
+        # one planning round at a time; HTTP calls only touch the store (its own lock)
+        # and wake the loop, so a slow container stop never blocks a submit
+        self._lock = threading.RLock()
+        self.poll_seconds = min(2.0, cfg.slot_seconds / 4)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._loop: threading.Thread | None = None
+        self.server: ApiServer | None = None
+        self.rounds = 0
+        self.last_round_error: str | None = None
+        # /healthz: the loop polls every poll_seconds and plans every slot; unhealthy when
+        # no iteration completed for 3 slots, or the last one failed (engine, executor)
+        self.liveness = Liveness(max(cfg.slot_seconds, 10.0))
+        # /api/v1/history: GPUs per job after each planning round (the store keeps the rest)
+        self.gpu_history = History()
+        self._profilers: dict[str, threading.Thread] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    def start(self, host: str | None = None, port: int | None = None) -> None:
+        self.store.append_event(
+            "allocator_started",
+            None,
+            total_gpus=self.total_gpus,
+            slot=self.cfg.slot_seconds,
+            executor=self.target.kind if self.target else "none",
+        )
+        with self._lock:
+            if self.target is not None:
+                self.target.reconcile_on_start(self.store, self.planner)
+            self._round()
+        self.liveness.beat()
+        for rec in self.store.list_jobs(("profiling",)):
+            # interrupted pre-run (its containers were removed above): run it again
+            if self.target is None:
+                self.planner.profiling_failed(rec.name, "the daemon has no executor now")
+                continue
+            spec = spec_from_dict(rec.spec)
+            self.store.append_event("profiling_restarted", rec.name)
+            self._start_profiling(spec, spec.gpu_counts_to_profile(self.total_gpus))
+        self.server = ApiServer(
+            self,
+            self.credentials,
+            host=host or self.cfg.host,
+            port=self.cfg.port if port is None else port,
+        )
+        self.server.start()
+        self._loop = threading.Thread(target=self._run, name="allocator-plan", daemon=True)
+        self._loop.start()
+        log.info(
+            "allocator on %s: %d GPUs, slot %.0f s, db %s",
+            self.server.url,
+            self.total_gpus,
+            self.cfg.slot_seconds,
+            self.cfg.db_path,
+        )
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return self.server.url
+
+    def stop(self, stop_jobs: bool = False) -> None:
+        """Stop serving. Job containers keep running (a restart adopts them) unless
+        ``stop_jobs``."""
+        self._stop.set()
+        self._wake.set()
+        if self.server is not None:
+            self.server.stop()
+        if self._loop is not None:
+            self._loop.join(timeout=30)
+        for th in list(self._profilers.values()):
+            th.join(timeout=30)  # a pre-run stops at its next poll and removes its containers
+        if self.target is not None:
+            if stop_jobs:
+                for rec in self.store.active_jobs():
+                    self.target.stop_job(rec.name)
+            self.target.close()
+        self.store.append_event("allocator_stopped", None, stop_jobs=stop_jobs)
+        self.store.close()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        """Poll the executor every few seconds (completions, dead workers, progress); plan
+        every slot, or at once when woken or when a job ended."""
+        next_plan = time.monotonic() + self.cfg.slot_seconds
+        while not self._stop.is_set():
+            timeout = max(0.0, min(self.poll_seconds, next_plan - time.monotonic()))
+            woken = self._wake.wait(timeout=timeout)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                with self._lock:
+                    ended = self._poll()
+                    if woken or ended or time.monotonic() >= next_plan:
+                        self._round(polled=True, force=woken or bool(ended))
+                        next_plan = time.monotonic() + self.cfg.slot_seconds
+                self.last_round_error = None
+                self.liveness.engine_ok()
+                self.liveness.beat()
+            except Exception as exc:  # keep planning; the next round retries
+                failed = write_failure(exc)
+                error = str(exc) if failed is None else f"the store cannot be written: {failed[1]}"
+                if failed is None:
+                    log.exception("planning round failed")
+                elif error != self.last_round_error:  # once per outage, not every slot
+                    log.error("planning round failed: %s (retried every slot)", error)
+                self.last_round_error = error
+                self.liveness.engine_failed(error)
+                self.metrics.round_error()
+
+    def _poll(self) -> list[str]:
+        """Jobs that ended (completed or failed for good) since the last poll; progress of
+        running jobs from their own metric lines."""
+        if self.target is None:
+            return []
+        now = self.clock()
+        ended = []
+        for name, state, reason in self.target.poll(self.store, self.metrics):
+            at = None
+            rec = self.store.get_job(name)
+            metric = job_metric(rec.spec) if rec is not None else None
+            seen = self.target.progress(name, metric) if state == "completed" else None
+            if seen is not None and rec is not None and seen[0] >= rec.iterations:
+                at = seen[1]  # the job's own "last iteration done" line
+            self.planner.finish(name, state, reason, now, at=at)
+            log.info("job %s %s: %s", name, state, reason)
+            ended.append(name)
+        for rec in self.store.active_jobs():
+            if rec.gpus > 0:
+                since = self.target.resume_pending(rec.name)
+                first, seen = self.target.progress_since(rec.name, since, job_metric(rec.spec))
+                if seen is not None:
+                    self.planner.observe_progress(rec.name, *seen)
+                if since is not None:
+                    self.target.note_resumed(self.store, self.planner, rec.name, first, now)
+        return ended
+
+    def _round(self, polled: bool = False, force: bool = True) -> Plan:
+        """One slot: collect finished/dead jobs, re-plan, make containers match."""
+        t0 = time.perf_counter()
+        if not polled:
+            self._poll()
+        plan = self.planner.plan(self.clock(), force=force)
+        if self.target is not None:
+            self.target.apply(self.store, self.planner)
+        self.rounds += 1
+        self.metrics.observe_round(time.perf_counter() - t0)
+        self.gpu_history.append(
+            self.clock(), jobs={r.name: r.gpus for r in self.store.active_jobs()}
+        )
+        return plan
+
+    # -- Service (HTTP) ----------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """``status`` "ok" (HTTP 200) or "unhealthy" (503): the planning loop completed no
+        iteration for 3 slots, or its last one failed."""
+        body = self.liveness.check(
+            component="allocator",
+            schema_version=SCHEMA_VERSION,
+            total_gpus=self.total_gpus,
+            slot_seconds=self.cfg.slot_seconds,
+            executor=self.target.kind if self.target else "none",
+            last_round_error=self.last_round_error,
+        ).body
+        body["rounds"] = self.rounds
+        return body
+
+    def history(self, since: float | None = None) -> dict[str, Any]:
+        """What the live view polls: jobs (no spec, no env), GPUs per job over time and
+        the admission decisions with their reasons."""
+        keep = (
+            "name",
+            "state",
+            "submit_time",
+            "deadline",
+            "soft_deadline",
+            "predicted_finish",
+            "finish_time",
+            "iterations",
+            "done_iterations",
+            "progress",
+            "gpus",
+            "reason",
+        )
+        jobs = [{k: r.to_json().get(k) for k in keep} for r in self.store.list_jobs()]
+        return {
+            "now": self.clock(),
+            "total_gpus": self.total_gpus,
+            "slot_seconds": self.cfg.slot_seconds,
+            "jobs": jobs,
+            "gpus": self.gpu_history.points(since),
+            "admissions": self.store.admissions()[-200:],
+        }
+
+    def metrics_text(self) -> bytes:
+        return self.metrics.render()
+
+    def list_jobs(self) -> list[dict[str, Any]]:
+        return [r.to_json() for r in self.store.list_jobs()]
+
+    def get_job(self, name: str) -> dict[str, Any]:
+        rec = self.store.get_job(name)
+        if rec is None:
+            raise ApiError(404, f"no job {name!r}")
+        out = rec.to_json()
+        curve = self.planner.curve(rec).points if rec.profile else {}  # none while profiling
+        out["curve"] = {str(g): v for g, v in curve.items()}
+        out["admissions"] = self.store.admissions(name)
+        out["allocations"] = [
+            {k: a[k] for k in ("ts", "gpus", "placement")} for a in self.store.allocations(name)
+        ]
+        out["events"] = [e.to_json() for e in self.store.events(job=name)]
+        out["containers"] = self.planner.intake.containers_of(name)
+        return out
+
+    def submit(self, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        now = self.clock()
+        try:
+            parsed = parse_jobspec(spec, now=now, allow_files=False)
+        except JobSpecError as exc:
+            raise ApiError(400, str(exc), field=exc.field, errors=exc.problems) from None
+        if parsed.profile_auto:
+            return self._submit_auto(parsed, now)
+        try:
+            result = self.planner.submit(parsed, now)
+        except PlanError as exc:
+            raise ApiError(exc.status, str(exc)) from None
+        self.metrics.admission(result.admitted)
+        if result.admitted:
+            self.wake()  # start its containers now, not at the next slot
+        return (201 if result.admitted else 200), result.to_json()
+
+    def dry_run(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """What ``submit`` would answer now, creating nothing (``sbatch --test-only``): the
+        planner's policy decides on a copy of its state."""
+        now = self.clock()
+        try:
+            parsed = parse_jobspec(spec, now=now, allow_files=False)
+        except JobSpecError as exc:
+            raise ApiError(400, str(exc), field=exc.field, errors=exc.problems) from None
+        if parsed.profile_auto:
+            counts = self._profile_counts(parsed)
+            return {
+                "name": parsed.name,
+                "decision": "profiling",
+                "admitted": None,
+                "dry_run": True,
+                "reason": f"valid; profile: auto: a submit pre-runs it at "
+                f"{', '.join(map(str, counts))} GPUs, admission is decided after",
+                "gpus": 0,
+                "counts": counts,
+            }
+        try:
+            return self.planner.dry_run(parsed, now).to_json()
+        except PlanError as exc:
+            raise ApiError(exc.status, str(exc)) from None
+
+    def job_logs(
+        self, name: str, rank: int | None = None, after_ns: int = 0, tail: int | None = None
+    ) -> dict[str, Any]:
+        """Output lines of the job's worker containers (services on Swarm), newer than
+        ``after_ns``; ``cursor`` is what the next page asks ``after``."""
+        rec = self.store.get_job(name)
+        if rec is None:
+            raise ApiError(404, f"no job {name!r}")
+        body: dict[str, Any] = {"job": name, "state": rec.state, "ranks": [], "lines": []}
+        if self.target is not None:
+            try:
+                body.update(self.target.job_logs(name, rank, after_ns, tail))
+            except Exception as exc:  # engine down: say so, the next page retries
+                raise ApiError(502, f"logs of {name}: {exc}") from None
+        else:
+            body["note"] = "this allocator runs no executor: no containers, no logs"
+        ts = [ln["ts_ns"] for ln in body["lines"]]
+        body["cursor"] = str(max(ts, default=after_ns))
+        return body
+
+    # -- profile: auto -----------------------------------------------------------------
+
+    def _submit_auto(self, spec: JobSpec, now: float) -> tuple[int, dict[str, Any]]:
+        """202 "profiling": the pre-run runs on its own thread (it takes seconds to
+        minutes); the decision follows in the job's record, events and admissions."""
+        counts = self._profile_counts(spec)
+        try:
+            self.planner.begin_profiling(spec, counts, now)
+        except PlanError as exc:
+            raise ApiError(exc.status, str(exc)) from None
+        self._start_profiling(spec, counts)
+        reason = f"profiling at {', '.join(map(str, counts))} GPUs, then admission"
+        body = {
+            "name": spec.name,
+            "decision": "profiling",
+            "admitted": None,
+            "reason": reason,
+            "gpus": 0,
+            "counts": counts,
+            "profile_seconds": self.cfg.profile_seconds,
+        }
+        return 202, body
+
+    def _profile_counts(self, spec: JobSpec) -> list[int]:
+        """The GPU counts a ``profile: auto`` job is pre-run at; 400 when it cannot be."""
+        if self.target is None:
+            raise ApiError(
+                400, "'auto' needs the executor to pre-run the job; give a profile", field="profile"
+            )
+        counts = spec.gpu_counts_to_profile(self.total_gpus)
+        if not counts:
+            msg = f"min_gpus {spec.min_gpus} exceeds the {self.total_gpus} GPUs"
+            raise ApiError(400, msg, field="min_gpus")
+        return counts
+
+    def _start_profiling(self, spec: JobSpec, counts: list[int]) -> None:
+        th = threading.Thread(
+            target=self._profile_and_admit,
+            args=(spec, counts),
+            name=f"allocator-profile-{spec.name}",
+            daemon=True,
+        )
+        self._profilers[spec.name] = th
+        th.start()
+
+    def _profiling_cancelled(self, name: str) -> bool:
+        if self._stop.is_set():
+            return True
+        rec = self.store.get_job(name)
+        return rec is None or not rec.pending
+
+    def _profile_placement(self, n: int) -> dict[str, list[str]] | None:
+        """``n`` GPUs for the pre-run: free ones (held by no job) when enough are free,
+        otherwise GPUs shared with running jobs (the pre-run then underestimates; the
+        closed loop corrects the curve once the job runs)."""
+        from flowcon.allocator.target import placement_by_node
+        from flowcon.executor.workers import pack_placement
+
+        assert self.target is not None
+        inv = self.target.inventory
+        busy: set[str] = set()
+        for rec in self.store.active_jobs():
+            if rec.placement:
+                busy.update(self.target.uuids(placement_by_node(inv, rec.placement)))
+        placement = pack_placement(inv, n, busy)
+        if placement is None:
+            placement = pack_placement(inv, n)
+            if placement is not None:
+                log.info("pre-run at %d GPUs shares GPUs with running jobs", n)
+        return placement
+
+    def _profile_and_admit(self, spec: JobSpec, counts: list[int]) -> None:
+        assert self.target is not None
+        name = spec.name
+        t0 = time.monotonic()
+
+        def on_point(gpus: int, rate: float | None) -> None:
+            elapsed = time.monotonic() - t0
+            self.store.append_event(
+                "profile_point", name, gpus=gpus, iterations_per_s=rate, seconds=elapsed
+            )
+
+        try:
+            profile = self.target.executor.profile(
+                spec,
+                placement_for=self._profile_placement,
+                counts=counts,
+                max_seconds=self.cfg.profile_seconds,
+                min_points=self.cfg.profile_min_lines,
+                on_point=on_point,
+                cancelled=lambda: self._profiling_cancelled(name),
+            )
+        except Exception as exc:
+            if self._stop.is_set():
+                return  # the next start profiles it again
+            if self.planner.profiling_failed(name, str(exc), self.clock()):
+                self.metrics.admission(False)
+                log.warning("job %s: %s", name, exc)
+            return
+        finally:
+            self._profilers.pop(name, None)
+        if self._profiling_cancelled(name):
+            return
+        seconds = time.monotonic() - t0
+        points = {str(g): v for g, v in profile.points}
+        self.store.append_event("profiled", name, points=points, seconds=seconds)
+        log.info("job %s profiled in %.1f s: %s", name, seconds, points)
+        try:
+            result = self.planner.submit(spec.with_profile(profile), self.clock())
+        except PlanError as exc:
+            self.planner.profiling_failed(name, str(exc), self.clock())
+            return
+        self.metrics.admission(result.admitted)
+        log.info("job %s %s: %s", name, "admitted" if result.admitted else "dropped", result.reason)
+        if result.admitted:
+            self.wake()
+
+    def cancel(self, name: str) -> dict[str, Any]:
+        try:
+            rec = self.planner.cancel(name, self.clock())
+        except PlanError as exc:
+            raise ApiError(exc.status, str(exc)) from None
+        self.wake()
+        return rec.to_json()
+
+    def ingest_measurements(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        node = body.get("node")
+        items = body.get("measurements")
+        if not isinstance(node, str) or not node:
+            raise ApiError(400, "'node' must be a non-empty string", field="node")
+        if not isinstance(items, list):
+            raise ApiError(400, "'measurements' must be a list", field="measurements")
+        counts: dict[str, int] = {}
+        replan = False
+        now = self.clock()
+        for m in items:
+            if not isinstance(m, Mapping):
+                outcome = "skipped: not an object"
+            else:
+                try:
+                    # untrusted JSON: ingest checks every field itself
+                    outcome = self.planner.ingest(node, cast(Measurement, m), now)
+                except Exception as exc:  # one bad row must not lose the others
+                    log.warning("measurement from %s skipped: %s", node, exc)
+                    outcome = "skipped: error"
+            key = outcome.split(":")[0]
+            counts[key] = counts.get(key, 0) + 1
+            self.metrics.measurement(key)
+            replan = replan or outcome == "refined"
+        if replan:
+            self.wake()
+        return {"node": node, "received": len(items), **counts, "replan": replan}
+
+
+def restart_costs(store: Store) -> list[float]:
+    """Measured (re)start costs, oldest first: the downtime to the first metric line
+    ("resumed"), or the stop+start seconds where no metric line told more."""
+    out = []
+    for e in store.events(kind="resumed"):
+        if str(e.data.get("mode") or SCALING_RESTART) != SCALING_RESTART:
+            continue  # a stop-free pause (overhead_costs)
+        cost = e.data.get("downtime_seconds")
+        if cost is None:
+            cost = e.data.get("charged_seconds")
+        if cost is not None:
+            out.append(float(cost))
+    if not out:  # a database from before "resumed" events
+        for e in store.events(kind="restarted_on_new_gpus"):
+            out.append(float(e.data.get("stop_seconds", 0)) + float(e.data.get("start_seconds", 0)))
+    return out
+
+
+def overhead_costs(store: Store) -> list[tuple[str, float]]:
+    """Measured rescale costs as (scaling mode, seconds), oldest first: checkpoint-restart
+    downtimes (``restart_costs``'s) and stop-free pauses, each mode charged apart."""
+    out = []
+    for e in store.events(kind="resumed"):
+        cost = e.data.get("downtime_seconds")
+        mode = str(e.data.get("mode") or SCALING_RESTART)
+        if cost is None and mode == SCALING_RESTART:
+            cost = e.data.get("charged_seconds")
+        if cost is not None:
+            out.append((mode, float(cost)))
+    if not out:  # a database from before "resumed" events
+        out = [(SCALING_RESTART, c) for c in restart_costs(store)]
+    return out
+
+
+def run_daemon(cfg: AllocatorConfig) -> None:
+    """``flowcon allocator``: run until SIGINT/SIGTERM."""
+    target = build_target(cfg)
+    alloc = Allocator(cfg, target)
+    done = threading.Event()
+
+    def _stop(signum: int, frame: Any) -> None:
+        done.set()
+
+    signal.signal(signal.SIGINT, _stop)
+    signal.signal(signal.SIGTERM, _stop)
+    alloc.start()
+    operator = "from the config" if cfg.token else f"in {cfg.token_path}"
+    roles = [r for r in ("user", "read", "agent") if getattr(cfg, f"{r}_token")]
+    print(
+        f"flowcon allocator listening on {alloc.url} (operator token {operator}; "
+        f"role tokens: {', '.join(roles) or 'none, the operator token serves every role'})",
+        flush=True,
+    )
+    try:
+        while not done.wait(1.0):
+            pass
+    finally:
+        log.info("stopping allocator")
+        alloc.stop()

@@ -1,0 +1,640 @@
+"""The allocator's decisions over the stored state, without touching any container.
+
+The planner turns the stored records into the core's ``ClusterState`` (jobs with their
+measured curves, current GPUs, attained GPU-seconds) and drives the same ``Policy`` object
+the simulator drives (``flowcon.alloc.policy``: ``on_submit``, ``schedule``, ``on_finish``,
+``next_wakeup``; for ElasticFlow admission by minimum satisfactory share, Algorithm 1, and
+marginal-return allocation, Algorithm 2), then places the GPU counts (buddy allocation,
+section 4.3) and writes every decision back to the store. The daemon then asks the executor
+to make the containers match.
+
+Time: decisions are taken at the request time ``now``; the slot grid is absolute (slot k =
+[k*slot, (k+1)*slot)), the simulator's grid. A submit is answered at once, evaluated from
+``now``: inside a slot the ledger counts only the slot's remainder. The simulator batches
+arrivals at the next slot boundary; a live submit that arrives on a boundary is decided
+exactly as the simulator decides it (tests/test_planner_matches_simulator.py).
+
+Measurements (the closed loop) are ``flowcon.allocator.intake``; records (spec <-> JSON)
+are ``flowcon.allocator.records``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from flowcon.alloc.model import Job, ThroughputCurve
+from flowcon.alloc.policy import ClusterState, Policy, make_policy
+from flowcon.allocator.intake import MeasurementIntake
+from flowcon.allocator.records import jsonable, new_record
+from flowcon.allocator.store import JobRecord, Store
+from flowcon.contract import SCALING_RESTART, SCALING_STOPFREE, Measurement
+from flowcon.jobspec.spec import JobSpec
+
+log = logging.getLogger(__name__)
+
+
+class PlanError(Exception):
+    """A request the planner refuses; ``status`` is the HTTP status the API returns."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    name: str
+    admitted: bool
+    reason: str
+    gpus: int
+    min_share: Any
+    measured_jobs: tuple[str, ...]  # admitted jobs whose measured speed entered the decision
+    revoked: tuple[str, ...] = ()  # admitted jobs whose guarantee this decision gave up
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["decision"] = "admitted" if self.admitted else "dropped"
+        out["measured_jobs"] = list(self.measured_jobs)
+        out["revoked"] = list(self.revoked)
+        return out
+
+
+@dataclass(frozen=True)
+class DryRunResult:
+    """What a submit would decide now (``Planner.dry_run``); nothing was created."""
+
+    name: str
+    admitted: bool
+    reason: str
+    gpus: int  # GPUs it would hold now (0: admitted but queued for spare GPUs)
+    min_share: Any
+    predicted_finish: float | None  # if it kept those GPUs; None when it would wait
+    deadline: float | None
+    now: float
+    revoked: tuple[str, ...] = ()  # admitted jobs whose guarantee a submit would give up
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["decision"] = "admitted" if self.admitted else "dropped"
+        out["dry_run"] = True
+        out["revoked"] = list(self.revoked)
+        return out
+
+
+@dataclass(frozen=True)
+class Change:
+    """One job whose GPU count or placement changed in a plan."""
+
+    job: str
+    old_gpus: int
+    new_gpus: int
+    placement: list[Any]
+
+
+@dataclass
+class Plan:
+    ts: float
+    allocation: dict[str, int]
+    placement: dict[str, list[Any]]
+    changes: list[Change] = field(default_factory=list)
+
+
+def _boundary(t: float, slot: float) -> float:
+    """First slot boundary >= t on the absolute grid (the simulator's rule)."""
+    return math.ceil(t / slot - 1e-9) * slot
+
+
+class Planner:
+    """Admission, allocation and placement over one ``Store``, by one ``Policy``.
+
+    ``policy``: a name from ``flowcon.alloc.policy.POLICIES`` (made with ``make_policy``,
+    ElasticFlow with sticky slot ticks) or a ready ``Policy``.
+    ``complete_on_progress``: mark a job completed when its estimated progress reaches its
+    iterations (the simulator/dry-run path; with real containers the executor reports
+    completion instead).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        total_gpus: int,
+        slot_seconds: float,
+        placer: Any | None = None,
+        ewma_alpha: float = 0.3,
+        min_measurements: int = 2,
+        complete_on_progress: bool = False,
+        clock: Callable[[], float] = time.time,
+        policy: str | Policy = "elasticflow",
+    ) -> None:
+        self.store = store
+        self.total_gpus = total_gpus
+        self.slot = slot_seconds
+        self.placer = placer
+        self.alpha = ewma_alpha
+        self.complete_on_progress = complete_on_progress
+        self.clock = clock
+        self.intake = MeasurementIntake(store, ewma_alpha, min_measurements, clock)
+        self.policy: Policy = (
+            make_policy(policy, sticky=True) if isinstance(policy, str) else policy
+        )
+        # seconds a rescale costs, as measured by the executor (EWMA) per scaling mode
+        # (restart: checkpoint-restart, stopfree: the stop-free pause); the policy's
+        # overhead, charged once per job in admission and minimum shares, is the largest
+        # of the modes the active jobs scale by (``charged_overhead``)
+        self.overheads: dict[str, float] = {}
+        self.overhead = 0.0
+        self._modes: dict[str, str] = {}  # job -> the mode it scales by, as launched
+        self._restored = False  # the policy has seen the stored jobs (after a restart)
+        # GPU-seconds served per job since this process started (Tiresias' priority)
+        self._attained: dict[str, float] = {}
+
+    # -- the job as the core sees it --------------------------------------------------
+
+    def trusted_measurements(self, rec: JobRecord) -> dict[int, float]:
+        return self.intake.trusted_measurements(rec)
+
+    def curve(self, rec: JobRecord) -> ThroughputCurve:
+        return self.intake.curve(rec)
+
+    def core_job(self, rec: JobRecord) -> Job:
+        spec = rec.spec
+        return Job(
+            job_id=rec.name,
+            submit_time=rec.submit_time,
+            iterations=rec.iterations,
+            deadline=rec.deadline,
+            soft_deadline=rec.soft_deadline,
+            curve=self.curve(rec),
+            min_gpus=int(spec.get("min_gpus") or 1),
+            max_gpus=spec.get("max_gpus"),
+            requested_gpus=int(spec.get("min_gpus") or 1),
+            done_iterations=min(rec.done_iterations, rec.iterations),
+            model=str(spec.get("model") or ""),
+            batch_size=int(spec.get("global_batch_size") or 0),
+        )
+
+    def cluster_state(self, active: Iterable[JobRecord], now: float) -> ClusterState:
+        """The policy's view of the stored active jobs. The first one after a (re)start
+        lets the policy rebuild what it keeps between decisions (``Policy.restore``)."""
+        state = self._state_of(active)
+        if not self._restored:
+            self._restored = True
+            self.policy.set_overhead(self.overhead)
+            self.policy.restore(now, state)
+        return state
+
+    def _state_of(self, active: Iterable[JobRecord]) -> ClusterState:
+        recs = list(active)
+        return ClusterState(
+            total_gpus=self.total_gpus,
+            slot=self.slot,
+            jobs={r.name: self.core_job(r) for r in recs},
+            allocation={r.name: r.gpus for r in recs if r.gpus > 0},
+            attained={r.name: self._attained.get(r.name, 0.0) for r in recs},
+        )
+
+    # -- submit / cancel / complete ----------------------------------------------------
+
+    def begin_profiling(self, spec: JobSpec, counts: list[int], now: float | None = None) -> None:
+        """A ``profile: auto`` job waits in state "profiling" while its pre-run measures its
+        curve; ``submit`` then decides on it (section 5: profile first, then admit)."""
+        now = self.clock() if now is None else now
+        with self.store.transaction():
+            old = self.store.get_job(spec.name)
+            if old is not None and (old.active or old.pending):
+                raise PlanError(409, f"job {spec.name!r} exists and is {old.state}")
+            rec = new_record(
+                spec, "profiling", {}, reason=f"profiling at {', '.join(map(str, counts))} GPUs"
+            )
+            self.store.put_job(rec)
+            self.store.append_event(
+                "profiling_started", spec.name, ts=now, counts=counts, deadline=spec.deadline
+            )
+
+    def profiling_failed(self, name: str, reason: str, now: float | None = None) -> bool:
+        """The pre-run measured nothing usable: the job is dropped (no curve, no guarantee)."""
+        now = self.clock() if now is None else now
+        with self.store.transaction():
+            rec = self.store.get_job(name)
+            if rec is None or not rec.pending:
+                return False
+            why = f"profiling failed: {reason}"
+            self.store.record_admission(name, False, why, None, False, now)
+            self.store.append_event("profiling_failed", name, ts=now, reason=reason)
+            rec.state = "dropped"
+            rec.reason = why
+            rec.finish_time = now
+            self.store.put_job(rec)
+            self.store.append_event("dropped", name, ts=now, reason=why)
+        return True
+
+    def submit(self, spec: JobSpec, now: float | None = None) -> SubmitResult:
+        """Admission control for one new job; admitted jobs are re-planned at once. A job
+        whose pre-run just finished replaces its "profiling" record."""
+        now = self.clock() if now is None else now
+        if spec.profile is None:
+            raise PlanError(400, "profile: no throughput profile yet (run the pre-run first)")
+        with self.store.transaction():
+            old = self.store.get_job(spec.name)
+            if old is not None and old.active:
+                raise PlanError(409, f"job {spec.name!r} exists and is {old.state}")
+            if old is not None and old.pending and spec.submit_time != old.submit_time:
+                raise PlanError(409, f"job {spec.name!r} exists and is {old.state}")
+            self.advance(now)
+            active = self.store.active_jobs()
+            rec = new_record(spec, "admitted", spec.profile.as_dict())
+            state = self.cluster_state(active, now)
+            decision = self.policy.on_submit(self.core_job(rec), now, state)
+            measured = tuple(r.name for r in active if self.trusted_measurements(r))
+            reason = decision_reason(decision, spec)
+            min_share = jsonable(decision.min_share or None)
+            self.store.record_admission(
+                spec.name, decision.admitted, reason, min_share, bool(measured), now
+            )
+            rec.reason = reason
+            if not decision.admitted:
+                rec.state = "dropped"
+                rec.finish_time = now
+            self.store.put_job(rec)
+            self._guarantees_lost(decision.revoked, spec.name, now)
+            self.store.append_event(
+                "admitted" if decision.admitted else "dropped",
+                spec.name,
+                ts=now,
+                reason=reason,
+                min_share=min_share,
+                measured_jobs=list(measured),
+                restart_overhead=self.overhead,
+                overheads=dict(self.overheads),
+                deadline=spec.deadline,
+            )
+        gpus = 0
+        if decision.admitted:
+            plan = self.plan(now)
+            gpus = plan.allocation.get(spec.name, 0)
+        return SubmitResult(
+            spec.name, decision.admitted, reason, gpus, min_share, measured, decision.revoked
+        )
+
+    def _guarantees_lost(self, names: tuple[str, ...], newcomer: str, now: float) -> None:
+        """Admitted jobs whose deadline guarantee admission gave up while it decided on
+        ``newcomer`` (``SlotLedger.try_admit``): they fell behind their reservation and
+        no plan meets their deadline any more. They keep running on spare GPUs, or wait
+        for some with none now: their record's reason says "at risk" from here on (also
+        while they hold no GPU and have no predicted finish); the event says when and why
+        the guarantee went."""
+        why = (
+            "deadline guarantee lost: behind its reservation and no plan meets its "
+            f"deadline any more (given up while admitting {newcomer})"
+        )
+        for name in names:
+            self.store.append_event("guarantee_lost", name, ts=now, reason=why, newcomer=newcomer)
+            log.warning("job %s: %s", name, why)
+            rec = self.store.get_job(name)
+            if rec is not None and rec.active and not rec.reason.startswith("at risk"):
+                rec.reason = f"at risk: {why}"
+                self.store.put_job(rec)
+
+    def dry_run(self, spec: JobSpec, now: float | None = None) -> DryRunResult:
+        """What ``submit`` would decide now, creating nothing (``sbatch --test-only``).
+
+        The same policy class decides, on a deep copy of the policy (its reservations)
+        and of the stored active jobs moved to ``now`` in memory: nothing is written to
+        the store and the live policy is not touched."""
+        now = self.clock() if now is None else now
+        if spec.profile is None:
+            raise PlanError(400, "profile: no throughput profile yet (run the pre-run first)")
+        with self.store.transaction():  # the planning loop holds this lock while it plans
+            old = self.store.get_job(spec.name)
+            active = self.store.active_jobs()
+            policy = copy.deepcopy(self.policy)
+            restored = self._restored
+        if old is not None and (old.active or old.pending):
+            raise PlanError(409, f"job {spec.name!r} exists and is {old.state}")
+        served = {r.name: self._progress_to(r, now)[1] for r in active}  # copies, not written
+        if self.complete_on_progress:  # what advance would complete before deciding
+            for r in [r for r in active if r.done_iterations >= r.iterations - 1e-6]:
+                policy.on_finish(r.name, now, ClusterState(self.total_gpus, self.slot))
+                active.remove(r)
+        state = self._state_of(active)
+        for name in state.attained:
+            state.attained[name] += served.get(name, 0.0)
+        if not restored:
+            policy.set_overhead(self.overhead)
+            policy.restore(now, state)
+        rec = new_record(spec, "admitted", spec.profile.as_dict())
+        job = self.core_job(rec)
+        decision = policy.on_submit(job, now, state)
+        reason = decision_reason(decision, spec)
+        gpus = 0
+        finish: float | None = None
+        if decision.admitted:
+            state.jobs[spec.name] = job
+            allocation = policy.schedule(now, state)
+            gpus = max(0, int(allocation.get(spec.name, 0)))
+            rec.gpus = gpus
+            finish = self._predict(rec, now)
+        return DryRunResult(
+            name=spec.name,
+            admitted=decision.admitted,
+            reason=reason,
+            gpus=gpus,
+            min_share=jsonable(decision.min_share or None),
+            predicted_finish=finish,
+            deadline=spec.deadline,
+            now=now,
+            revoked=decision.revoked,
+        )
+
+    def cancel(self, name: str, now: float | None = None) -> JobRecord:
+        now = self.clock() if now is None else now
+        with self.store.transaction():
+            rec = self.store.get_job(name)
+            if rec is None:
+                raise PlanError(404, f"no job {name!r}")
+            if not rec.active and not rec.pending:
+                raise PlanError(409, f"job {name!r} is already {rec.state}")
+            self.advance(now)
+            rec = self.store.get_job(name)
+            assert rec is not None
+            self._finish(rec, "cancelled", now, "cancelled by user")
+        return rec
+
+    def finish(
+        self,
+        name: str,
+        state: str,
+        reason: str,
+        now: float | None = None,
+        at: float | None = None,
+    ) -> None:
+        """The executor saw the job end: ``completed`` (exit 0) or ``failed``. ``at``: when
+        it really ended (its last metric line), if known; polling notices it later."""
+        now = self.clock() if now is None else now
+        with self.store.transaction():
+            rec = self.store.get_job(name)
+            if rec is None or not rec.active:
+                return
+            if state == "completed":
+                rec.done_iterations = rec.iterations
+            self._finish(rec, state, now, reason, at)
+
+    def _finish(
+        self, rec: JobRecord, state: str, now: float, reason: str, at: float | None = None
+    ) -> None:
+        old = rec.gpus
+        rec.state = state
+        rec.reason = reason
+        rec.finish_time = at if at is not None and at <= now else now
+        rec.gpus = 0
+        rec.placement = []
+        rec.predicted_finish = None
+        self.store.put_job(rec)
+        self._attained.pop(rec.name, None)
+        self.policy.on_finish(rec.name, now, ClusterState(self.total_gpus, self.slot))
+        if old:
+            self.store.record_allocation(rec.name, 0, [], now)
+        self.store.append_event(
+            state,
+            rec.name,
+            ts=now,
+            reason=reason,
+            deadline=rec.deadline,
+            deadline_met=rec.deadline_met,
+            done_iterations=rec.done_iterations,
+        )
+
+    # -- progress ----------------------------------------------------------------------
+
+    def advance(self, now: float) -> list[str]:
+        """Move estimated progress of running jobs to ``now`` at their curve's speed;
+        returns jobs that completed (only with ``complete_on_progress``)."""
+        done: list[str] = []
+        with self.store.transaction():
+            for rec in self.store.active_jobs():
+                finished_at, served = self._progress_to(rec, now)
+                if served:
+                    self._attained[rec.name] = self._attained.get(rec.name, 0.0) + served
+                self.store.put_job(rec)
+                if self.complete_on_progress and rec.done_iterations >= rec.iterations - 1e-6:
+                    self._finish(rec, "completed", finished_at, "iterations done")
+                    done.append(rec.name)
+        return done
+
+    def _progress_to(self, rec: JobRecord, now: float) -> tuple[float, float]:
+        """Move ``rec``'s estimated progress to ``now`` (in memory); (when its last
+        iteration ran or ``now``, GPU-seconds served since its last update)."""
+        last = rec.progress_ts if rec.progress_ts is not None else now
+        finished_at = now
+        served = 0.0
+        if rec.gpus > 0 and now > last:
+            speed = self.curve(rec).at(rec.gpus)
+            remaining = rec.iterations - rec.done_iterations
+            if speed > 0 and remaining <= speed * (now - last):
+                finished_at = last + remaining / speed  # when the last iteration ran
+            rec.done_iterations = min(rec.iterations, rec.done_iterations + speed * (now - last))
+            served = rec.gpus * (min(finished_at, now) - last)
+        rec.progress_ts = now
+        return finished_at, served
+
+    # -- planning ----------------------------------------------------------------------
+
+    def plan(self, now: float | None = None, force: bool = True) -> Plan:
+        """The policy's allocation for the next slot and its placement; records changes.
+
+        ``force=False`` is the periodic slot tick (``ClusterState.tick``, unless a job
+        completed on its estimated progress just now): a sticky policy then keeps the
+        current allocation while it still guarantees every minimum share; events (submit,
+        completion, cancel, a refined curve) always re-plan.
+        """
+        now = self.clock() if now is None else now
+        with self.store.transaction():
+            ended = self.advance(now)
+            active = self.store.active_jobs()
+            state = self.cluster_state(active, now)
+            state.tick = not force and not ended  # a completion is an event
+            allocation = self.policy.schedule(now, state) if active else {}
+            allocation = {j: int(n) for j, n in allocation.items() if n > 0 and j in state.jobs}
+            if allocation == state.allocation:
+                placement = {r.name: r.placement for r in active if r.gpus > 0}
+            else:
+                placement = self._place(allocation, active)
+            plan = Plan(now, allocation, placement)
+            for rec in active:
+                self._record(rec, plan, now)
+        return plan
+
+    def next_decision(self, now: float) -> float | None:
+        """When the planner wants to decide next without an outside event, on the slot
+        grid: the policy's wakeup or the first predicted completion (the simulator's
+        decision times). None: nothing is running and the policy waits for events."""
+        best = math.inf
+        active = self.store.active_jobs()
+        for rec in active:
+            if rec.gpus > 0 and rec.predicted_finish is not None:
+                best = min(best, rec.predicted_finish)
+        wake = self.policy.next_wakeup(now, self.cluster_state(active, now))
+        if wake is not None:
+            best = min(best, wake)
+        if math.isinf(best):
+            return None
+        nxt = _boundary(best, self.slot)
+        if nxt <= now:
+            nxt = _boundary(now, self.slot)
+            if nxt <= now:
+                nxt += self.slot
+        return nxt
+
+    def _record(self, rec: JobRecord, plan: Plan, now: float) -> None:
+        """Store one job's new GPUs/placement, its predicted finish and at-risk state."""
+        new = int(plan.allocation.get(rec.name, 0))
+        where = plan.placement.get(rec.name, [])
+        if new != rec.gpus or where != rec.placement:
+            plan.changes.append(Change(rec.name, rec.gpus, new, where))
+            self.store.record_allocation(rec.name, new, where, now)
+            self.store.append_event(
+                "rescaled", rec.name, ts=now, old_gpus=rec.gpus, new_gpus=new, placement=where
+            )
+        rec.gpus = new
+        rec.placement = where
+        rec.state = "running" if new > 0 else "admitted"
+        rec.predicted_finish = self._predict(rec, now)
+        if (
+            rec.deadline is not None
+            and rec.predicted_finish is not None
+            and rec.predicted_finish > rec.deadline
+            and not rec.reason.startswith("at risk")
+        ):
+            rec.reason = "at risk: predicted finish after the deadline"
+            self.store.append_event(
+                "deadline_at_risk",
+                rec.name,
+                ts=now,
+                predicted_finish=rec.predicted_finish,
+                deadline=rec.deadline,
+            )
+        self.store.put_job(rec)
+
+    def observe_overhead(self, seconds: float, mode: str = SCALING_RESTART) -> None:
+        """A measured rescale cost of some job scaling by ``mode``: for restarts the
+        downtime from the stop request to its first metric line in the new containers (or
+        stop + start when it prints none), for stop-free events the job's no-progress gap
+        across the switch. Tracked per mode (EWMA)."""
+        if math.isfinite(seconds) and seconds >= 0:
+            a = self.alpha
+            old = self.overheads.get(mode)
+            self.overheads[mode] = seconds if not old else a * seconds + (1 - a) * old
+            self._charge()
+
+    def set_scaling(self, job: str, mode: str | None) -> None:
+        """How ``job`` scales now (the executor's launch decided it); None: it ended."""
+        if mode is None:
+            self._modes.pop(job, None)
+        else:
+            self._modes[job] = mode
+        self._charge()
+
+    def _charge(self) -> None:
+        charged = charged_overhead(self.overheads, self._modes.values())
+        if charged != self.overhead:
+            self.overhead = charged
+            self.policy.set_overhead(self.overhead)  # charged in plans made from now on
+
+    def _place(
+        self, allocation: Mapping[str, int], active: Iterable[JobRecord]
+    ) -> dict[str, list[Any]]:
+        if self.placer is None:
+            return {}
+        current = {
+            r.name: tuple((int(n), int(g)) for n, g in r.placement) for r in active if r.placement
+        }
+        result = self.placer.place(dict(allocation), current)
+        return placement_lists(result)
+
+    def _predict(self, rec: JobRecord, now: float) -> float | None:
+        """When the job ends if it keeps its GPUs now (the next re-plan revises it)."""
+        remaining = max(0.0, rec.iterations - rec.done_iterations)
+        if remaining == 0:
+            return now
+        if rec.gpus <= 0:
+            return None
+        speed = self.curve(rec).at(rec.gpus)
+        return now + remaining / speed if speed > 0 else None
+
+    # -- closed loop -------------------------------------------------------------------
+
+    def ingest(self, node: str, m: Measurement, now: float | None = None) -> str:
+        """One agent measurement (``MeasurementIntake.ingest``); a refined curve re-plans
+        the job's reservation at once (``Policy.on_curve_change``)."""
+        now = self.clock() if now is None else now
+        outcome = self.intake.ingest(node, m, now)
+        job = m.get("job")
+        if outcome == "refined" and job:
+            with self.store.transaction():
+                state = self.cluster_state(self.store.active_jobs(), now)
+                self.policy.on_curve_change(str(job), now, state)
+        return outcome
+
+    def observe_progress(self, name: str, step: float, ts: float) -> bool:
+        """Progress read from the job's own metric lines (the executor's logs)."""
+        return self.intake.observe_progress(name, step, ts)
+
+
+def charged_overhead(overheads: Mapping[str, float], modes: Iterable[str]) -> float:
+    """The rescale overhead admission charges (one number for all jobs, the policy's): the
+    largest measured cost among the modes the active jobs scale by, restart's when no job's
+    mode is known. A stop-free mode not measured yet costs what a restart does (stop-free
+    falls back to checkpoint-restart when it cannot do an event), so a job is never
+    admitted on a pause nobody has seen."""
+    wanted = set(modes) or {SCALING_RESTART}
+    costs = []
+    for mode in wanted:
+        cost = overheads.get(mode)
+        if cost is None and mode == SCALING_STOPFREE:
+            cost = overheads.get(SCALING_RESTART)
+        costs.append(cost or 0.0)
+    return max(costs)
+
+
+def placement_lists(result: Any) -> dict[str, list[Any]]:
+    """Normalise the core's PlacementPlan to job -> JSON list of (node, gpu) slots."""
+    raw: Any = result
+    for attr in ("assignments", "placements", "placement", "jobs"):
+        if hasattr(result, attr):
+            raw = getattr(result, attr)
+            break
+    out: dict[str, list[Any]] = {}
+    if isinstance(raw, Mapping):
+        for job, where in raw.items():
+            out[str(job)] = jsonable(list(where) if not isinstance(where, list) else where)
+    return out
+
+
+def decision_reason(decision: Any, spec: JobSpec) -> str:
+    """The reason stored (and answered) with an admission decision."""
+    if decision.reason:
+        return str(decision.reason)
+    if spec.deadline is None:
+        return "best effort: runs on spare GPUs"
+    return (
+        "deadline guaranteed, minimum satisfactory share "
+        f"{min_share_of(decision, spec.name)} GPUs now, "
+        f"peak {peak_share_of(decision, spec.name)}"
+    )
+
+
+def min_share_of(decision: Any, name: str) -> int:
+    shares = getattr(decision, "min_share", None) or {}
+    return int(shares.get(name, 0)) if isinstance(shares, Mapping) else 0
+
+
+def peak_share_of(decision: Any, name: str) -> int:
+    plans = getattr(decision, "plans", None) or {}
+    plan = plans.get(name) if isinstance(plans, Mapping) else None
+    return max(getattr(plan, "gpus", ()) or (0,))

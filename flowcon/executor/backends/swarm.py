@@ -1,0 +1,369 @@
+"""Executor backend for Docker Swarm: one single-replica service per job per node.
+
+Each service is pinned with ``node.labels.flowcon.node==<name>`` (scripts/swarm-up.sh
+labels the nodes) and uses restart condition ``none``: the executor, not Swarm, decides
+whether a dead worker is restarted from its checkpoint, so both backends behave alike and a
+job that exits after its SIGTERM checkpoint is not restarted behind the allocator's back.
+
+Networking: services join the ``host`` network. MASTER_ADDR is the swarm address of the
+node holding rank 0 and MASTER_PORT a per-job port, so workers on different nodes reach each
+other as long as the nodes' addresses route to each other (true on one machine, where both
+"nodes" share the host network namespace, and on real clusters with reachable node IPs).
+Overlay networks are not used: they need iptables/bridges that node 2 here runs without.
+
+Checkpoints: a named volume is node-local, so a job whose rank 0 moves to another node
+starts from step 0 there unless ``checkpoint_host_dir`` points at shared storage (NFS, or
+any host path on this one-machine swarm). Only rank 0 reads the checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from flowcon.contract import CHECKPOINT_MOUNT, LABEL_GPUS, LABEL_JOB, LABEL_NODE, LABEL_RANK
+from flowcon.executor.backend import (
+    ExecutorError,
+    LogLine,
+    Worker,
+    WorkerRequest,
+    connect_engine,
+    engine_errors,
+    engine_since,
+    jobs_labelled,
+    log_lines_of,
+    volume_labels,
+)
+from flowcon.executor.container_spec import swarm_kwargs
+from flowcon.executor.workers import WorkerSlot, master_port_for
+
+log = logging.getLogger(__name__)
+
+NODE_LABEL = "flowcon.node"  # the swarm node label scripts/swarm-up.sh sets
+_STARTING = {"new", "pending", "assigned", "accepted", "preparing", "ready", "starting"}
+
+
+def worker_from_service(svc: Any, tasks: list[dict[str, Any]]) -> Worker:
+    spec = svc.attrs.get("Spec") or {}
+    labels = dict(spec.get("Labels") or {})
+    replicas = ((spec.get("Mode") or {}).get("Replicated") or {}).get("Replicas", 1)
+    state, code, node_lost = "starting", None, False
+    if tasks:
+        last = max(tasks, key=lambda t: (t.get("Version") or {}).get("Index", 0))
+        status = last.get("Status") or {}
+        st = str(status.get("State", ""))
+        raw = (status.get("ContainerStatus") or {}).get("ExitCode")
+        if st == "running":
+            state = "running"
+        elif st in _STARTING:
+            state = "starting"
+        elif st == "complete":
+            state, code = "exited", 0
+        elif st == "failed" and raw in (None, 0):
+            # A container that exits 0 completes; a failed task showing 0 kept its running
+            # status: its node's engine stopped or restarted under it and lost the
+            # container ("No such container"). Not a success, and not the job's crash.
+            state, node_lost = "dead", True
+        elif st in ("failed", "shutdown"):
+            state, code = "exited", int(raw) if isinstance(raw, int) else 1
+        elif st == "rejected":
+            state, code = "dead", None
+        else:  # orphaned, remove
+            state = "dead"
+    elif replicas == 0:
+        state = "exited"
+    try:
+        rank = int(labels.get(LABEL_RANK, "0"))
+    except ValueError:
+        rank = 0
+    image = str(((spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}).get("Image", ""))
+    return Worker(
+        id=svc.id,
+        name=svc.name,
+        job=labels.get(LABEL_JOB, ""),
+        node=labels.get(LABEL_NODE, ""),
+        node_rank=rank,
+        gpus=tuple(g for g in labels.get(LABEL_GPUS, "").split(",") if g),
+        state=state,
+        exit_code=code,
+        labels=labels,
+        image=image.split("@", 1)[0],
+        node_lost=node_lost,
+    )
+
+
+class SwarmBackend:
+    kind = "swarm"
+
+    def __init__(
+        self,
+        client: Any | None = None,
+        node_clients: Mapping[str, Any] | None = None,
+        stop_poll_s: float = 0.1,
+    ) -> None:
+        """``client`` talks to a manager; ``node_clients`` (optional, by flowcon.node name)
+        let ``cleanup`` remove checkpoint volumes on the other nodes."""
+        if client is None:
+            client = connect_engine(timeout=60)
+        self.client = client
+        self.node_clients = dict(node_clients or {})
+        self.stop_poll_s = stop_poll_s
+
+    def _tasks(self, svc: Any) -> list[dict[str, Any]]:
+        try:
+            return list(svc.tasks())
+        except engine_errors():
+            return []
+
+    def list_workers(self, selector: Mapping[str, str]) -> list[Worker]:
+        filters = {"label": [f"{k}={v}" for k, v in selector.items()]}
+        try:
+            services = self.client.services.list(filters=filters)
+        except engine_errors() as exc:
+            raise ExecutorError(f"listing job services: {exc}") from exc
+        return [worker_from_service(s, self._tasks(s)) for s in services]
+
+    def node_addr(self, name: str) -> str:
+        try:
+            nodes = self.client.nodes.list(filters={"node.label": f"{NODE_LABEL}={name}"})
+        except engine_errors() as exc:
+            raise ExecutorError(f"looking up swarm node {name}: {exc}") from exc
+        if not nodes:
+            raise ExecutorError(f"no swarm node labelled {NODE_LABEL}={name}")
+        addr = str((nodes[0].attrs.get("Status") or {}).get("Addr", ""))
+        if not addr or addr == "0.0.0.0":
+            manager = (nodes[0].attrs.get("ManagerStatus") or {}).get("Addr", "")
+            addr = str(manager).rsplit(":", 1)[0]
+        if not addr:
+            raise ExecutorError(f"swarm node {name} has no address")
+        return addr
+
+    def master_addr(
+        self,
+        job: str,
+        slots: Sequence[WorkerSlot],
+        rank0_name: str,
+        labels: Mapping[str, str],
+        port: int | None = None,
+        grow: bool = False,
+    ) -> tuple[str, int, str | None]:
+        return self.node_addr(slots[0].node), port or master_port_for(job), "host"
+
+    def kill(self, worker: Worker, signal: str) -> None:
+        """Signal the container of the service's running task. Swarm has no "service
+        kill": the task names its container, which is killed on its node's engine (the
+        manager's, or the ``node_clients`` one of the worker's node)."""
+        import docker.errors
+
+        svc = self._get(worker)
+        if svc is None:
+            return
+        running = [
+            t for t in self._tasks(svc) if str((t.get("Status") or {}).get("State")) == "running"
+        ]
+        ids = [
+            str(((t.get("Status") or {}).get("ContainerStatus") or {}).get("ContainerID", ""))
+            for t in running
+        ]
+        clients = [self.node_clients[worker.node]] if worker.node in self.node_clients else []
+        clients.append(self.client)
+        for cid in [i for i in ids if i]:
+            for client in clients:
+                try:
+                    client.containers.get(cid).kill(signal=signal)
+                    break
+                except docker.errors.NotFound:
+                    continue
+                except docker.errors.APIError as exc:
+                    if exc.status_code == 409:
+                        break
+                    raise ExecutorError(f"signalling {worker.name} ({signal}): {exc}") from exc
+            else:
+                raise ExecutorError(f"signalling {worker.name}: container {cid[:12]} not found")
+
+    def image_labels(self, image: str) -> Mapping[str, str]:
+        for client in [self.client, *self.node_clients.values()]:
+            try:
+                img = client.images.get(image)
+            except engine_errors():
+                continue
+            return dict(((img.attrs or {}).get("Config") or {}).get("Labels") or {})
+        return {}
+
+    def create(self, req: WorkerRequest) -> Worker:
+        import docker.errors
+        from docker.types import Mount, RestartPolicy, ServiceMode
+
+        if req.checkpoint_host_dir:
+            mount = Mount(CHECKPOINT_MOUNT, req.checkpoint_host_dir, type="bind")
+        else:
+            mount = Mount(
+                CHECKPOINT_MOUNT,
+                req.checkpoint_volume,
+                type="volume",
+                labels=volume_labels(req.labels),
+            )
+        env = dict(req.env)
+        if req.real_gpus:
+            # Swarm has no device requests; the NVIDIA runtime (default-runtime=nvidia on the
+            # node) honours this variable.
+            env["NVIDIA_VISIBLE_DEVICES"] = ",".join(req.gpus)
+        spec_kwargs = swarm_kwargs(req.settings)
+        labels = {**dict(req.settings.labels), **dict(req.labels)}
+        kwargs: dict[str, Any] = {
+            **spec_kwargs,
+            "name": req.name,
+            "command": list(req.command),
+            "env": [f"{k}={v}" for k, v in env.items()],
+            "labels": labels,
+            "container_labels": labels,
+            "constraints": [f"node.labels.{NODE_LABEL}=={req.node}"],
+            "mode": ServiceMode("replicated", replicas=1),
+            "restart_policy": RestartPolicy(condition="none"),
+            "stop_grace_period": int(req.grace_s * 1e9),
+            "stop_signal": "SIGTERM",
+            "mounts": [mount, *spec_kwargs["mounts"]],
+        }
+        if req.init:
+            kwargs["init"] = True
+        if req.network:
+            kwargs["networks"] = [req.network]
+        try:
+            svc = self.client.services.create(req.image, **kwargs)
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:
+                raise ExecutorError(
+                    f"job {req.job}: a service named {req.name} already exists but is not "
+                    "managed by this executor"
+                ) from exc
+            raise ExecutorError(f"job {req.job}: creating service {req.name}: {exc}") from exc
+        svc.reload()
+        return worker_from_service(svc, [])
+
+    def _get(self, worker: Worker) -> Any | None:
+        import docker.errors
+
+        try:
+            return self.client.services.get(worker.id)
+        except docker.errors.NotFound:
+            return None
+
+    def stop(self, worker: Worker, grace_s: float) -> None:
+        """Scale to 0 (Swarm sends SIGTERM, SIGKILL after the grace period) and wait."""
+        svc = self._get(worker)
+        if svc is None:
+            return
+        try:
+            svc.scale(0)
+        except engine_errors() as exc:
+            raise ExecutorError(f"stopping {worker.name}: {exc}") from exc
+        deadline = time.monotonic() + grace_s + 15.0
+        while time.monotonic() < deadline:
+            states = {str((t.get("Status") or {}).get("State")) for t in self._tasks(svc)}
+            if not states & ({"running"} | _STARTING):
+                return
+            time.sleep(self.stop_poll_s)
+        log.warning("%s still running %.0fs after SIGTERM", worker.name, grace_s + 15.0)
+
+    def restart(self, worker: Worker) -> None:
+        """A new task with the same spec (the job resumes from its checkpoint)."""
+        svc = self._get(worker)
+        if svc is None:
+            raise ExecutorError(f"{worker.name} vanished before it could be restarted")
+        try:
+            replicas = (svc.attrs["Spec"].get("Mode") or {}).get("Replicated", {}).get("Replicas")
+            if replicas == 0:
+                svc.scale(1)
+            else:
+                svc.force_update()
+        except engine_errors() as exc:
+            raise ExecutorError(f"restarting {worker.name}: {exc}") from exc
+
+    def remove(self, worker: Worker) -> None:
+        import docker.errors
+
+        svc = self._get(worker)
+        if svc is None:
+            return
+        try:
+            svc.remove()
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            raise ExecutorError(f"removing {worker.name}: {exc}") from exc
+
+    def logs(self, worker: Worker) -> list[str]:
+        svc = self._get(worker)
+        if svc is None:
+            return []
+        try:
+            chunks = svc.logs(stdout=True, stderr=False, follow=False)
+            raw = b"".join(chunks)
+        except engine_errors() as exc:
+            log.warning("logs of %s: %s", worker.name, exc)
+            return []
+        return raw.decode(errors="replace").splitlines()
+
+    def read_logs(
+        self, worker: Worker, after_ns: int = 0, tail: int | None = None
+    ) -> list[LogLine]:
+        """``docker service logs --timestamps [--since] [--tail]`` of the worker's service
+        (every task of it: a restarted worker's earlier output too)."""
+        svc = self._get(worker)
+        if svc is None:
+            return []
+        kwargs: dict[str, Any] = {
+            "stdout": True,
+            "stderr": True,
+            "timestamps": True,
+            "follow": False,
+        }
+        since = engine_since(after_ns)
+        if since is not None:
+            kwargs["since"] = since
+        if tail is not None:
+            kwargs["tail"] = max(0, int(tail))
+        try:
+            raw = b"".join(svc.logs(**kwargs))
+        except engine_errors() as exc:
+            if getattr(exc, "status_code", None) in (404, 409):
+                return []  # removed, or being removed (the job ended), since the look-up
+            raise ExecutorError(f"logs of {worker.name}: {exc}") from exc
+        lines = log_lines_of(raw, after_ns)
+        lines.sort(key=lambda ln: ln.ts_ns)  # tasks' outputs arrive one after another
+        return lines
+
+    def job_objects(self, selector: Mapping[str, str]) -> set[str]:
+        """The checkpoint volumes' jobs on every node this backend can reach (job services
+        use the host network: no network of their own)."""
+        flt = {"label": [f"{k}={v}" for k, v in selector.items()]}
+        jobs: set[str] = set()
+        for client in [self.client, *self.node_clients.values()]:
+            try:
+                jobs |= jobs_labelled(client.volumes.list(filters=flt))
+            except engine_errors() as exc:
+                raise ExecutorError(f"listing checkpoint volumes: {exc}") from exc
+        return jobs
+
+    def cleanup(self, job: str, volume: str | None) -> None:
+        if not volume:
+            return
+        import docker.errors
+
+        # a just-removed service's container may hold the volume for a moment
+        for client in [self.client, *self.node_clients.values()]:
+            for attempt in range(20):
+                try:
+                    client.volumes.get(volume).remove(force=True)
+                    break
+                except docker.errors.NotFound:
+                    break
+                except docker.errors.APIError as exc:
+                    if attempt == 19:
+                        log.warning("removing checkpoint volume %s: %s", volume, exc)
+                    time.sleep(0.25)
+                except engine_errors() as exc:
+                    log.warning("removing checkpoint volume %s: %s", volume, exc)
+                    break

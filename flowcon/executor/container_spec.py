@@ -1,0 +1,110 @@
+"""A job spec's container settings, as each backend's create arguments (pure: no engine).
+
+``settings_for(spec, gpus)`` turns the spec's container-facing keys into what one worker
+container (or Swarm service) gets: mounts, /dev/shm size, CPU and memory limits (per GPU
+values times the worker's GPU count, as Slurm's ``--cpus-per-gpu``/``--mem-per-gpu``),
+working directory, user, and labels (the spec's own, plus the ``flowcon.metric*`` labels
+that let a node's agent read the job's own format with the same regex).
+``engine_kwargs`` and ``swarm_kwargs`` are the extra keyword arguments for docker-py's
+``containers.create`` and ``services.create``; the backends add their own (name, command,
+env, FlowCon's labels, the checkpoint mount) around them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from flowcon import contract
+from flowcon.jobspec.keys import default_shm
+from flowcon.jobspec.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class ContainerSettings:
+    """What one worker container gets from its job's spec."""
+
+    mounts: tuple[dict[str, Any], ...] = ()  # Engine API Mount objects (Target, Source...)
+    shm_size: int = default_shm(None)
+    nano_cpus: int | None = None
+    memory: int | None = None
+    workdir: str | None = None
+    user: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+def _scaled(per_worker: Any, per_gpu: Any, gpus: int) -> Any:
+    if per_worker is not None:
+        return per_worker
+    return None if per_gpu is None else per_gpu * max(1, gpus)
+
+
+def metric_labels(spec: JobSpec) -> dict[str, str]:
+    """The agent's ``flowcon.metric*`` labels for the spec's ``metric`` (none without one)."""
+    m = spec.metric
+    if m is None:
+        return {}
+    out = {contract.LABEL_METRIC: m.name, contract.LABEL_METRIC_GOAL: m.goal}
+    if m.regex is not None:
+        out[contract.LABEL_METRIC_REGEX] = m.regex
+    return out
+
+
+def settings_for(spec: JobSpec, gpus: int) -> ContainerSettings:
+    """Settings of a worker container holding ``gpus`` GPUs of ``spec``."""
+    cpus = _scaled(spec.cpus, spec.cpus_per_gpu, gpus)
+    memory = _scaled(spec.memory, spec.memory_per_gpu, gpus)
+    mounts = tuple(
+        {
+            "Target": v.target,
+            "Source": v.source,
+            "Type": v.kind,
+            "ReadOnly": v.read_only,
+        }
+        for v in spec.volumes
+    )
+    return ContainerSettings(
+        mounts=mounts,
+        shm_size=spec.shm_size if spec.shm_size is not None else default_shm(memory),
+        nano_cpus=None if cpus is None else int(round(cpus * 1e9)),
+        memory=None if memory is None else int(memory),
+        workdir=spec.workdir,
+        user=spec.user,
+        labels={**dict(spec.labels), **metric_labels(spec)},
+    )
+
+
+def engine_kwargs(s: ContainerSettings) -> dict[str, Any]:
+    """Keyword arguments of docker-py's ``containers.create`` for these settings (the
+    checkpoint mount is the backend's: it goes first, these after it)."""
+    out: dict[str, Any] = {"mounts": [dict(m) for m in s.mounts], "shm_size": s.shm_size}
+    if s.nano_cpus is not None:
+        out["nano_cpus"] = s.nano_cpus
+    if s.memory is not None:
+        out["mem_limit"] = s.memory
+    if s.workdir is not None:
+        out["working_dir"] = s.workdir
+    if s.user is not None:
+        out["user"] = s.user
+    return out
+
+
+def swarm_kwargs(s: ContainerSettings) -> dict[str, Any]:
+    """Keyword arguments of docker-py's ``services.create``. A service has no shm size:
+    /dev/shm is a tmpfs mount of that size (what ``docker service create --mount
+    type=tmpfs,dst=/dev/shm,tmpfs-size=...`` does)."""
+    shm = {"Target": "/dev/shm", "Type": "tmpfs", "TmpfsOptions": {"SizeBytes": s.shm_size}}
+    out: dict[str, Any] = {"mounts": [dict(m) for m in s.mounts] + [shm]}
+    limits: dict[str, int] = {}
+    if s.nano_cpus is not None:
+        limits["NanoCPUs"] = s.nano_cpus
+    if s.memory is not None:
+        limits["MemoryBytes"] = s.memory
+    if limits:
+        out["resources"] = {"Limits": limits}
+    if s.workdir is not None:
+        out["workdir"] = s.workdir
+    if s.user is not None:
+        out["user"] = s.user
+    return out

@@ -1,0 +1,50 @@
+"""``make_executor``: an ``Executor`` on the backend the config's ``executor`` section names.
+
+It lives beside the backends, not in ``flowcon.executor.lifecycle``, so the executor never
+imports a backend and the backends never import the executor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flowcon.executor.backend import Backend
+from flowcon.executor.backends.engine import EngineBackend
+from flowcon.executor.backends.swarm import SwarmBackend
+from flowcon.executor.lifecycle import Executor, ExecutorOptions
+
+
+def make_backend(config: Mapping[str, Any] | None = None, client: Any | None = None) -> Backend:
+    """``engine`` (default; ``network``: auto|host|<network name>) or ``swarm``."""
+    cfg = dict(config or {})
+    kind = str(cfg.get("backend", "engine"))
+    if kind == "engine":
+        return EngineBackend(client=client, network=str(cfg.get("network", "auto")))
+    if kind == "swarm":
+        return SwarmBackend(client=client)
+    raise ValueError(f"executor.backend must be 'engine' or 'swarm', not {kind!r}")
+
+
+def make_executor(
+    config: Mapping[str, Any] | None = None,
+    inventory: Any | None = None,
+    client: Any | None = None,
+    extra_labels: Mapping[str, str] | None = None,
+) -> Executor:
+    """Build an executor from the ``executor`` config section.
+
+    ``{backend: engine|swarm, grace_s: 30, max_restarts: 3, checkpoint_every: null,
+    checkpoint_host_dir: null, network: auto|host|<network name>, labels: {},
+    leave_timeout_s: 60}``; ``extra_labels`` (a test's) are added to the config's ``labels``.
+    """
+    cfg = dict(config or {})
+    opts = ExecutorOptions(
+        grace_s=float(cfg.get("grace_s", 30.0)),
+        max_restarts=int(cfg.get("max_restarts", 3)),
+        checkpoint_every=cfg.get("checkpoint_every"),
+        checkpoint_host_dir=cfg.get("checkpoint_host_dir"),
+        extra_labels={**dict(cfg.get("labels") or {}), **dict(extra_labels or {})},
+        leave_timeout_s=float(cfg.get("leave_timeout_s", 60.0)),
+    )
+    return Executor(make_backend(cfg, client), inventory, opts)

@@ -1,0 +1,129 @@
+"""The API under generated hostile and concurrent requests (issue 15, benchmarks/faults.py
+scenario ``api``), on a real in-process allocator (plan-only) over real HTTP: only 4xx for
+hostile requests, never a 5xx, a refused request changes no store row, the store stays
+consistent. Also the regressions the scenario found, and checks that its checkers fail."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from conftest import load_script
+
+from flowcon.allocator.store import Store
+
+FAULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "faults.py"
+
+
+def _load() -> ModuleType:
+    return load_script(FAULTS, "flowcon_bench_faults")
+
+
+faults = _load()
+
+
+@pytest.fixture
+def fuzz(tmp_path: Path) -> Iterator[object]:
+    f = faults.ApiFuzz(random.Random(15), tmp_path / "state")
+    f.start()
+    yield f
+    f.stop()
+
+
+def test_200_generated_requests_fixed_seed_no_violation() -> None:
+    api = next(s for s in faults.SCENARIOS if s.name == "api")
+    summary = faults.run_scenario(api, 200, seed=15)
+    assert summary.runs == 200
+    assert summary.violations == 0, summary.messages[:10]
+    assert summary.recovery and summary.to_json()["recovery_p95_s"] is not None
+
+
+@pytest.mark.parametrize(
+    ("body", "ctype"),
+    [
+        (b"[" * 100000, "application/json"),
+        (b'{"name": ' + b"[" * 100000, "application/json"),
+        (b"[" * 100000, "application/yaml"),
+        (b"[" * 900 + b"]" * 900, "application/yaml"),  # valid YAML, too deep for PyYAML
+    ],
+    ids=["json-array", "json-in-object", "yaml-unclosed", "yaml-valid"],
+)
+def test_deeply_nested_body_is_400_not_500(fuzz, body: bytes, ctype: str) -> None:  # type: ignore[no-untyped-def]
+    """Found by the scenario: a body nested past the parser's recursion limit raised
+    RecursionError, answered 500."""
+    headers = {**faults._auth("user"), "Content-Type": ctype}
+    req = faults.Request("deep", "POST", "/api/v1/jobs", body, headers)
+    result = fuzz.one(req)
+    assert result.violations == []
+    ans = faults.call(fuzz.port, req)
+    assert ans.status == 400 and "nested too deeply" in ans.body["error"]
+
+
+def test_concurrent_submits_and_cancels_add_up(fuzz) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(5):
+        assert fuzz.race().violations == []
+    assert fuzz.races == 5
+
+
+def test_refused_request_that_changes_the_store_is_a_violation(fuzz, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The checker itself: a refusal with a side effect is reported."""
+    real = fuzz.alloc.cancel
+
+    def cancel_with_side_effect(name: str) -> dict[str, object]:
+        fuzz.alloc.store.append_event("sneaky", name)
+        return real(name)
+
+    monkeypatch.setattr(fuzz.alloc, "cancel", cancel_with_side_effect)
+    req = faults.Request("x", "DELETE", "/api/v1/jobs/fz-none", None, faults._auth("user"))
+    result = fuzz.one(req)
+    assert any("changed ['events']" in v for v in result.violations)
+
+
+def test_hostile_request_answered_2xx_is_a_violation() -> None:
+    req = faults.Request("hostile_name", "POST", "/api/v1/jobs", b"{}", {})
+    assert faults.ApiFuzz.check_answer(req, faults.Answer(201, {})) != []
+    assert faults.ApiFuzz.check_answer(req, faults.Answer(500, {})) != []
+    assert faults.ApiFuzz.check_answer(req, faults.Answer(None, None, "reset")) != []
+    assert faults.ApiFuzz.check_answer(req, faults.Answer(400, {"error": "x"})) == []
+
+
+def test_store_problems_finds_an_inconsistent_store(tmp_path: Path) -> None:
+    from flowcon.allocator.store import JobRecord
+
+    store = Store(tmp_path / "db.sqlite")
+    rec = JobRecord("ok", {}, "running", 1.0, None, False, 10.0, 0.0, None, {1: 1.0}, gpus=2)
+    store.put_job(rec)
+    store.record_admission("ok", True, "fits", None, False, 1.0)
+    store.append_event("admitted", "ok")
+    assert faults.store_problems(store, total_gpus=4) == []
+    bad = JobRecord("../x", {}, "cancelled", 1.0, None, False, 10.0, 0.0, None, {}, gpus=3)
+    store.put_job(bad)
+    store.put_job(JobRecord("big", {}, "admitted", 1.0, None, False, 1.0, 0.0, None, {}, gpus=3))
+    problems = faults.store_problems(store, total_gpus=4)
+    text = "\n".join(problems)
+    assert "a name the API must refuse is stored" in text
+    assert "cancelled with finish None and 3 GPUs" in text
+    assert "without an admission row" in text
+    assert "5 GPUs held by active jobs" in text
+    store.close()
+
+
+def test_framework_reports_not_implemented_and_not_run_honestly() -> None:
+    """faults.py never counts a scenario it did not run as passed."""
+
+    def broken(rng: random.Random) -> Iterator[object]:
+        raise RuntimeError("no engine")
+
+    missing = faults.run_scenario(faults.Scenario("x", "later", 5), 5, seed=1)
+    assert missing.to_json() == {
+        "runs": 0,
+        "violations": None,
+        "recovery_p95_s": None,
+        "implemented": False,
+    }
+    failed = faults.run_scenario(faults.Scenario("y", "engine", 5, broken), 5, seed=1)
+    assert failed.to_json()["violations"] is None and "no engine" in failed.error
+    assert faults.main(["--scenario", "inputs", "--runs", "3"]) == 0
