@@ -22,7 +22,6 @@ from flowcon.allocator.auth import Credentials
 from flowcon.allocator.config import AllocatorConfig, ConfigError, ensure_token
 from flowcon.allocator.metrics import AllocatorMetrics
 from flowcon.allocator.planner import Plan, PlanError, Planner
-from flowcon.allocator.records import job_metric, spec_from_dict
 from flowcon.allocator.store import SCHEMA_VERSION, Store, write_failure
 from flowcon.allocator.target import ExecutorTarget, build_placer, build_target
 from flowcon.contract import SCALING_RESTART, Measurement
@@ -116,7 +115,7 @@ class Allocator:
             if self.target is None:
                 self.planner.profiling_failed(rec.name, "the daemon has no executor now")
                 continue
-            spec = spec_from_dict(rec.spec)
+            spec = rec.spec
             self.store.append_event("profiling_restarted", rec.name)
             self._start_profiling(spec, spec.gpu_counts_to_profile(self.total_gpus))
         self.server = ApiServer(
@@ -203,7 +202,7 @@ class Allocator:
         for name, state, reason in self.target.poll(self.store, self.metrics):
             at = None
             rec = self.store.get_job(name)
-            metric = job_metric(rec.spec) if rec is not None else None
+            metric = rec.spec.metric if rec is not None else None
             seen = self.target.progress(name, metric) if state == "completed" else None
             if seen is not None and rec is not None and seen[0] >= rec.iterations:
                 at = seen[1]  # the job's own "last iteration done" line
@@ -213,7 +212,7 @@ class Allocator:
         for rec in self.store.active_jobs():
             if rec.gpus > 0:
                 since = self.target.resume_pending(rec.name)
-                first, seen = self.target.progress_since(rec.name, since, job_metric(rec.spec))
+                first, seen = self.target.progress_since(rec.name, since, rec.spec.metric)
                 if seen is not None:
                     self.planner.observe_progress(rec.name, *seen)
                 if since is not None:

@@ -31,8 +31,8 @@ from typing import Any
 from flowcon.alloc.model import Job, ThroughputCurve
 from flowcon.alloc.policy import ClusterState, Policy, make_policy
 from flowcon.allocator.intake import MeasurementIntake
-from flowcon.allocator.records import jsonable, new_record
-from flowcon.allocator.store import JobRecord, Store
+from flowcon.allocator.records import core_job, jsonable
+from flowcon.allocator.store import JobRecord, Store, new_record
 from flowcon.contract import SCALING_RESTART, SCALING_STOPFREE, Measurement
 from flowcon.jobspec.spec import JobSpec
 
@@ -163,21 +163,8 @@ class Planner:
         return self.intake.curve(rec)
 
     def core_job(self, rec: JobRecord) -> Job:
-        spec = rec.spec
-        return Job(
-            job_id=rec.name,
-            submit_time=rec.submit_time,
-            iterations=rec.iterations,
-            deadline=rec.deadline,
-            soft_deadline=rec.soft_deadline,
-            curve=self.curve(rec),
-            min_gpus=int(spec.get("min_gpus") or 1),
-            max_gpus=spec.get("max_gpus"),
-            requested_gpus=int(spec.get("min_gpus") or 1),
-            done_iterations=min(rec.done_iterations, rec.iterations),
-            model=str(spec.get("model") or ""),
-            batch_size=int(spec.get("global_batch_size") or 0),
-        )
+        """The policy's job: the stored spec with the measured curve and the progress."""
+        return core_job(rec.spec, self.curve(rec), min(rec.done_iterations, rec.iterations))
 
     def cluster_state(self, active: Iterable[JobRecord], now: float) -> ClusterState:
         """The policy's view of the stored active jobs. The first one after a (re)start

@@ -20,6 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flowcon.allocator.records import spec_from_dict, spec_json, spec_to_dict
+from flowcon.jobspec.spec import JobSpec
+
+# the tables' layout; a job's spec is JSON in ``jobs.spec`` (flowcon.allocator.records),
+# read back with the defaults of keys added since, so older rows load unchanged
 SCHEMA_VERSION = 1
 
 # States a job moves through. "profiling" = its pre-run (``profile: auto``) runs, no
@@ -133,7 +138,7 @@ class JobRecord:
     """One row of ``jobs``; ``profile`` and ``measured`` map GPU count -> iterations/s."""
 
     name: str
-    spec: dict[str, Any]
+    spec: JobSpec
     state: str
     submit_time: float
     deadline: float | None
@@ -193,20 +198,26 @@ class JobRecord:
             "measured": {str(k): v for k, v in sorted(self.measured.items())},
             "measured_samples": {str(k): int(v) for k, v in sorted(self.measured_n.items())},
             "deadline_met": self.deadline_met,
-            "spec": redacted(self.spec),
+            "spec": spec_json(self.spec, redact=True),
         }
 
 
-REDACTED = "***"
-
-
-def redacted(spec: dict[str, Any]) -> dict[str, Any]:
-    """A stored spec as the API shows it: ``env`` names kept, values replaced by "***"
-    (they may hold credentials; only the containers get them)."""
-    env = spec.get("env")
-    if not isinstance(env, dict) or not env:
-        return spec
-    return {**spec, "env": {str(k): REDACTED for k in env}}
+def new_record(spec: JobSpec, state: str, profile: dict[int, float], reason: str = "") -> JobRecord:
+    """A job's first record: nothing done yet; hard or soft deadline (the spec's
+    ``deadline_kind``), or best effort."""
+    return JobRecord(
+        name=spec.name,
+        spec=spec,
+        state=state,
+        submit_time=spec.submit_time,
+        deadline=spec.deadline,
+        soft_deadline=spec.soft_deadline,
+        iterations=float(spec.iterations),
+        done_iterations=0.0,
+        progress_ts=None,
+        profile=profile,
+        reason=reason,
+    )
 
 
 @dataclass(frozen=True)
@@ -332,7 +343,7 @@ class Store:
     def _job_from_row(row: sqlite3.Row) -> JobRecord:
         return JobRecord(
             name=row["name"],
-            spec=json.loads(row["spec"]),
+            spec=spec_from_dict(json.loads(row["spec"])),
             state=row["state"],
             submit_time=row["submit_time"],
             deadline=row["deadline"],
@@ -360,7 +371,7 @@ class Store:
             "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 job.name,
-                json.dumps(job.spec, sort_keys=True, default=str),
+                json.dumps(spec_to_dict(job.spec), sort_keys=True, default=str),
                 job.state,
                 job.submit_time,
                 job.deadline,

@@ -15,7 +15,6 @@ from flowcon.alloc.model import Topology
 from flowcon.alloc.placement import BuddyPlacer
 from flowcon.allocator.metrics import AllocatorMetrics
 from flowcon.allocator.planner import Planner
-from flowcon.allocator.records import spec_from_dict
 from flowcon.allocator.store import ACTIVE_STATES, PENDING_STATES, JobRecord, Store
 from flowcon.contract import LABEL_MASTER_PORT, SCALING_RESTART, SCALING_STOPFREE
 from flowcon.executor.workers import live_master_port
@@ -371,7 +370,7 @@ class ExecutorTarget:
             if state is not None:
                 self._note_containers(planner, rec.name, state)
             return
-        spec = replace(spec_from_dict(rec.spec), master_port=self._master_port(store, rec))
+        spec = replace(rec.spec, master_port=self._master_port(store, rec))
         batch = batch_for(spec, sum(len(g) for g in placement.values()))
         said = {} if batch is None else {"global_batch": batch}  # in the job's events
         began = time.time()
@@ -431,8 +430,7 @@ class ExecutorTarget:
         record (``spec.master_port``), so an allocator restart keeps it."""
         live: dict[str, int | None] = {}
         for r in store.list_jobs(PENDING_STATES + ACTIVE_STATES):
-            port = r.spec.get("master_port")
-            live[r.name] = int(port) if isinstance(port, int) else None
+            live[r.name] = r.spec.master_port
         try:
             found = self.executor.jobs()
         except Exception as exc:
@@ -443,15 +441,15 @@ class ExecutorTarget:
                 raw = str(w.labels.get(LABEL_MASTER_PORT, ""))
                 if name != rec.name and raw.isdigit():
                     live[f"{name} ({w.name})"] = int(raw)
-        current = rec.spec.get("master_port")
-        port = live_master_port(rec.name, current if isinstance(current, int) else None, live)
+        current = rec.spec.master_port
+        port = live_master_port(rec.name, current, live)
         if port != current:
             with store.transaction():
                 fresh = store.get_job(rec.name)
                 if fresh is not None:
-                    fresh.spec["master_port"] = port
+                    fresh.spec = replace(fresh.spec, master_port=port)
                     store.put_job(fresh)
-            rec.spec["master_port"] = port
+            rec.spec = replace(rec.spec, master_port=port)
         return port
 
     def _remove(self, name: str) -> None:

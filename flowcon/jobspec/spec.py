@@ -192,30 +192,6 @@ class JobSpec:
 
         return replace(self, profile=profile, profile_auto=False)
 
-    def to_job(self) -> Any:
-        """The allocator core's ``flowcon.alloc.model.Job`` for this spec (needs a profile)."""
-        return to_core_job(self)
-
-
-def to_core_job(spec: JobSpec) -> Any:
-    """Build ``flowcon.alloc.model.Job``. Kept apart so it can follow the core's model."""
-    if spec.profile is None:
-        raise JobSpecError("profile", "no throughput profile yet (run the pre-run first)")
-    from flowcon.alloc import model  # imported late: the core may be absent in some installs
-
-    return model.Job(
-        job_id=spec.name,
-        submit_time=spec.submit_time,
-        iterations=float(spec.iterations),
-        deadline=spec.deadline,
-        curve=model.ThroughputCurve(spec.profile.as_dict(), frozenset(spec.profile.as_dict())),
-        min_gpus=spec.min_gpus,
-        max_gpus=spec.max_gpus,
-        requested_gpus=spec.min_gpus,
-        model=spec.image,
-        batch_size=spec.global_batch_size,
-    )
-
 
 # ---------------------------------------------------------------- parsing
 

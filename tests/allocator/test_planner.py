@@ -390,3 +390,17 @@ def test_the_submit_lines_name_the_guarantees_given_up() -> None:
     assert _submit_line({**out, "revoked": []}, {}) == "admitted b: 4 GPUs now (ok)"
     dry = {**out, "now": 0.0, "predicted_finish": None, "deadline": None}
     assert "(ok; deadline guarantee given up: a; nothing created)" in _dry_run_line(dry)
+
+
+def test_the_live_job_carries_its_model_batch_and_deadline_kind(planner):
+    """The job the policy sees live names its model (the spec's image: the key of the
+    per-model throughput tables and caps, the simulator's ``model_name``), its batch size
+    and its deadline kind, as the stored spec gives them."""
+    spec = _spec("m", 600, 120, 0.0, global_batch_size=16, deadline_kind="soft", max_gpus=4)
+    assert planner.submit(spec, now=0.0).admitted
+    rec = planner.store.get_job("m")
+    assert rec is not None
+    job = planner.core_job(rec)
+    assert job.model == "flowcon/testbox:latest"
+    assert (job.batch_size, job.min_gpus, job.max_gpus) == (16, 1, 4)
+    assert job.soft_deadline and job.deadline == 120.0 and job.iterations == 600.0
