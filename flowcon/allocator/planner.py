@@ -29,8 +29,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from flowcon.alloc.model import Job, ThroughputCurve
+from flowcon.alloc.placement import PlacementPlan
 from flowcon.alloc.policy import ClusterState, Policy, make_policy
 from flowcon.allocator.intake import MeasurementIntake
+from flowcon.allocator.ports import Placer
 from flowcon.allocator.records import core_job, jsonable
 from flowcon.allocator.store import JobRecord, Store, new_record
 from flowcon.contract import SCALING_RESTART, SCALING_STOPFREE, Measurement
@@ -94,14 +96,14 @@ class Change:
     job: str
     old_gpus: int
     new_gpus: int
-    placement: list[Any]
+    placement: list[list[int]]  # [[node index, GPU index], ...]
 
 
 @dataclass
 class Plan:
     ts: float
     allocation: dict[str, int]
-    placement: dict[str, list[Any]]
+    placement: dict[str, list[list[int]]]
     changes: list[Change] = field(default_factory=list)
 
 
@@ -125,7 +127,7 @@ class Planner:
         store: Store,
         total_gpus: int,
         slot_seconds: float,
-        placer: Any | None = None,
+        placer: Placer | None = None,
         ewma_alpha: float = 0.3,
         min_measurements: int = 2,
         complete_on_progress: bool = False,
@@ -535,7 +537,7 @@ class Planner:
 
     def _place(
         self, allocation: Mapping[str, int], active: Iterable[JobRecord]
-    ) -> dict[str, list[Any]]:
+    ) -> dict[str, list[list[int]]]:
         if self.placer is None:
             return {}
         current = {
@@ -589,18 +591,9 @@ def charged_overhead(overheads: Mapping[str, float], modes: Iterable[str]) -> fl
     return max(costs)
 
 
-def placement_lists(result: Any) -> dict[str, list[Any]]:
-    """Normalise the core's PlacementPlan to job -> JSON list of (node, gpu) slots."""
-    raw: Any = result
-    for attr in ("assignments", "placements", "placement", "jobs"):
-        if hasattr(result, attr):
-            raw = getattr(result, attr)
-            break
-    out: dict[str, list[Any]] = {}
-    if isinstance(raw, Mapping):
-        for job, where in raw.items():
-            out[str(job)] = jsonable(list(where) if not isinstance(where, list) else where)
-    return out
+def placement_lists(plan: PlacementPlan) -> dict[str, list[list[int]]]:
+    """The placer's plan as JSON: job -> [[node index, GPU index], ...]."""
+    return {str(job): [[n, g] for n, g in where] for job, where in plan.placements.items()}
 
 
 def decision_reason(decision: Any, spec: JobSpec) -> str:

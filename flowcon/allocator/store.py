@@ -151,7 +151,7 @@ class JobRecord:
     measured: dict[int, float] = field(default_factory=dict)
     measured_n: dict[int, float] = field(default_factory=dict)
     gpus: int = 0
-    placement: list[Any] = field(default_factory=list)
+    placement: list[list[int]] = field(default_factory=list)  # [[node, GPU index], ...]
     predicted_finish: float | None = None
     reason: str = ""
     finish_time: float | None = None

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -15,6 +14,7 @@ from flowcon.alloc.model import Topology
 from flowcon.alloc.placement import BuddyPlacer
 from flowcon.allocator.metrics import AllocatorMetrics
 from flowcon.allocator.planner import Planner
+from flowcon.allocator.ports import Executor, Inventory, NodePlacement, RunningJob
 from flowcon.allocator.store import ACTIVE_STATES, PENDING_STATES, JobRecord, Store
 from flowcon.contract import LABEL_MASTER_PORT, SCALING_RESTART, SCALING_STOPFREE
 from flowcon.executor.workers import live_master_port
@@ -36,7 +36,7 @@ def batch_for(spec: JobSpec, gpus: int) -> int | None:
     return hybrid_batch(spec.global_batch_size, spec.min_gpus, rng[0], rng[1], gpus)
 
 
-def topology_of(inventory: Any) -> Topology | None:
+def topology_of(inventory: Inventory) -> Topology | None:
     """The core's Topology for a homogeneous inventory (same power-of-two GPU count on every
     node); None otherwise (GPU counts are then allocated without a placement)."""
     counts = {n.count for n in inventory.nodes if n.count > 0}
@@ -49,7 +49,7 @@ def topology_of(inventory: Any) -> Topology | None:
     return Topology(nodes_per_switch=nodes, gpus_per_node=per_node)
 
 
-def build_placer(inventory: Any) -> BuddyPlacer | None:
+def build_placer(inventory: Inventory) -> BuddyPlacer | None:
     topo = topology_of(inventory)
     if topo is None:
         log.warning(
@@ -60,12 +60,12 @@ def build_placer(inventory: Any) -> BuddyPlacer | None:
     return BuddyPlacer(topo)
 
 
-def node_names(inventory: Any) -> list[str]:
+def node_names(inventory: Inventory) -> list[str]:
     """Node index of a placement -> node name in the inventory."""
     return [n.name for n in inventory.nodes if n.count > 0]
 
 
-def placement_by_node(inventory: Any, placement: list[Any]) -> dict[str, list[str]]:
+def placement_by_node(inventory: Inventory, placement: list[list[int]]) -> dict[str, list[str]]:
     """Core placement [[node_index, gpu_index], ...] -> executor placement
     {node name: [gpu index, ...]} in node order (the first node hosts rank 0)."""
     names = node_names(inventory)
@@ -87,7 +87,7 @@ class ExecutorTarget:
     so a missed or failed action is simply redone next round.
     """
 
-    def __init__(self, executor: Any, inventory: Any, owns_client: bool = False) -> None:
+    def __init__(self, executor: Executor, inventory: Inventory, owns_client: bool = False) -> None:
         self.executor = executor
         self.inventory = inventory
         self.owns_client = owns_client
@@ -103,23 +103,25 @@ class ExecutorTarget:
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _uuids(self, placement: Mapping[str, list[str]]) -> dict[str, list[str]]:
+    def _uuids(self, placement: NodePlacement) -> dict[str, list[str]]:
         return {
             node: self.inventory.node(node).uuids([int(g) for g in gpus])
             for node, gpus in placement.items()
         }
 
-    def uuids(self, placement: Mapping[str, list[str]]) -> list[str]:
+    def uuids(self, placement: NodePlacement) -> list[str]:
         """Every GPU UUID of an executor placement."""
         return [u for ids in self._uuids(placement).values() for u in ids]
 
-    def _note_containers(self, planner: Planner, name: str, state: Any) -> None:
+    def _note_containers(self, planner: Planner, name: str, state: RunningJob | None) -> None:
         """Which containers run the job now, and at which world size (for the closed loop:
         a measurement counts for the GPU count of the container that took it)."""
-        workers = list(state.workers) if state is not None else []
-        planner.intake.set_containers(name, {str(w.id): int(state.gpus) for w in workers})
+        if state is None:
+            planner.intake.set_containers(name, {})
+            return
+        planner.intake.set_containers(name, {str(w.id): int(state.gpus) for w in state.workers})
 
-    def _same(self, state: Any, placement: Mapping[str, list[str]]) -> bool:
+    def _same(self, state: RunningJob | None, placement: NodePlacement) -> bool:
         if state is None or state.status not in ("running", "starting"):
             return False
         if getattr(state, "scaling", SCALING_RESTART) == SCALING_STOPFREE:
@@ -363,7 +365,9 @@ class ExecutorTarget:
                 planner.intake.forget_job(name)
                 planner.set_scaling(name, None)
 
-    def _match(self, store: Store, planner: Planner, rec: JobRecord, state: Any) -> None:
+    def _match(
+        self, store: Store, planner: Planner, rec: JobRecord, state: RunningJob | None
+    ) -> None:
         """Launch or rescale (checkpoint-restart) the job onto its stored placement."""
         placement = placement_by_node(self.inventory, rec.placement)
         if self._same(state, placement):
