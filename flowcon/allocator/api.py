@@ -32,6 +32,7 @@ import yaml
 
 from flowcon.allocator.auth import Credentials, required_role
 from flowcon.allocator.store import write_failure
+from flowcon.allocator.views import Answer, JobDetail, JobView, LogPage
 from flowcon.textfile import safe_load_yaml
 from flowcon.web.static import static_response
 
@@ -75,14 +76,14 @@ class Service(Protocol):
     def health(self) -> dict[str, Any]: ...
     def history(self, since: float | None = None) -> dict[str, Any]: ...
     def metrics_text(self) -> bytes: ...
-    def list_jobs(self) -> list[dict[str, Any]]: ...
-    def get_job(self, name: str) -> dict[str, Any]: ...
-    def submit(self, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]: ...
-    def dry_run(self, spec: dict[str, Any]) -> dict[str, Any]: ...
+    def list_jobs(self) -> list[JobView]: ...
+    def get_job(self, name: str) -> JobDetail: ...
+    def submit(self, spec: dict[str, Any]) -> tuple[int, Answer]: ...
+    def dry_run(self, spec: dict[str, Any]) -> Answer: ...
     def job_logs(
         self, name: str, rank: int | None = None, after_ns: int = 0, tail: int | None = None
-    ) -> dict[str, Any]: ...
-    def cancel(self, name: str) -> dict[str, Any]: ...
+    ) -> LogPage: ...
+    def cancel(self, name: str) -> JobView: ...
     def ingest_measurements(self, body: dict[str, Any]) -> dict[str, Any]: ...
 
 
@@ -221,7 +222,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _jobs(self, method: str) -> tuple[int, Any, str]:
         if method == "GET":
-            return 200, {"jobs": self.service.list_jobs()}, _JSON
+            return 200, {"jobs": [j.to_json() for j in self.service.list_jobs()]}, _JSON
         if method == "POST":
             body = self._body()
             if isinstance(body, dict) and isinstance(body.get("spec"), dict):
@@ -229,9 +230,9 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(body, dict):
                 raise ApiError(400, "job spec must be a mapping", field="")
             if self._flag("dry_run"):
-                return 200, self.service.dry_run(body), _JSON
+                return 200, self.service.dry_run(body).to_json(), _JSON
             status, out = self.service.submit(body)
-            return status, out, _JSON
+            return status, out.to_json(), _JSON
         raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
 
     def _query(self) -> dict[str, str]:
@@ -260,7 +261,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
         after = self._int_arg("after") or 0
         out = self.service.job_logs(name, self._int_arg("rank"), after, self._int_arg("tail"))
-        return 200, out, _JSON
+        return 200, out.to_json(), _JSON
 
     def _job(self, method: str, name: str) -> tuple[int, Any, str]:
         if name.endswith("/logs") and "/" not in name[: -len("/logs")]:
@@ -268,9 +269,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not name or "/" in name:
             raise ApiError(404, "no such route")
         if method == "GET":
-            return 200, self.service.get_job(name), _JSON
+            return 200, self.service.get_job(name).to_json(), _JSON
         if method == "DELETE":
-            return 200, self.service.cancel(name), _JSON
+            return 200, self.service.cancel(name).to_json(), _JSON
         raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
 
     def _measurements(self, method: str) -> tuple[int, Any, str]:

@@ -24,6 +24,17 @@ from flowcon.allocator.metrics import AllocatorMetrics
 from flowcon.allocator.planner import Plan, PlanError, Planner
 from flowcon.allocator.store import SCHEMA_VERSION, Store, write_failure
 from flowcon.allocator.target import ExecutorTarget, build_placer, build_target
+from flowcon.allocator.views import (
+    AdmissionView,
+    AllocationView,
+    Answer,
+    EventView,
+    JobDetail,
+    JobView,
+    LogLineView,
+    LogPage,
+    ProfilingAnswer,
+)
 from flowcon.contract import SCALING_RESTART, Measurement
 from flowcon.jobspec.spec import JobSpec, JobSpecError, parse_jobspec
 from flowcon.web.health import Liveness
@@ -267,7 +278,7 @@ class Allocator:
             "gpus",
             "reason",
         )
-        jobs = [{k: r.to_json().get(k) for k in keep} for r in self.store.list_jobs()]
+        jobs = [{k: JobView.fields_of(r)[k] for k in keep} for r in self.store.list_jobs()]
         return {
             "now": self.clock(),
             "total_gpus": self.total_gpus,
@@ -280,25 +291,27 @@ class Allocator:
     def metrics_text(self) -> bytes:
         return self.metrics.render()
 
-    def list_jobs(self) -> list[dict[str, Any]]:
-        return [r.to_json() for r in self.store.list_jobs()]
+    def list_jobs(self) -> list[JobView]:
+        return [JobView.of(r) for r in self.store.list_jobs()]
 
-    def get_job(self, name: str) -> dict[str, Any]:
+    def get_job(self, name: str) -> JobDetail:
         rec = self.store.get_job(name)
         if rec is None:
             raise ApiError(404, f"no job {name!r}")
-        out = rec.to_json()
         curve = self.planner.curve(rec).points if rec.profile else {}  # none while profiling
-        out["curve"] = {str(g): v for g, v in curve.items()}
-        out["admissions"] = self.store.admissions(name)
-        out["allocations"] = [
-            {k: a[k] for k in ("ts", "gpus", "placement")} for a in self.store.allocations(name)
-        ]
-        out["events"] = [e.to_json() for e in self.store.events(job=name)]
-        out["containers"] = self.planner.intake.containers_of(name)
-        return out
+        return JobDetail(
+            **JobView.fields_of(rec),
+            curve={str(g): v for g, v in curve.items()},
+            admissions=[AdmissionView(**a) for a in self.store.admissions(name)],
+            allocations=[
+                AllocationView(a["ts"], a["gpus"], a["placement"])
+                for a in self.store.allocations(name)
+            ],
+            events=[EventView.of(e) for e in self.store.events(job=name)],
+            containers=self.planner.intake.containers_of(name),
+        )
 
-    def submit(self, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def submit(self, spec: dict[str, Any]) -> tuple[int, Answer]:
         now = self.clock()
         try:
             parsed = parse_jobspec(spec, now=now, allow_files=False)
@@ -313,9 +326,9 @@ class Allocator:
         self.metrics.admission(result.admitted)
         if result.admitted:
             self.wake()  # start its containers now, not at the next slot
-        return (201 if result.admitted else 200), result.to_json()
+        return (201 if result.admitted else 200), result
 
-    def dry_run(self, spec: dict[str, Any]) -> dict[str, Any]:
+    def dry_run(self, spec: dict[str, Any]) -> Answer:
         """What ``submit`` would answer now, creating nothing (``sbatch --test-only``): the
         planner's policy decides on a copy of its state."""
         now = self.clock()
@@ -325,44 +338,42 @@ class Allocator:
             raise ApiError(400, str(exc), field=exc.field, errors=exc.problems) from None
         if parsed.profile_auto:
             counts = self._profile_counts(parsed)
-            return {
-                "name": parsed.name,
-                "decision": "profiling",
-                "admitted": None,
-                "dry_run": True,
-                "reason": f"valid; profile: auto: a submit pre-runs it at "
+            return ProfilingAnswer(
+                parsed.name,
+                f"valid; profile: auto: a submit pre-runs it at "
                 f"{', '.join(map(str, counts))} GPUs, admission is decided after",
-                "gpus": 0,
-                "counts": counts,
-            }
+                counts,
+                dry_run=True,
+            )
         try:
-            return self.planner.dry_run(parsed, now).to_json()
+            return self.planner.dry_run(parsed, now)
         except PlanError as exc:
             raise ApiError(exc.status, str(exc)) from None
 
     def job_logs(
         self, name: str, rank: int | None = None, after_ns: int = 0, tail: int | None = None
-    ) -> dict[str, Any]:
+    ) -> LogPage:
         """Output lines of the job's worker containers (services on Swarm), newer than
         ``after_ns``; ``cursor`` is what the next page asks ``after``."""
         rec = self.store.get_job(name)
         if rec is None:
             raise ApiError(404, f"no job {name!r}")
-        body: dict[str, Any] = {"job": name, "state": rec.state, "ranks": [], "lines": []}
+        ranks: list[int] = []
+        lines: list[LogLineView] = []
+        note = None
         if self.target is not None:
             try:
-                body.update(self.target.job_logs(name, rank, after_ns, tail))
+                ranks, lines = self.target.job_logs(name, rank, after_ns, tail)
             except Exception as exc:  # engine down: say so, the next page retries
                 raise ApiError(502, f"logs of {name}: {exc}") from None
         else:
-            body["note"] = "this allocator runs no executor: no containers, no logs"
-        ts = [ln["ts_ns"] for ln in body["lines"]]
-        body["cursor"] = str(max(ts, default=after_ns))
-        return body
+            note = "this allocator runs no executor: no containers, no logs"
+        cursor = str(max((ln.ts_ns for ln in lines), default=after_ns))
+        return LogPage(name, rec.state, ranks, lines, cursor, note)
 
     # -- profile: auto -----------------------------------------------------------------
 
-    def _submit_auto(self, spec: JobSpec, now: float) -> tuple[int, dict[str, Any]]:
+    def _submit_auto(self, spec: JobSpec, now: float) -> tuple[int, Answer]:
         """202 "profiling": the pre-run runs on its own thread (it takes seconds to
         minutes); the decision follows in the job's record, events and admissions."""
         counts = self._profile_counts(spec)
@@ -372,16 +383,9 @@ class Allocator:
             raise ApiError(exc.status, str(exc)) from None
         self._start_profiling(spec, counts)
         reason = f"profiling at {', '.join(map(str, counts))} GPUs, then admission"
-        body = {
-            "name": spec.name,
-            "decision": "profiling",
-            "admitted": None,
-            "reason": reason,
-            "gpus": 0,
-            "counts": counts,
-            "profile_seconds": self.cfg.profile_seconds,
-        }
-        return 202, body
+        return 202, ProfilingAnswer(
+            spec.name, reason, counts, profile_seconds=self.cfg.profile_seconds
+        )
 
     def _profile_counts(self, spec: JobSpec) -> list[int]:
         """The GPU counts a ``profile: auto`` job is pre-run at; 400 when it cannot be."""
@@ -477,13 +481,13 @@ class Allocator:
         if result.admitted:
             self.wake()
 
-    def cancel(self, name: str) -> dict[str, Any]:
+    def cancel(self, name: str) -> JobView:
         try:
             rec = self.planner.cancel(name, self.clock())
         except PlanError as exc:
             raise ApiError(exc.status, str(exc)) from None
         self.wake()
-        return rec.to_json()
+        return JobView.of(rec)
 
     def ingest_measurements(self, body: Mapping[str, Any]) -> dict[str, Any]:
         node = body.get("node")

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flowcon.allocator.records import spec_from_dict, spec_json, spec_to_dict
+from flowcon.allocator.records import spec_from_dict, spec_to_dict
 from flowcon.jobspec.spec import JobSpec
 
 # the tables' layout; a job's spec is JSON in ``jobs.spec`` (flowcon.allocator.records),
@@ -178,28 +178,6 @@ class JobRecord:
         if self.state != "completed" or self.deadline is None or self.finish_time is None:
             return None
         return self.finish_time <= self.deadline
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "state": self.state,
-            "submit_time": self.submit_time,
-            "deadline": self.deadline,
-            "soft_deadline": self.soft_deadline,
-            "iterations": self.iterations,
-            "done_iterations": self.done_iterations,
-            "progress": self.progress,
-            "gpus": self.gpus,
-            "placement": self.placement,
-            "predicted_finish": self.predicted_finish,
-            "reason": self.reason,
-            "finish_time": self.finish_time,
-            "profile": {str(k): v for k, v in sorted(self.profile.items())},
-            "measured": {str(k): v for k, v in sorted(self.measured.items())},
-            "measured_samples": {str(k): int(v) for k, v in sorted(self.measured_n.items())},
-            "deadline_met": self.deadline_met,
-            "spec": spec_json(self.spec, redact=True),
-        }
 
 
 def new_record(spec: JobSpec, state: str, profile: dict[int, float], reason: str = "") -> JobRecord:

@@ -16,6 +16,7 @@ from flowcon.allocator.metrics import AllocatorMetrics
 from flowcon.allocator.planner import Planner
 from flowcon.allocator.ports import Executor, Inventory, NodePlacement, RunningJob
 from flowcon.allocator.store import ACTIVE_STATES, PENDING_STATES, JobRecord, Store
+from flowcon.allocator.views import LogLineView
 from flowcon.contract import LABEL_MASTER_PORT, SCALING_RESTART, SCALING_STOPFREE
 from flowcon.executor.workers import live_master_port
 from flowcon.jobspec.keys import MetricSpec
@@ -464,16 +465,10 @@ class ExecutorTarget:
 
     def job_logs(
         self, name: str, rank: int | None, after_ns: int, tail: int | None
-    ) -> dict[str, Any]:
-        """The job's workers' output as the API returns it (``Daemon.job_logs``)."""
+    ) -> tuple[list[int], list[LogLineView]]:
+        """The job's workers' ranks and output lines (``Allocator.job_logs``)."""
         ranks, lines = self.executor.job_logs(name, rank, after_ns, tail)
-        return {
-            "ranks": ranks,
-            "lines": [
-                {"rank": w.node_rank, "node": w.node, "ts_ns": ln.ts_ns, "text": ln.text}
-                for w, ln in lines
-            ],
-        }
+        return list(ranks), [LogLineView(w.node_rank, w.node, ln.ts_ns, ln.text) for w, ln in lines]
 
     def stop_job(self, name: str) -> None:
         self._remove(name)

@@ -11,6 +11,7 @@ import pytest
 
 from flowcon.allocator.records import core_job, spec_from_dict, spec_json, spec_to_dict
 from flowcon.allocator.store import Store, new_record
+from flowcon.allocator.views import JobView
 from flowcon.jobspec.spec import JobSpec, JobSpecError, parse_jobspec
 
 
@@ -77,7 +78,7 @@ def test_a_stored_row_from_before_the_keys_loads(tmp_path):
     rec = st.get_job("j")
     assert rec is not None and rec.spec.launcher == "flowcon" and rec.spec.scaling is None
     assert rec.spec.volumes == () and rec.spec.batch_range is None
-    assert rec.to_json()["spec"]["launcher"] == "flowcon"
+    assert JobView.of(rec).to_json()["spec"]["launcher"] == "flowcon"
     st.close()
 
 
