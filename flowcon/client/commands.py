@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ import yaml
 
 from flowcon.allocator.cli import config_option
 from flowcon.allocator.config import ENV_TOKEN, ENV_URL, ConfigError, client_settings
+from flowcon.allocator.views import JobView, LogLineView, SubmitAnswer
+from flowcon.client.http import AllocatorApi, AllocatorClient, ClientError
 from flowcon.client.render import (
     describe_job,
     dry_run_line,
@@ -37,20 +40,16 @@ _url_opt = click.option("--url", envvar=ENV_URL, help=f"Allocator URL (env {ENV_
 _token_opt = click.option("--token", envvar=ENV_TOKEN, help=f"API token (env {ENV_TOKEN}).")
 
 
-def _client(config_path: str | None, url: str | None, token: str | None) -> Any:
-    from flowcon.client.http import AllocatorClient
-
+def _client(config_path: str | None, url: str | None, token: str | None) -> AllocatorApi:
     try:
         u, t = client_settings(config_path, url, token)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    return AllocatorClient(u, t)
+    return AllocatorApi(AllocatorClient(u, t))
 
 
 def _fail(exc: Exception, what: str = "request") -> None:
     """The daemon's error as one line; a refused input (400) exits ``CLI_EXIT_INVALID``."""
-    from flowcon.client.http import ClientError
-
     if isinstance(exc, ClientError):
         msg = str(exc)
         field = exc.body.get("field")
@@ -101,14 +100,14 @@ class InvalidInput(click.ClickException):
     exit_code = CLI_EXIT_INVALID
 
 
-def _exit_code(out: dict[str, Any]) -> int:
+def _exit_code(out: SubmitAnswer) -> int:
     """What submit (and its dry run) exits with for the allocator's answer."""
-    decision = out.get("decision")
+    decision = out.decision
     if decision == "profiling":
         return CLI_EXIT_PENDING
     if decision == "cancelled":
         return CLI_EXIT_ERROR
-    return CLI_EXIT_ADMITTED if out.get("admitted") else CLI_EXIT_DROPPED
+    return CLI_EXIT_ADMITTED if out.admitted else CLI_EXIT_DROPPED
 
 
 @click.command()
@@ -169,58 +168,61 @@ def submit(
             out = client.dry_run(data)
         else:
             out = client.submit(data)
-            if out.get("decision") == "profiling" and wait:
-                name = str(out.get("name", data.get("name")))
+            if out.decision == "profiling" and wait:
+                name = str(out.name if out.name is not None else data.get("name"))
                 out = wait_for_decision(client, name, out, timeout)
     except Exception as exc:
         _fail(exc, "spec")
         return
     if as_json:
-        click.echo(json.dumps(out, indent=2))
+        click.echo(json.dumps(out.json, indent=2))
     else:
-        click.echo(dry_run_line(out) if dry_run else submit_line(out, data))
+        spec_name = data.get("name")
+        click.echo(dry_run_line(out) if dry_run else submit_line(out, spec_name))
     sys.exit(_exit_code(out))
 
 
 def wait_for_decision(
-    client: Any, name: str, first: dict[str, Any], timeout: float, every: float = 1.0
-) -> dict[str, Any]:
+    client: AllocatorApi, name: str, first: SubmitAnswer, timeout: float, every: float = 1.0
+) -> SubmitAnswer:
     """Poll the job while its pre-run runs; print each profiled point on stderr; return an
     answer shaped like a direct submit's once the daemon decided."""
     import time
 
-    counts = first.get("counts") or []
     click.echo(
-        f"profiling {name} at {', '.join(map(str, counts))} GPUs "
-        f"(up to {first.get('profile_seconds', '?')} s each)...",
+        f"profiling {name} at {', '.join(map(str, first.counts))} GPUs "
+        f"(up to {first.profile_seconds} s each)...",
         err=True,
     )
     seen: set[int] = set()
     end = time.monotonic() + timeout
     while True:
         job = client.job(name)
-        for e in job.get("events", []):
-            if e.get("kind") == "profile_point" and e["id"] not in seen:
-                seen.add(e["id"])
-                rate = e.get("iterations_per_s")
+        for e in job.events:
+            if e.kind == "profile_point" and e.id not in seen:
+                seen.add(e.id)
+                rate = e.data.get("iterations_per_s")
                 got = "no steady rate" if rate is None else f"{rate:.3g} it/s"
-                took = f"{e.get('seconds', 0):.0f} s"
-                click.echo(f"  {e.get('gpus')} GPU(s): {got} (after {took})", err=True)
-        if job.get("state") != "profiling":
-            adm = (job.get("admissions") or [{}])[-1]
-            decision = "admitted" if adm.get("admitted") else "dropped"
-            if job.get("state") == "cancelled":
+                took = f"{e.data.get('seconds', 0):.0f} s"
+                click.echo(f"  {e.data.get('gpus')} GPU(s): {got} (after {took})", err=True)
+        if job.state != "profiling":
+            adm = job.admissions[-1] if job.admissions else None
+            admitted = adm is not None and adm.admitted
+            decision = "admitted" if admitted else "dropped"
+            if job.state == "cancelled":
                 decision = "cancelled"
-            return {
-                "name": name,
-                "decision": decision,
-                "admitted": bool(adm.get("admitted")),
-                "reason": adm.get("reason") or job.get("reason", ""),
-                "gpus": job.get("gpus", 0),
-                "min_share": adm.get("min_share"),
-                "profile": job.get("profile"),
-                "state": job.get("state"),
-            }
+            return SubmitAnswer.from_json(
+                {
+                    "name": name,
+                    "decision": decision,
+                    "admitted": admitted,
+                    "reason": (adm.reason if adm is not None else "") or job.reason,
+                    "gpus": job.gpus,
+                    "min_share": adm.min_share if adm is not None else None,
+                    "profile": job.profile,
+                    "state": job.state,
+                }
+            )
         if time.monotonic() > end:
             raise click.ClickException(
                 f"{name} is still profiling after {timeout:.0f} s (the daemon keeps going; "
@@ -286,13 +288,13 @@ def jobs(
         output = "quiet"
     client = _client(config_path, url, token)
 
-    def fetch() -> list[dict[str, Any]]:
+    def fetch() -> list[JobView]:
         try:
-            rows: list[dict[str, Any]] = client.jobs()
+            rows = client.jobs()
         except Exception as exc:
             _fail(exc)
             raise  # not reached: _fail raises
-        return rows if show_all else [r for r in rows if r.get("state") in ACTIVE]
+        return rows if show_all else [r for r in rows if r.state in ACTIVE]
 
     if not watch:
         print_jobs(fetch(), output, client.url)
@@ -301,7 +303,11 @@ def jobs(
 
 
 def watch_jobs(
-    fetch: Any, output: str, url: str, interval: float, count: int | None = None
+    fetch: Callable[[], list[JobView]],
+    output: str,
+    url: str,
+    interval: float,
+    count: int | None = None,
 ) -> None:
     """``flowcon jobs --watch``: on a terminal a rich ``Live`` table redrawn every
     ``interval`` seconds; otherwise the listing printed again whenever it changed (a log
@@ -321,7 +327,7 @@ def watch_jobs(
                     live.update(render_jobs(fetch(), output, url))
                     n += 1
             return
-        last: Any = None
+        last: list[tuple[object, ...]] | None = None
         while count is None or n < count:
             if n:
                 time.sleep(interval)
@@ -364,7 +370,7 @@ def job_cmd(
         _fail(exc)
         return
     if output == "json":
-        click.echo(json.dumps(job, indent=2))
+        click.echo(json.dumps(job.to_json(), indent=2))
     else:
         click.echo(describe_job(job, time.time()))
 
@@ -416,30 +422,29 @@ def logs(
     client = _client(config_path, url, token)
     first = True
     newest = 0  # the newest line's timestamp (ns)
-    seen: set[tuple[Any, ...]] = set()  # lines printed in the last FOLLOW_OVERLAP_NS
+    seen: set[LogLineView] = set()  # lines printed in the last FOLLOW_OVERLAP_NS
     try:
         while True:
             after = None if first else str(max(0, newest - FOLLOW_OVERLAP_NS))
             page = client.logs(name, rank=rank, after=after, tail=tail if first else None)
-            ranks = page.get("ranks") or []
+            ranks = page.ranks
             if rank is not None and ranks and rank not in ranks and not follow:
                 raise click.ClickException(
                     f"job {name} has no worker of rank {rank} (ranks: {', '.join(map(str, ranks))})"
                 )
             prefix = rank is None and len(ranks) > 1
-            for ln in page.get("lines") or []:
-                key = (ln.get("rank"), ln.get("node"), ln.get("ts_ns"), ln.get("text"))
-                if key in seen:
+            for ln in page.lines:
+                if ln in seen:
                     continue
-                seen.add(key)
-                newest = max(newest, int(ln.get("ts_ns") or 0))
+                seen.add(ln)
+                newest = max(newest, ln.ts_ns)
                 click.echo(log_line(ln, prefix, timestamps))
-            if page.get("note") and first:
-                click.echo(page["note"], err=True)  # once, also when following
+            if page.note and first:
+                click.echo(page.note, err=True)  # once, also when following
             first = False
-            if not follow or page.get("state") in TERMINAL:
+            if not follow or page.state in TERMINAL:
                 return
-            seen = {k for k in seen if int(k[2] or 0) > newest - FOLLOW_OVERLAP_NS}
+            seen = {k for k in seen if k.ts_ns > newest - FOLLOW_OVERLAP_NS}
             time.sleep(interval)
     except KeyboardInterrupt:
         return
@@ -459,8 +464,6 @@ def cancel(
 ) -> None:
     """Cancel jobs: their containers stop and their GPUs go to the others. Exits 1 when
     any could not be cancelled, naming them."""
-    from flowcon.client.http import ClientError
-
     client = _client(config_path, url, token)
     failed: list[str] = []
     for name in names:
@@ -472,6 +475,6 @@ def cancel(
             click.echo(f"cannot cancel {name}: {exc}", err=True)
             failed.append(name)
             continue
-        click.echo(f"cancelled {out.get('name', name)}")
+        click.echo(f"cancelled {out.name}")
     if failed:
         raise click.ClickException(f"not cancelled: {', '.join(failed)}")

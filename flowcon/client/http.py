@@ -8,6 +8,8 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from flowcon.allocator.views import JobDetail, JobView, LogPage, SubmitAnswer
+
 
 class ClientError(RuntimeError):
     """The daemon answered with an error, or could not be reached (``status`` 0)."""
@@ -19,6 +21,9 @@ class ClientError(RuntimeError):
 
 
 class AllocatorClient:
+    """The API's calls with their JSON answers as parsed (``AllocatorApi`` reads them as
+    ``flowcon.allocator.views``)."""
+
     def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
         self.token = token
@@ -79,3 +84,32 @@ class AllocatorClient:
         return self._call(
             "POST", "/api/v1/measurements", {"node": node, "measurements": measurements}
         )[1]
+
+
+class AllocatorApi:
+    """The allocator's API with typed answers (``flowcon.allocator.views``): what the
+    client commands call."""
+
+    def __init__(self, client: AllocatorClient) -> None:
+        self.client = client
+        self.url = client.url
+
+    def jobs(self) -> list[JobView]:
+        return [JobView.from_json(j) for j in self.client.jobs()]
+
+    def job(self, name: str) -> JobDetail:
+        return JobDetail.from_json(self.client.job(name))
+
+    def submit(self, spec: dict[str, Any]) -> SubmitAnswer:
+        return SubmitAnswer.from_json(self.client.submit(spec))
+
+    def dry_run(self, spec: dict[str, Any]) -> SubmitAnswer:
+        return SubmitAnswer.from_json(self.client.dry_run(spec))
+
+    def logs(
+        self, name: str, rank: int | None = None, after: str | None = None, tail: int | None = None
+    ) -> LogPage:
+        return LogPage.from_json(self.client.logs(name, rank=rank, after=after, tail=tail))
+
+    def cancel(self, name: str) -> JobView:
+        return JobView.from_json(self.client.cancel(name))

@@ -383,13 +383,19 @@ def test_a_guarantee_that_cannot_be_kept_is_given_up_for_a_newcomer(tmp_path):
 
 
 def test_the_submit_lines_name_the_guarantees_given_up() -> None:
+    from flowcon.allocator.views import SubmitAnswer as Answer
     from flowcon.client.render import dry_run_line, submit_line
 
     out = {"name": "b", "admitted": True, "gpus": 4, "reason": "ok", "revoked": ["a"]}
-    assert submit_line(out, {}) == "admitted b: 4 GPUs now (ok); deadline guarantee given up: a"
-    assert submit_line({**out, "revoked": []}, {}) == "admitted b: 4 GPUs now (ok)"
+    line = submit_line(Answer.from_json(out), None)
+    assert line == "admitted b: 4 GPUs now (ok); deadline guarantee given up: a"
+    assert (
+        submit_line(Answer.from_json({**out, "revoked": []}), None) == "admitted b: 4 GPUs now (ok)"
+    )
     dry = {**out, "now": 0.0, "predicted_finish": None, "deadline": None}
-    assert "(ok; deadline guarantee given up: a; nothing created)" in dry_run_line(dry)
+    assert "(ok; deadline guarantee given up: a; nothing created)" in dry_run_line(
+        Answer.from_json(dry)
+    )
 
 
 def test_the_live_job_carries_its_model_batch_and_deadline_kind(planner):
