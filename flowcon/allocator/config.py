@@ -77,7 +77,7 @@ class AllocatorConfig:
     executor: str = "engine"
     # the scheduling policy, any of ``flowcon simulate --policy`` (flowcon.alloc.policy)
     policy: str = "elasticflow"
-    raw: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)  # the file's YAML; sections checked
     source: Path | None = None
 
     @property
@@ -115,6 +115,7 @@ class AllocatorConfig:
 # ---------------------------------------------------------------- schema
 
 
+# pydantic's Field() is typed Any (the field's default, as the type checker sees it)
 def _secret_field(role: str) -> Any:
     return Field(None, description=f"the {role} token (a string)")
 

@@ -15,7 +15,8 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from types import FrameType
+from typing import cast
 
 from flowcon.allocator.api import ApiError, ApiServer
 from flowcon.allocator.auth import Credentials
@@ -247,7 +248,7 @@ class Allocator:
 
     # -- Service (HTTP) ----------------------------------------------------------------
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> dict[str, object]:
         """``status`` "ok" (HTTP 200) or "unhealthy" (503): the planning loop completed no
         iteration for 3 slots, or its last one failed."""
         body = self.liveness.check(
@@ -261,7 +262,7 @@ class Allocator:
         body["rounds"] = self.rounds
         return body
 
-    def history(self, since: float | None = None) -> dict[str, Any]:
+    def history(self, since: float | None = None) -> dict[str, object]:
         """What the live view polls: jobs (no spec, no env), GPUs per job over time and
         the admission decisions with their reasons."""
         keep = (
@@ -311,7 +312,7 @@ class Allocator:
             containers=self.planner.intake.containers_of(name),
         )
 
-    def submit(self, spec: dict[str, Any]) -> tuple[int, Answer]:
+    def submit(self, spec: Mapping[str, object]) -> tuple[int, Answer]:
         now = self.clock()
         try:
             parsed = parse_jobspec(spec, now=now, allow_files=False)
@@ -328,7 +329,7 @@ class Allocator:
             self.wake()  # start its containers now, not at the next slot
         return (201 if result.admitted else 200), result
 
-    def dry_run(self, spec: dict[str, Any]) -> Answer:
+    def dry_run(self, spec: Mapping[str, object]) -> Answer:
         """What ``submit`` would answer now, creating nothing (``sbatch --test-only``): the
         planner's policy decides on a copy of its state."""
         now = self.clock()
@@ -489,7 +490,7 @@ class Allocator:
         self.wake()
         return JobView.of(rec)
 
-    def ingest_measurements(self, body: Mapping[str, Any]) -> dict[str, Any]:
+    def ingest_measurements(self, body: Mapping[str, object]) -> dict[str, object]:
         node = body.get("node")
         items = body.get("measurements")
         if not isinstance(node, str) or not node:
@@ -558,7 +559,7 @@ def run_daemon(cfg: AllocatorConfig) -> None:
     alloc = Allocator(cfg, target)
     done = threading.Event()
 
-    def _stop(signum: int, frame: Any) -> None:
+    def _stop(signum: int, frame: FrameType | None) -> None:
         done.set()
 
     signal.signal(signal.SIGINT, _stop)

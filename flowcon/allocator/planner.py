@@ -26,14 +26,14 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
+from flowcon.alloc.admission import AdmissionDecision
 from flowcon.alloc.model import Job, ThroughputCurve
 from flowcon.alloc.placement import PlacementPlan
 from flowcon.alloc.policy import ClusterState, Policy, make_policy
 from flowcon.allocator.intake import MeasurementIntake
 from flowcon.allocator.ports import Placer
-from flowcon.allocator.records import core_job, jsonable
+from flowcon.allocator.records import core_job
 from flowcon.allocator.store import JobRecord, Store, new_record
 from flowcon.contract import SCALING_RESTART, SCALING_STOPFREE, Measurement
 from flowcon.jobspec.spec import JobSpec
@@ -55,11 +55,11 @@ class SubmitResult:
     admitted: bool
     reason: str
     gpus: int
-    min_share: Any
+    min_share: dict[str, int] | None  # GPUs each hard-deadline job needs now
     measured_jobs: tuple[str, ...]  # admitted jobs whose measured speed entered the decision
     revoked: tuple[str, ...] = ()  # admitted jobs whose guarantee this decision gave up
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         out = asdict(self)
         out["decision"] = "admitted" if self.admitted else "dropped"
         out["measured_jobs"] = list(self.measured_jobs)
@@ -75,13 +75,13 @@ class DryRunResult:
     admitted: bool
     reason: str
     gpus: int  # GPUs it would hold now (0: admitted but queued for spare GPUs)
-    min_share: Any
+    min_share: dict[str, int] | None
     predicted_finish: float | None  # if it kept those GPUs; None when it would wait
     deadline: float | None
     now: float
     revoked: tuple[str, ...] = ()  # admitted jobs whose guarantee a submit would give up
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         out = asdict(self)
         out["decision"] = "admitted" if self.admitted else "dropped"
         out["dry_run"] = True
@@ -242,7 +242,7 @@ class Planner:
             decision = self.policy.on_submit(self.core_job(rec), now, state)
             measured = tuple(r.name for r in active if self.trusted_measurements(r))
             reason = decision_reason(decision, spec)
-            min_share = jsonable(decision.min_share or None)
+            min_share = dict(decision.min_share) or None
             self.store.record_admission(
                 spec.name, decision.admitted, reason, min_share, bool(measured), now
             )
@@ -334,7 +334,7 @@ class Planner:
             admitted=decision.admitted,
             reason=reason,
             gpus=gpus,
-            min_share=jsonable(decision.min_share or None),
+            min_share=dict(decision.min_share) or None,
             predicted_finish=finish,
             deadline=spec.deadline,
             now=now,
@@ -596,7 +596,7 @@ def placement_lists(plan: PlacementPlan) -> dict[str, list[list[int]]]:
     return {str(job): [[n, g] for n, g in where] for job, where in plan.placements.items()}
 
 
-def decision_reason(decision: Any, spec: JobSpec) -> str:
+def decision_reason(decision: AdmissionDecision, spec: JobSpec) -> str:
     """The reason stored (and answered) with an admission decision."""
     if decision.reason:
         return str(decision.reason)
@@ -609,12 +609,10 @@ def decision_reason(decision: Any, spec: JobSpec) -> str:
     )
 
 
-def min_share_of(decision: Any, name: str) -> int:
-    shares = getattr(decision, "min_share", None) or {}
-    return int(shares.get(name, 0)) if isinstance(shares, Mapping) else 0
+def min_share_of(decision: AdmissionDecision, name: str) -> int:
+    return int(decision.min_share.get(name, 0))
 
 
-def peak_share_of(decision: Any, name: str) -> int:
-    plans = getattr(decision, "plans", None) or {}
-    plan = plans.get(name) if isinstance(plans, Mapping) else None
-    return max(getattr(plan, "gpus", ()) or (0,))
+def peak_share_of(decision: AdmissionDecision, name: str) -> int:
+    plan = decision.plans.get(name)
+    return max((plan.gpus if plan is not None else ()) or (0,))

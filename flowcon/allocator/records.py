@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict
 from typing import Any
 
 from flowcon.alloc.model import Job, ThroughputCurve
@@ -14,9 +13,13 @@ from flowcon.jobspec.keys import MetricSpec, VolumeSpec
 from flowcon.jobspec.spec import JobSpec, JobSpecError, ThroughputProfile
 
 REDACTED = "***"
+# JSON as parsed (json.loads): a stored spec, the open parts of an answer (a spec shown as
+# stored, an event's own fields); whoever reads a value checks or converts it
+Json = Any
+JsonObject = dict[str, Json]
 
 
-def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
+def spec_to_dict(spec: JobSpec) -> dict[str, object]:
     """The parsed spec as JSON (deadline already absolute), as the store keeps it."""
     return {
         "name": spec.name,
@@ -50,7 +53,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def spec_from_dict(data: Mapping[str, Any]) -> JobSpec:
+def spec_from_dict(data: Mapping[str, Json]) -> JobSpec:
     """A stored spec back (``data`` is the store's JSON, of this version or an older one:
     keys added since have their defaults)."""
     profile = data.get("profile")
@@ -93,16 +96,16 @@ def spec_from_dict(data: Mapping[str, Any]) -> JobSpec:
     )
 
 
-def _int_or_none(value: Any) -> int | None:
+def _int_or_none(value: Json) -> int | None:
     """An optional integer of a stored spec (absent in records from before the key)."""
     return None if value is None else int(value)
 
 
-def spec_json(spec: JobSpec, redact: bool = False) -> dict[str, Any]:
+def spec_json(spec: JobSpec, redact: bool = False) -> JsonObject:
     """The spec as the store writes it (keys sorted) and the API shows it; ``redact``:
     ``env`` names kept, values replaced by "***" (they may hold credentials; only the
     containers get them)."""
-    out: dict[str, Any] = json.loads(json.dumps(spec_to_dict(spec), sort_keys=True, default=str))
+    out: JsonObject = json.loads(json.dumps(spec_to_dict(spec), sort_keys=True, default=str))
     if redact and out["env"]:
         out["env"] = {str(k): REDACTED for k in out["env"]}
     return out
@@ -134,16 +137,3 @@ def core_job(
         model=spec.image,
         batch_size=spec.global_batch_size,
     )
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` as plain JSON types (dataclasses as dicts, sets as lists)."""
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [jsonable(v) for v in value]
-    if hasattr(value, "__dataclass_fields__"):
-        return jsonable(asdict(value))
-    return str(value)

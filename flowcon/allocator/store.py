@@ -18,9 +18,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from flowcon.allocator.records import spec_from_dict, spec_to_dict
+from flowcon.allocator.records import JsonObject, spec_from_dict, spec_to_dict
 from flowcon.jobspec.spec import JobSpec
 
 # the tables' layout; a job's spec is JSON in ``jobs.spec`` (flowcon.allocator.records),
@@ -204,9 +203,9 @@ class Event:
     ts: float
     kind: str
     job: str | None
-    data: dict[str, Any]
+    data: JsonObject  # the event kind's own fields
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"id": self.id, "ts": self.ts, "kind": self.kind, "job": self.job, **self.data}
 
 
@@ -292,16 +291,16 @@ class Store:
             if outer:
                 self._conn.execute("COMMIT")
 
-    def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+    def _exec(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Cursor:
         with self._lock:
             return self._conn.execute(sql, params)
 
-    def _q1(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
+    def _q1(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Row | None:
         with self._lock:
             row: sqlite3.Row | None = self._conn.execute(sql, params).fetchone()
             return row
 
-    def _qall(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+    def _qall(self, sql: str, params: tuple[object, ...] = ()) -> list[sqlite3.Row]:
         with self._lock:
             return list(self._conn.execute(sql, params).fetchall())
 
@@ -396,7 +395,7 @@ class Store:
         job: str,
         admitted: bool,
         reason: str,
-        min_share: Any,
+        min_share: dict[str, int] | None,
         measured: bool,
         ts: float,
     ) -> None:
@@ -406,7 +405,7 @@ class Store:
             (ts, job, int(admitted), reason, json.dumps(min_share, default=str), int(measured)),
         )
 
-    def admissions(self, job: str | None = None) -> list[dict[str, Any]]:
+    def admissions(self, job: str | None = None) -> list[JsonObject]:
         rows = self._rows_of("admissions", job)
         return [
             {
@@ -421,13 +420,13 @@ class Store:
             for r in rows
         ]
 
-    def record_allocation(self, job: str, gpus: int, placement: Any, ts: float) -> None:
+    def record_allocation(self, job: str, gpus: int, placement: list[list[int]], ts: float) -> None:
         self._exec(
             "INSERT INTO allocations (ts, job, gpus, placement) VALUES (?,?,?,?)",
             (ts, job, gpus, json.dumps(placement, default=str)),
         )
 
-    def allocations(self, job: str | None = None) -> list[dict[str, Any]]:
+    def allocations(self, job: str | None = None) -> list[JsonObject]:
         rows = self._rows_of("allocations", job)
         return [
             {
@@ -441,7 +440,7 @@ class Store:
         ]
 
     def append_event(
-        self, kind: str, job: str | None = None, ts: float | None = None, **data: Any
+        self, kind: str, job: str | None = None, ts: float | None = None, **data: object
     ) -> None:
         self._exec(
             "INSERT INTO events (ts, kind, job, data) VALUES (?,?,?,?)",
@@ -485,7 +484,7 @@ class Store:
             (ts, time.time(), node, job, container_id, name, step, its_per_s, metric, value, gpus),
         )
 
-    def measurements(self, job: str | None = None) -> list[dict[str, Any]]:
+    def measurements(self, job: str | None = None) -> list[JsonObject]:
         rows = self._rows_of("measurements", job)
         return [dict(r) for r in rows]
 

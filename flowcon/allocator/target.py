@@ -6,12 +6,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 from flowcon.alloc.batch import hybrid_batch
 from flowcon.alloc.model import Topology
 from flowcon.alloc.placement import BuddyPlacer
+from flowcon.allocator.config import AllocatorConfig
 from flowcon.allocator.metrics import AllocatorMetrics
 from flowcon.allocator.planner import Planner
 from flowcon.allocator.ports import Executor, Inventory, NodePlacement, RunningJob
@@ -483,7 +484,11 @@ class ExecutorTarget:
                 close()
 
 
-def build_target(cfg: Any, client: Any | None = None, extra_labels: Any = None) -> ExecutorTarget:
+def build_target(
+    cfg: AllocatorConfig,
+    client: object | None = None,  # a docker.DockerClient (tests and benchmarks pass theirs)
+    extra_labels: Mapping[str, str] | None = None,
+) -> ExecutorTarget:
     """Inventory (NVML or ``gpus.declared``) + executor from the config."""
     from flowcon.engine.gpus import discover
     from flowcon.executor.backend import connect_engine

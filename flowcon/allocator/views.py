@@ -11,19 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
+from typing import Protocol
 
-from flowcon.allocator.records import spec_json
+from flowcon.allocator.records import Json, JsonObject, spec_json
 from flowcon.allocator.store import Event, JobRecord
-
-# JSON as parsed: what an answer holds where its shape is open (a spec shown as stored,
-# an event's own fields, a minimum share); read by key where it is used
-Json = Any
-JsonObject = dict[str, Json]
 
 
 class Answer(Protocol):
-    """Any answer the API sends (its body is ``to_json()``)."""
+    """An answer the API sends (its body is ``to_json()``)."""
 
     def to_json(self) -> JsonObject: ...
 
