@@ -8,13 +8,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 import yaml
 
 from flowcon.allocator.cli import config_option
 from flowcon.allocator.config import ENV_TOKEN, ENV_URL, ConfigError, client_settings
+from flowcon.allocator.records import JsonObject
 from flowcon.allocator.views import JobView, LogLineView, SubmitAnswer
 from flowcon.client.http import AllocatorApi, AllocatorClient, ClientError
 from flowcon.client.render import (
@@ -66,7 +66,7 @@ def _fail(exc: Exception, what: str = "request") -> None:
     raise exc
 
 
-def read_spec_file(path: Path) -> dict[str, Any]:
+def read_spec_file(path: Path) -> JsonObject:
     """The spec as a mapping, with a profile file inlined (the daemon cannot read the
     client's files). Checked locally first so a typo fails before any network call."""
     try:
@@ -76,7 +76,7 @@ def read_spec_file(path: Path) -> dict[str, Any]:
     return read_spec_text(text, path.parent, str(path))
 
 
-def read_spec_text(text: str, base_dir: Path, label: str) -> dict[str, Any]:
+def read_spec_text(text: str, base_dir: Path, label: str) -> JsonObject:
     """``read_spec_file`` for a spec's text (a file's, or standard input's with ``-``);
     a profile file is read relative to ``base_dir``."""
     from flowcon.jobspec.spec import JobSpecError, load_profile, parse_jobspec
