@@ -410,3 +410,11 @@ def test_the_live_job_carries_its_model_batch_and_deadline_kind(planner):
     assert job.model == "flowcon/testbox:latest"
     assert (job.batch_size, job.min_gpus, job.max_gpus) == (16, 1, 4)
     assert job.soft_deadline and job.deadline == 120.0 and job.iterations == 600.0
+
+
+def test_placement_lists_read_the_placers_plan() -> None:
+    from flowcon.alloc.placement import PlacementPlan
+    from flowcon.allocator.planner import placement_lists
+
+    plan = PlacementPlan({"a": ((0, 1), (0, 2)), "b": ()})
+    assert placement_lists(plan) == {"a": [[0, 1], [0, 2]], "b": []}
