@@ -279,7 +279,8 @@ class Allocator:
             "gpus",
             "reason",
         )
-        jobs = [{k: JobView.fields_of(r)[k] for k in keep} for r in self.store.list_jobs()]
+        views = (JobView.fields_of(r) for r in self.store.list_jobs())
+        jobs = [{k: v[k] for k in keep} for v in views]
         return {
             "now": self.clock(),
             "total_gpus": self.total_gpus,
