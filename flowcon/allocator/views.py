@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from flowcon.allocator.records import Json, JsonObject, spec_json
 from flowcon.allocator.store import Event, JobRecord
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 
 class Answer(Protocol):
@@ -23,9 +26,9 @@ class Answer(Protocol):
     def to_json(self) -> JsonObject: ...
 
 
-def _plain(view: object) -> JsonObject:
+def _plain(view: DataclassInstance) -> JsonObject:
     """A view's fields as a JSON object, in field order (nested views not expanded)."""
-    return {f.name: getattr(view, f.name) for f in fields(view)}  # type: ignore[arg-type]
+    return {f.name: getattr(view, f.name) for f in fields(view)}
 
 
 def _num(value: Json, default: float = 0.0) -> float:
