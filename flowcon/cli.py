@@ -20,12 +20,12 @@ SUBCOMMANDS: dict[str, str] = {
     "status": "flowcon.agent.cli:status",
     "simulate": "flowcon.sim.cli:simulate",
     "replay": "flowcon.replay.cli:replay",
-    "allocator": "flowcon.client.cli:allocator",
-    "submit": "flowcon.client.cli:submit",
-    "jobs": "flowcon.client.cli:jobs",
-    "cancel": "flowcon.client.cli:cancel",
-    "job": "flowcon.client.cli:job_cmd",
-    "logs": "flowcon.client.cli:logs",
+    "allocator": "flowcon.allocator.cli:allocator",
+    "submit": "flowcon.client.commands:submit",
+    "jobs": "flowcon.client.commands:jobs",
+    "cancel": "flowcon.client.commands:cancel",
+    "job": "flowcon.client.commands:job_cmd",
+    "logs": "flowcon.client.commands:logs",
     "images": "flowcon.engine.images_cli:images",
 }
 

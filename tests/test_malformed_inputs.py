@@ -15,7 +15,7 @@ from conftest import load_script
 
 from flowcon.agent import config as agent_config
 from flowcon.allocator.config import ConfigError, load_config
-from flowcon.client.cli import InvalidInput, read_spec_file
+from flowcon.client.commands import InvalidInput, read_spec_file
 from flowcon.jobspec.spec import JobSpecError, load_jobspec
 from flowcon.replay.scenario import ScenarioError, load_scenario
 from flowcon.sim.loaders import InputError, load_throughputs, load_trace

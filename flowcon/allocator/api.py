@@ -23,24 +23,28 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
 from flowcon.allocator.auth import Credentials, required_role
 from flowcon.allocator.store import write_failure
+from flowcon.allocator.views import Answer, JobDetail, JobView, LogPage
 from flowcon.textfile import safe_load_yaml
 from flowcon.web.static import static_response
 
 log = logging.getLogger(__name__)
 
 MAX_BODY = 1 << 20  # 1 MiB: a job spec or a round of measurements is far smaller
+# (HTTP status, body: JSON-able, or bytes sent as they are, content type)
+Reply = tuple[int, object, str]
 
 
-def _failure(method: str, path: str, exc: Exception) -> tuple[int, Any, str]:
+def _failure(method: str, path: str, exc: Exception) -> Reply:
     """The answer for an exception a route did not handle: 507/503 with a clear message
     when the store cannot be written (nothing was changed), else 500 (a bug, logged with
     its traceback)."""
@@ -63,34 +67,34 @@ def _failure(method: str, path: str, exc: Exception) -> tuple[int, Any, str]:
 class ApiError(Exception):
     """An error with an HTTP status and a JSON body ({"error": ..., "field": ...})."""
 
-    def __init__(self, status: int, message: str, **extra: Any) -> None:
+    def __init__(self, status: int, message: str, **extra: object) -> None:
         super().__init__(message)
         self.status = status
-        self.body: dict[str, Any] = {"error": message, **extra}
+        self.body: dict[str, object] = {"error": message, **extra}
 
 
 class Service(Protocol):
     """What the HTTP layer needs from the daemon."""
 
-    def health(self) -> dict[str, Any]: ...
-    def history(self, since: float | None = None) -> dict[str, Any]: ...
+    def health(self) -> dict[str, object]: ...
+    def history(self, since: float | None = None) -> dict[str, object]: ...
     def metrics_text(self) -> bytes: ...
-    def list_jobs(self) -> list[dict[str, Any]]: ...
-    def get_job(self, name: str) -> dict[str, Any]: ...
-    def submit(self, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]: ...
-    def dry_run(self, spec: dict[str, Any]) -> dict[str, Any]: ...
+    def list_jobs(self) -> list[JobView]: ...
+    def get_job(self, name: str) -> JobDetail: ...
+    def submit(self, spec: Mapping[str, object]) -> tuple[int, Answer]: ...
+    def dry_run(self, spec: Mapping[str, object]) -> Answer: ...
     def job_logs(
         self, name: str, rank: int | None = None, after_ns: int = 0, tail: int | None = None
-    ) -> dict[str, Any]: ...
-    def cancel(self, name: str) -> dict[str, Any]: ...
-    def ingest_measurements(self, body: dict[str, Any]) -> dict[str, Any]: ...
+    ) -> LogPage: ...
+    def cancel(self, name: str) -> JobView: ...
+    def ingest_measurements(self, body: Mapping[str, object]) -> dict[str, object]: ...
 
 
 _JSON = "application/json"
 _WITH_BODY = ("POST", "PUT", "PATCH")
 
 
-def _parse_body(raw: bytes, content_type: str) -> Any:
+def _parse_body(raw: bytes, content_type: str) -> object:
     """A request body as YAML (``*yaml*`` content types) or JSON."""
     if not raw.strip():
         raise ApiError(HTTPStatus.BAD_REQUEST, "empty body")
@@ -120,12 +124,12 @@ class _Handler(BaseHTTPRequestHandler):
     credentials: Credentials
     _length = 0  # the request body's declared size, until the route reads it
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         log.debug("%s %s", self.address_string(), format % args)
 
     # -- helpers ----------------------------------------------------------------------
 
-    def _send(self, status: int, body: Any, content_type: str = _JSON) -> None:
+    def _send(self, status: int, body: object, content_type: str = _JSON) -> None:
         data = body if isinstance(body, bytes) else json.dumps(body, default=str).encode()
         self.send_response(status)
         self.send_header("Content-Type", content_type)
@@ -162,7 +166,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
         return length
 
-    def _body(self) -> Any:
+    def _body(self) -> object:
         raw = self.rfile.read(self._length) if self._length > 0 else b""
         self._length = 0
         return _parse_body(raw, self.headers.get("Content-Type") or _JSON)
@@ -189,7 +193,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- routes -----------------------------------------------------------------------
 
-    def _dispatch(self, method: str, path: str) -> tuple[int, Any, str]:
+    def _dispatch(self, method: str, path: str) -> Reply:
         if path == "/healthz" and method == "GET":
             health = self.service.health()
             return (200 if health.get("status") == "ok" else 503), health, _JSON
@@ -206,7 +210,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._measurements(method)
         raise ApiError(404, "no such route")
 
-    def _view(self, method: str, path: str) -> tuple[int, Any, str] | None:
+    def _view(self, method: str, path: str) -> Reply | None:
         """The live view: its page and files, and the history it polls."""
         if method != "GET":
             return None
@@ -219,9 +223,9 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, self.service.history(since), _JSON
         return static_response(path, "allocator.html")
 
-    def _jobs(self, method: str) -> tuple[int, Any, str]:
+    def _jobs(self, method: str) -> Reply:
         if method == "GET":
-            return 200, {"jobs": self.service.list_jobs()}, _JSON
+            return 200, {"jobs": [j.to_json() for j in self.service.list_jobs()]}, _JSON
         if method == "POST":
             body = self._body()
             if isinstance(body, dict) and isinstance(body.get("spec"), dict):
@@ -229,9 +233,9 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(body, dict):
                 raise ApiError(400, "job spec must be a mapping", field="")
             if self._flag("dry_run"):
-                return 200, self.service.dry_run(body), _JSON
+                return 200, self.service.dry_run(body).to_json(), _JSON
             status, out = self.service.submit(body)
-            return status, out, _JSON
+            return status, out.to_json(), _JSON
         raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
 
     def _query(self) -> dict[str, str]:
@@ -255,25 +259,25 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(400, f"{key} must be >= {minimum}", field=key)
         return value
 
-    def _logs(self, method: str, name: str) -> tuple[int, Any, str]:
+    def _logs(self, method: str, name: str) -> Reply:
         if method != "GET":
             raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
         after = self._int_arg("after") or 0
         out = self.service.job_logs(name, self._int_arg("rank"), after, self._int_arg("tail"))
-        return 200, out, _JSON
+        return 200, out.to_json(), _JSON
 
-    def _job(self, method: str, name: str) -> tuple[int, Any, str]:
+    def _job(self, method: str, name: str) -> Reply:
         if name.endswith("/logs") and "/" not in name[: -len("/logs")]:
             return self._logs(method, name[: -len("/logs")])
         if not name or "/" in name:
             raise ApiError(404, "no such route")
         if method == "GET":
-            return 200, self.service.get_job(name), _JSON
+            return 200, self.service.get_job(name).to_json(), _JSON
         if method == "DELETE":
-            return 200, self.service.cancel(name), _JSON
+            return 200, self.service.cancel(name).to_json(), _JSON
         raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
 
-    def _measurements(self, method: str) -> tuple[int, Any, str]:
+    def _measurements(self, method: str) -> Reply:
         if method == "POST":
             body = self._body()
             if not isinstance(body, dict):

@@ -37,6 +37,9 @@ DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 DEFAULT_STATE_DIR = "~/.local/state/flowcon/allocator"
 TOKEN_FILE = "token"
 DB_FILE = "allocator.db"
+# the config file (or one of its sections) as parsed YAML: each section is checked by its
+# schema below, the executor and GPU sections again by the modules that read them
+RawYaml = dict[str, Any]
 ENV_URL = "FLOWCON_ALLOCATOR_URL"
 ENV_TOKEN = "FLOWCON_ALLOCATOR_TOKEN"
 ENV_TOKEN_SHORT = "FLOWCON_TOKEN"  # accepted by the clients too
@@ -77,7 +80,7 @@ class AllocatorConfig:
     executor: str = "engine"
     # the scheduling policy, any of ``flowcon simulate --policy`` (flowcon.alloc.policy)
     policy: str = "elasticflow"
-    raw: dict[str, Any] = field(default_factory=dict)
+    raw: RawYaml = field(default_factory=dict)
     source: Path | None = None
 
     @property
@@ -105,7 +108,7 @@ class AllocatorConfig:
             host = "127.0.0.1"
         return f"http://{host}:{self.port}"
 
-    def section(self, name: str) -> dict[str, Any]:
+    def section(self, name: str) -> RawYaml:
         value = self.raw.get(name) or {}
         if not isinstance(value, dict):
             raise ConfigError(f"{self.source or 'config'}: '{name}' must be a mapping")
@@ -115,6 +118,7 @@ class AllocatorConfig:
 # ---------------------------------------------------------------- schema
 
 
+# returns pydantic's Field(), which the type checker takes as the field's default
 def _secret_field(role: str) -> Any:
     return Field(None, description=f"the {role} token (a string)")
 
@@ -225,7 +229,7 @@ class ExecutorSection(Strict):
 class GpusSection(Strict):
     node_name: str | None = Field(None, description="this machine's node name, or null")
     # checked by flowcon.engine.gpus.declared_nodes, which names the entry at fault
-    declared: dict[str, Any] | None = Field(None, description="{nodes: [{name, gpus}, ...]}")
+    declared: RawYaml | None = Field(None, description="{nodes: [{name, gpus}, ...]}")
 
 
 class AllocatorFile(Strict):
@@ -247,7 +251,7 @@ def check_listen(value: str) -> str:
         raise ConfigError(str(exc)) from None
 
 
-def _read_mapping(p: Path) -> dict[str, Any]:
+def _read_mapping(p: Path) -> RawYaml:
     """The YAML file's top-level mapping."""
     try:
         raw = safe_load_yaml(read_text(p)) or {}

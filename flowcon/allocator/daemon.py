@@ -15,16 +15,27 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from types import FrameType
+from typing import cast
 
 from flowcon.allocator.api import ApiError, ApiServer
 from flowcon.allocator.auth import Credentials
 from flowcon.allocator.config import AllocatorConfig, ConfigError, ensure_token
 from flowcon.allocator.metrics import AllocatorMetrics
 from flowcon.allocator.planner import Plan, PlanError, Planner
-from flowcon.allocator.records import job_metric, spec_from_dict
 from flowcon.allocator.store import SCHEMA_VERSION, Store, write_failure
 from flowcon.allocator.target import ExecutorTarget, build_placer, build_target
+from flowcon.allocator.views import (
+    AdmissionView,
+    AllocationView,
+    Answer,
+    EventView,
+    JobDetail,
+    JobView,
+    LogLineView,
+    LogPage,
+    ProfilingAnswer,
+)
 from flowcon.contract import SCALING_RESTART, Measurement
 from flowcon.jobspec.spec import JobSpec, JobSpecError, parse_jobspec
 from flowcon.web.health import Liveness
@@ -116,7 +127,7 @@ class Allocator:
             if self.target is None:
                 self.planner.profiling_failed(rec.name, "the daemon has no executor now")
                 continue
-            spec = spec_from_dict(rec.spec)
+            spec = rec.spec
             self.store.append_event("profiling_restarted", rec.name)
             self._start_profiling(spec, spec.gpu_counts_to_profile(self.total_gpus))
         self.server = ApiServer(
@@ -203,7 +214,7 @@ class Allocator:
         for name, state, reason in self.target.poll(self.store, self.metrics):
             at = None
             rec = self.store.get_job(name)
-            metric = job_metric(rec.spec) if rec is not None else None
+            metric = rec.spec.metric if rec is not None else None
             seen = self.target.progress(name, metric) if state == "completed" else None
             if seen is not None and rec is not None and seen[0] >= rec.iterations:
                 at = seen[1]  # the job's own "last iteration done" line
@@ -213,7 +224,7 @@ class Allocator:
         for rec in self.store.active_jobs():
             if rec.gpus > 0:
                 since = self.target.resume_pending(rec.name)
-                first, seen = self.target.progress_since(rec.name, since, job_metric(rec.spec))
+                first, seen = self.target.progress_since(rec.name, since, rec.spec.metric)
                 if seen is not None:
                     self.planner.observe_progress(rec.name, *seen)
                 if since is not None:
@@ -237,7 +248,7 @@ class Allocator:
 
     # -- Service (HTTP) ----------------------------------------------------------------
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> dict[str, object]:
         """``status`` "ok" (HTTP 200) or "unhealthy" (503): the planning loop completed no
         iteration for 3 slots, or its last one failed."""
         body = self.liveness.check(
@@ -251,7 +262,7 @@ class Allocator:
         body["rounds"] = self.rounds
         return body
 
-    def history(self, since: float | None = None) -> dict[str, Any]:
+    def history(self, since: float | None = None) -> dict[str, object]:
         """What the live view polls: jobs (no spec, no env), GPUs per job over time and
         the admission decisions with their reasons."""
         keep = (
@@ -268,7 +279,8 @@ class Allocator:
             "gpus",
             "reason",
         )
-        jobs = [{k: r.to_json().get(k) for k in keep} for r in self.store.list_jobs()]
+        views = (JobView.fields_of(r) for r in self.store.list_jobs())
+        jobs = [{k: v[k] for k in keep} for v in views]
         return {
             "now": self.clock(),
             "total_gpus": self.total_gpus,
@@ -281,25 +293,27 @@ class Allocator:
     def metrics_text(self) -> bytes:
         return self.metrics.render()
 
-    def list_jobs(self) -> list[dict[str, Any]]:
-        return [r.to_json() for r in self.store.list_jobs()]
+    def list_jobs(self) -> list[JobView]:
+        return [JobView.of(r) for r in self.store.list_jobs()]
 
-    def get_job(self, name: str) -> dict[str, Any]:
+    def get_job(self, name: str) -> JobDetail:
         rec = self.store.get_job(name)
         if rec is None:
             raise ApiError(404, f"no job {name!r}")
-        out = rec.to_json()
         curve = self.planner.curve(rec).points if rec.profile else {}  # none while profiling
-        out["curve"] = {str(g): v for g, v in curve.items()}
-        out["admissions"] = self.store.admissions(name)
-        out["allocations"] = [
-            {k: a[k] for k in ("ts", "gpus", "placement")} for a in self.store.allocations(name)
-        ]
-        out["events"] = [e.to_json() for e in self.store.events(job=name)]
-        out["containers"] = self.planner.intake.containers_of(name)
-        return out
+        return JobDetail(
+            **JobView.fields_of(rec),
+            curve={str(g): v for g, v in curve.items()},
+            admissions=[AdmissionView(**a) for a in self.store.admissions(name)],
+            allocations=[
+                AllocationView(a["ts"], a["gpus"], a["placement"])
+                for a in self.store.allocations(name)
+            ],
+            events=[EventView.of(e) for e in self.store.events(job=name)],
+            containers=self.planner.intake.containers_of(name),
+        )
 
-    def submit(self, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def submit(self, spec: Mapping[str, object]) -> tuple[int, Answer]:
         now = self.clock()
         try:
             parsed = parse_jobspec(spec, now=now, allow_files=False)
@@ -314,9 +328,9 @@ class Allocator:
         self.metrics.admission(result.admitted)
         if result.admitted:
             self.wake()  # start its containers now, not at the next slot
-        return (201 if result.admitted else 200), result.to_json()
+        return (201 if result.admitted else 200), result
 
-    def dry_run(self, spec: dict[str, Any]) -> dict[str, Any]:
+    def dry_run(self, spec: Mapping[str, object]) -> Answer:
         """What ``submit`` would answer now, creating nothing (``sbatch --test-only``): the
         planner's policy decides on a copy of its state."""
         now = self.clock()
@@ -326,44 +340,42 @@ class Allocator:
             raise ApiError(400, str(exc), field=exc.field, errors=exc.problems) from None
         if parsed.profile_auto:
             counts = self._profile_counts(parsed)
-            return {
-                "name": parsed.name,
-                "decision": "profiling",
-                "admitted": None,
-                "dry_run": True,
-                "reason": f"valid; profile: auto: a submit pre-runs it at "
+            return ProfilingAnswer(
+                parsed.name,
+                f"valid; profile: auto: a submit pre-runs it at "
                 f"{', '.join(map(str, counts))} GPUs, admission is decided after",
-                "gpus": 0,
-                "counts": counts,
-            }
+                counts,
+                dry_run=True,
+            )
         try:
-            return self.planner.dry_run(parsed, now).to_json()
+            return self.planner.dry_run(parsed, now)
         except PlanError as exc:
             raise ApiError(exc.status, str(exc)) from None
 
     def job_logs(
         self, name: str, rank: int | None = None, after_ns: int = 0, tail: int | None = None
-    ) -> dict[str, Any]:
+    ) -> LogPage:
         """Output lines of the job's worker containers (services on Swarm), newer than
         ``after_ns``; ``cursor`` is what the next page asks ``after``."""
         rec = self.store.get_job(name)
         if rec is None:
             raise ApiError(404, f"no job {name!r}")
-        body: dict[str, Any] = {"job": name, "state": rec.state, "ranks": [], "lines": []}
+        ranks: list[int] = []
+        lines: list[LogLineView] = []
+        note = None
         if self.target is not None:
             try:
-                body.update(self.target.job_logs(name, rank, after_ns, tail))
+                ranks, lines = self.target.job_logs(name, rank, after_ns, tail)
             except Exception as exc:  # engine down: say so, the next page retries
                 raise ApiError(502, f"logs of {name}: {exc}") from None
         else:
-            body["note"] = "this allocator runs no executor: no containers, no logs"
-        ts = [ln["ts_ns"] for ln in body["lines"]]
-        body["cursor"] = str(max(ts, default=after_ns))
-        return body
+            note = "this allocator runs no executor: no containers, no logs"
+        cursor = str(max((ln.ts_ns for ln in lines), default=after_ns))
+        return LogPage(name, rec.state, ranks, lines, cursor, note)
 
     # -- profile: auto -----------------------------------------------------------------
 
-    def _submit_auto(self, spec: JobSpec, now: float) -> tuple[int, dict[str, Any]]:
+    def _submit_auto(self, spec: JobSpec, now: float) -> tuple[int, Answer]:
         """202 "profiling": the pre-run runs on its own thread (it takes seconds to
         minutes); the decision follows in the job's record, events and admissions."""
         counts = self._profile_counts(spec)
@@ -373,16 +385,9 @@ class Allocator:
             raise ApiError(exc.status, str(exc)) from None
         self._start_profiling(spec, counts)
         reason = f"profiling at {', '.join(map(str, counts))} GPUs, then admission"
-        body = {
-            "name": spec.name,
-            "decision": "profiling",
-            "admitted": None,
-            "reason": reason,
-            "gpus": 0,
-            "counts": counts,
-            "profile_seconds": self.cfg.profile_seconds,
-        }
-        return 202, body
+        return 202, ProfilingAnswer(
+            spec.name, reason, counts, profile_seconds=self.cfg.profile_seconds
+        )
 
     def _profile_counts(self, spec: JobSpec) -> list[int]:
         """The GPU counts a ``profile: auto`` job is pre-run at; 400 when it cannot be."""
@@ -478,15 +483,15 @@ class Allocator:
         if result.admitted:
             self.wake()
 
-    def cancel(self, name: str) -> dict[str, Any]:
+    def cancel(self, name: str) -> JobView:
         try:
             rec = self.planner.cancel(name, self.clock())
         except PlanError as exc:
             raise ApiError(exc.status, str(exc)) from None
         self.wake()
-        return rec.to_json()
+        return JobView.of(rec)
 
-    def ingest_measurements(self, body: Mapping[str, Any]) -> dict[str, Any]:
+    def ingest_measurements(self, body: Mapping[str, object]) -> dict[str, object]:
         node = body.get("node")
         items = body.get("measurements")
         if not isinstance(node, str) or not node:
@@ -555,7 +560,7 @@ def run_daemon(cfg: AllocatorConfig) -> None:
     alloc = Allocator(cfg, target)
     done = threading.Event()
 
-    def _stop(signum: int, frame: Any) -> None:
+    def _stop(signum: int, frame: FrameType | None) -> None:
         done.set()
 
     signal.signal(signal.SIGINT, _stop)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import cast
 
 from flowcon.alloc.model import ThroughputCurve
 from flowcon.allocator.store import ACTIVE_STATES, JobRecord, Store
@@ -23,17 +23,17 @@ from flowcon.contract import Measurement
 REPLAN_CHANGE = 0.05
 
 
-def _finite_positive(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
+def _finite_positive(value: object) -> float | None:
+    if not isinstance(value, str | int | float) or isinstance(value, bool):
+        return None  # JSON's null, lists and objects too
     try:
         out = float(value)
-    except (TypeError, ValueError):
+    except ValueError:
         return None
     return out if math.isfinite(out) and out >= 0 else None
 
 
-def _str_or_none(value: Any) -> str | None:
+def _str_or_none(value: object) -> str | None:
     return None if value is None else str(value)
 
 
@@ -111,7 +111,7 @@ class MeasurementIntake:
         """Store one agent measurement and fold it into its job; returns what happened:
         "refined" (curve changed enough to re-plan), "applied", "stored" or "skipped: ..."."""
         now = self.clock() if now is None else now
-        raw = cast(Mapping[str, Any], m)
+        raw = cast(Mapping[str, object], m)
         cid = str(raw.get("container_id") or "")
         if not cid:
             return "skipped: no container_id"

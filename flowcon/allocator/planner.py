@@ -26,13 +26,15 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
+from flowcon.alloc.admission import AdmissionDecision
 from flowcon.alloc.model import Job, ThroughputCurve
+from flowcon.alloc.placement import PlacementPlan
 from flowcon.alloc.policy import ClusterState, Policy, make_policy
 from flowcon.allocator.intake import MeasurementIntake
-from flowcon.allocator.records import jsonable, new_record
-from flowcon.allocator.store import JobRecord, Store
+from flowcon.allocator.ports import Placer
+from flowcon.allocator.records import core_job
+from flowcon.allocator.store import JobRecord, Store, new_record
 from flowcon.contract import SCALING_RESTART, SCALING_STOPFREE, Measurement
 from flowcon.jobspec.spec import JobSpec
 
@@ -53,11 +55,11 @@ class SubmitResult:
     admitted: bool
     reason: str
     gpus: int
-    min_share: Any
+    min_share: dict[str, int] | None  # GPUs each hard-deadline job needs now
     measured_jobs: tuple[str, ...]  # admitted jobs whose measured speed entered the decision
     revoked: tuple[str, ...] = ()  # admitted jobs whose guarantee this decision gave up
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         out = asdict(self)
         out["decision"] = "admitted" if self.admitted else "dropped"
         out["measured_jobs"] = list(self.measured_jobs)
@@ -73,13 +75,13 @@ class DryRunResult:
     admitted: bool
     reason: str
     gpus: int  # GPUs it would hold now (0: admitted but queued for spare GPUs)
-    min_share: Any
+    min_share: dict[str, int] | None
     predicted_finish: float | None  # if it kept those GPUs; None when it would wait
     deadline: float | None
     now: float
     revoked: tuple[str, ...] = ()  # admitted jobs whose guarantee a submit would give up
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         out = asdict(self)
         out["decision"] = "admitted" if self.admitted else "dropped"
         out["dry_run"] = True
@@ -94,14 +96,14 @@ class Change:
     job: str
     old_gpus: int
     new_gpus: int
-    placement: list[Any]
+    placement: list[list[int]]  # [[node index, GPU index], ...]
 
 
 @dataclass
 class Plan:
     ts: float
     allocation: dict[str, int]
-    placement: dict[str, list[Any]]
+    placement: dict[str, list[list[int]]]
     changes: list[Change] = field(default_factory=list)
 
 
@@ -125,7 +127,7 @@ class Planner:
         store: Store,
         total_gpus: int,
         slot_seconds: float,
-        placer: Any | None = None,
+        placer: Placer | None = None,
         ewma_alpha: float = 0.3,
         min_measurements: int = 2,
         complete_on_progress: bool = False,
@@ -163,21 +165,8 @@ class Planner:
         return self.intake.curve(rec)
 
     def core_job(self, rec: JobRecord) -> Job:
-        spec = rec.spec
-        return Job(
-            job_id=rec.name,
-            submit_time=rec.submit_time,
-            iterations=rec.iterations,
-            deadline=rec.deadline,
-            soft_deadline=rec.soft_deadline,
-            curve=self.curve(rec),
-            min_gpus=int(spec.get("min_gpus") or 1),
-            max_gpus=spec.get("max_gpus"),
-            requested_gpus=int(spec.get("min_gpus") or 1),
-            done_iterations=min(rec.done_iterations, rec.iterations),
-            model=str(spec.get("model") or ""),
-            batch_size=int(spec.get("global_batch_size") or 0),
-        )
+        """The policy's job: the stored spec with the measured curve and the progress."""
+        return core_job(rec.spec, self.curve(rec), min(rec.done_iterations, rec.iterations))
 
     def cluster_state(self, active: Iterable[JobRecord], now: float) -> ClusterState:
         """The policy's view of the stored active jobs. The first one after a (re)start
@@ -253,7 +242,7 @@ class Planner:
             decision = self.policy.on_submit(self.core_job(rec), now, state)
             measured = tuple(r.name for r in active if self.trusted_measurements(r))
             reason = decision_reason(decision, spec)
-            min_share = jsonable(decision.min_share or None)
+            min_share = dict(decision.min_share) or None
             self.store.record_admission(
                 spec.name, decision.admitted, reason, min_share, bool(measured), now
             )
@@ -345,7 +334,7 @@ class Planner:
             admitted=decision.admitted,
             reason=reason,
             gpus=gpus,
-            min_share=jsonable(decision.min_share or None),
+            min_share=dict(decision.min_share) or None,
             predicted_finish=finish,
             deadline=spec.deadline,
             now=now,
@@ -548,7 +537,7 @@ class Planner:
 
     def _place(
         self, allocation: Mapping[str, int], active: Iterable[JobRecord]
-    ) -> dict[str, list[Any]]:
+    ) -> dict[str, list[list[int]]]:
         if self.placer is None:
             return {}
         current = {
@@ -602,21 +591,12 @@ def charged_overhead(overheads: Mapping[str, float], modes: Iterable[str]) -> fl
     return max(costs)
 
 
-def placement_lists(result: Any) -> dict[str, list[Any]]:
-    """Normalise the core's PlacementPlan to job -> JSON list of (node, gpu) slots."""
-    raw: Any = result
-    for attr in ("assignments", "placements", "placement", "jobs"):
-        if hasattr(result, attr):
-            raw = getattr(result, attr)
-            break
-    out: dict[str, list[Any]] = {}
-    if isinstance(raw, Mapping):
-        for job, where in raw.items():
-            out[str(job)] = jsonable(list(where) if not isinstance(where, list) else where)
-    return out
+def placement_lists(plan: PlacementPlan) -> dict[str, list[list[int]]]:
+    """The placer's plan as JSON: job -> [[node index, GPU index], ...]."""
+    return {str(job): [[n, g] for n, g in where] for job, where in plan.placements.items()}
 
 
-def decision_reason(decision: Any, spec: JobSpec) -> str:
+def decision_reason(decision: AdmissionDecision, spec: JobSpec) -> str:
     """The reason stored (and answered) with an admission decision."""
     if decision.reason:
         return str(decision.reason)
@@ -629,12 +609,10 @@ def decision_reason(decision: Any, spec: JobSpec) -> str:
     )
 
 
-def min_share_of(decision: Any, name: str) -> int:
-    shares = getattr(decision, "min_share", None) or {}
-    return int(shares.get(name, 0)) if isinstance(shares, Mapping) else 0
+def min_share_of(decision: AdmissionDecision, name: str) -> int:
+    return int(decision.min_share.get(name, 0))
 
 
-def peak_share_of(decision: Any, name: str) -> int:
-    plans = getattr(decision, "plans", None) or {}
-    plan = plans.get(name) if isinstance(plans, Mapping) else None
-    return max(getattr(plan, "gpus", ()) or (0,))
+def peak_share_of(decision: AdmissionDecision, name: str) -> int:
+    plan = decision.plans.get(name)
+    return max((plan.gpus if plan is not None else ()) or (0,))

@@ -1,19 +1,26 @@
-"""Job records: a parsed ``JobSpec`` as the JSON the store and the executor keep, and back,
-and a job's first record."""
+"""Job records: a parsed ``JobSpec`` as the JSON the store keeps, and back (the store's
+boundary: everywhere else a record's spec is the typed ``JobSpec``), and the one conversion
+of a spec to the policy's ``flowcon.alloc.model.Job``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import asdict
 from typing import Any
 
-from flowcon.allocator.store import JobRecord
+from flowcon.alloc.model import Job, ThroughputCurve
 from flowcon.jobspec.keys import MetricSpec, VolumeSpec
-from flowcon.jobspec.spec import JobSpec, ThroughputProfile
+from flowcon.jobspec.spec import JobSpec, JobSpecError, ThroughputProfile
+
+REDACTED = "***"
+# JSON as parsed (json.loads): a stored spec, the open parts of an answer (a spec shown as
+# stored, an event's own fields); whoever reads a value checks or converts it
+Json = Any
+JsonObject = dict[str, Json]
 
 
-def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
-    """The parsed spec as JSON (deadline already absolute), for the store and the executor."""
+def spec_to_dict(spec: JobSpec) -> dict[str, object]:
+    """The parsed spec as JSON (deadline already absolute), as the store keeps it."""
     return {
         "name": spec.name,
         "image": spec.image,
@@ -46,7 +53,9 @@ def spec_to_dict(spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def spec_from_dict(data: Mapping[str, Any]) -> JobSpec:
+def spec_from_dict(data: Mapping[str, Json]) -> JobSpec:
+    """A stored spec back (``data`` is the store's JSON, of this version or an older one:
+    keys added since have their defaults)."""
     profile = data.get("profile")
     return JobSpec(
         name=data["name"],
@@ -87,43 +96,44 @@ def spec_from_dict(data: Mapping[str, Any]) -> JobSpec:
     )
 
 
-def _int_or_none(value: Any) -> int | None:
+def _int_or_none(value: Json) -> int | None:
     """An optional integer of a stored spec (absent in records from before the key)."""
     return None if value is None else int(value)
 
 
-def job_metric(spec: Mapping[str, Any]) -> MetricSpec | None:
-    """The ``metric`` of a stored spec (None when it has none, or is from before the key)."""
-    raw = spec.get("metric")
-    return MetricSpec.from_dict(raw) if isinstance(raw, Mapping) and raw else None
+def spec_json(spec: JobSpec, redact: bool = False) -> JsonObject:
+    """The spec as the store writes it (keys sorted) and the API shows it; ``redact``:
+    ``env`` names kept, values replaced by "***" (they may hold credentials; only the
+    containers get them)."""
+    out: JsonObject = json.loads(json.dumps(spec_to_dict(spec), sort_keys=True, default=str))
+    if redact and out["env"]:
+        out["env"] = {str(k): REDACTED for k in out["env"]}
+    return out
 
 
-def new_record(spec: JobSpec, state: str, profile: dict[int, float], reason: str = "") -> JobRecord:
-    """A job's first record: nothing done yet; hard or soft deadline (the spec's
-    ``deadline_kind``), or best effort."""
-    return JobRecord(
-        name=spec.name,
-        spec=spec_to_dict(spec),
-        state=state,
+def core_job(
+    spec: JobSpec, curve: ThroughputCurve | None = None, done_iterations: float = 0.0
+) -> Job:
+    """The policy's ``Job`` for ``spec``: its curve is ``curve`` (the planner's, measured
+    points over the profile) or the spec's profile. ``model`` is the job's image: jobs of one
+    image train one model, and the model keys the per-model throughput tables and caps (the
+    simulator fills it from a trace's ``model_name``)."""
+    if curve is None:
+        if spec.profile is None:
+            raise JobSpecError("profile", "no throughput profile yet (run the pre-run first)")
+        points = spec.profile.as_dict()
+        curve = ThroughputCurve(points, frozenset(points))
+    return Job(
+        job_id=spec.name,
         submit_time=spec.submit_time,
+        iterations=float(spec.iterations),
         deadline=spec.deadline,
         soft_deadline=spec.soft_deadline,
-        iterations=float(spec.iterations),
-        done_iterations=0.0,
-        progress_ts=None,
-        profile=profile,
-        reason=reason,
+        curve=curve,
+        min_gpus=spec.min_gpus,
+        max_gpus=spec.max_gpus,
+        requested_gpus=spec.min_gpus,
+        done_iterations=done_iterations,
+        model=spec.image,
+        batch_size=spec.global_batch_size,
     )
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` as plain JSON types (dataclasses as dicts, sets as lists)."""
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [jsonable(v) for v in value]
-    if hasattr(value, "__dataclass_fields__"):
-        return jsonable(asdict(value))
-    return str(value)

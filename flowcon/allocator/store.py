@@ -18,8 +18,12 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from flowcon.allocator.records import JsonObject, spec_from_dict, spec_to_dict
+from flowcon.jobspec.spec import JobSpec
+
+# the tables' layout; a job's spec is JSON in ``jobs.spec`` (flowcon.allocator.records),
+# read back with the defaults of keys added since, so older rows load unchanged
 SCHEMA_VERSION = 1
 
 # States a job moves through. "profiling" = its pre-run (``profile: auto``) runs, no
@@ -133,7 +137,7 @@ class JobRecord:
     """One row of ``jobs``; ``profile`` and ``measured`` map GPU count -> iterations/s."""
 
     name: str
-    spec: dict[str, Any]
+    spec: JobSpec
     state: str
     submit_time: float
     deadline: float | None
@@ -146,7 +150,7 @@ class JobRecord:
     measured: dict[int, float] = field(default_factory=dict)
     measured_n: dict[int, float] = field(default_factory=dict)
     gpus: int = 0
-    placement: list[Any] = field(default_factory=list)
+    placement: list[list[int]] = field(default_factory=list)  # [[node, GPU index], ...]
     predicted_finish: float | None = None
     reason: str = ""
     finish_time: float | None = None
@@ -174,39 +178,23 @@ class JobRecord:
             return None
         return self.finish_time <= self.deadline
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "state": self.state,
-            "submit_time": self.submit_time,
-            "deadline": self.deadline,
-            "soft_deadline": self.soft_deadline,
-            "iterations": self.iterations,
-            "done_iterations": self.done_iterations,
-            "progress": self.progress,
-            "gpus": self.gpus,
-            "placement": self.placement,
-            "predicted_finish": self.predicted_finish,
-            "reason": self.reason,
-            "finish_time": self.finish_time,
-            "profile": {str(k): v for k, v in sorted(self.profile.items())},
-            "measured": {str(k): v for k, v in sorted(self.measured.items())},
-            "measured_samples": {str(k): int(v) for k, v in sorted(self.measured_n.items())},
-            "deadline_met": self.deadline_met,
-            "spec": redacted(self.spec),
-        }
 
-
-REDACTED = "***"
-
-
-def redacted(spec: dict[str, Any]) -> dict[str, Any]:
-    """A stored spec as the API shows it: ``env`` names kept, values replaced by "***"
-    (they may hold credentials; only the containers get them)."""
-    env = spec.get("env")
-    if not isinstance(env, dict) or not env:
-        return spec
-    return {**spec, "env": {str(k): REDACTED for k in env}}
+def new_record(spec: JobSpec, state: str, profile: dict[int, float], reason: str = "") -> JobRecord:
+    """A job's first record: nothing done yet; hard or soft deadline (the spec's
+    ``deadline_kind``), or best effort."""
+    return JobRecord(
+        name=spec.name,
+        spec=spec,
+        state=state,
+        submit_time=spec.submit_time,
+        deadline=spec.deadline,
+        soft_deadline=spec.soft_deadline,
+        iterations=float(spec.iterations),
+        done_iterations=0.0,
+        progress_ts=None,
+        profile=profile,
+        reason=reason,
+    )
 
 
 @dataclass(frozen=True)
@@ -215,9 +203,9 @@ class Event:
     ts: float
     kind: str
     job: str | None
-    data: dict[str, Any]
+    data: JsonObject  # the event kind's own fields
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"id": self.id, "ts": self.ts, "kind": self.kind, "job": self.job, **self.data}
 
 
@@ -303,16 +291,16 @@ class Store:
             if outer:
                 self._conn.execute("COMMIT")
 
-    def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+    def _exec(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Cursor:
         with self._lock:
             return self._conn.execute(sql, params)
 
-    def _q1(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
+    def _q1(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Row | None:
         with self._lock:
             row: sqlite3.Row | None = self._conn.execute(sql, params).fetchone()
             return row
 
-    def _qall(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+    def _qall(self, sql: str, params: tuple[object, ...] = ()) -> list[sqlite3.Row]:
         with self._lock:
             return list(self._conn.execute(sql, params).fetchall())
 
@@ -332,7 +320,7 @@ class Store:
     def _job_from_row(row: sqlite3.Row) -> JobRecord:
         return JobRecord(
             name=row["name"],
-            spec=json.loads(row["spec"]),
+            spec=spec_from_dict(json.loads(row["spec"])),
             state=row["state"],
             submit_time=row["submit_time"],
             deadline=row["deadline"],
@@ -360,7 +348,7 @@ class Store:
             "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 job.name,
-                json.dumps(job.spec, sort_keys=True, default=str),
+                json.dumps(spec_to_dict(job.spec), sort_keys=True, default=str),
                 job.state,
                 job.submit_time,
                 job.deadline,
@@ -407,7 +395,7 @@ class Store:
         job: str,
         admitted: bool,
         reason: str,
-        min_share: Any,
+        min_share: dict[str, int] | None,
         measured: bool,
         ts: float,
     ) -> None:
@@ -417,7 +405,7 @@ class Store:
             (ts, job, int(admitted), reason, json.dumps(min_share, default=str), int(measured)),
         )
 
-    def admissions(self, job: str | None = None) -> list[dict[str, Any]]:
+    def admissions(self, job: str | None = None) -> list[JsonObject]:
         rows = self._rows_of("admissions", job)
         return [
             {
@@ -432,13 +420,13 @@ class Store:
             for r in rows
         ]
 
-    def record_allocation(self, job: str, gpus: int, placement: Any, ts: float) -> None:
+    def record_allocation(self, job: str, gpus: int, placement: list[list[int]], ts: float) -> None:
         self._exec(
             "INSERT INTO allocations (ts, job, gpus, placement) VALUES (?,?,?,?)",
             (ts, job, gpus, json.dumps(placement, default=str)),
         )
 
-    def allocations(self, job: str | None = None) -> list[dict[str, Any]]:
+    def allocations(self, job: str | None = None) -> list[JsonObject]:
         rows = self._rows_of("allocations", job)
         return [
             {
@@ -452,7 +440,7 @@ class Store:
         ]
 
     def append_event(
-        self, kind: str, job: str | None = None, ts: float | None = None, **data: Any
+        self, kind: str, job: str | None = None, ts: float | None = None, **data: object
     ) -> None:
         self._exec(
             "INSERT INTO events (ts, kind, job, data) VALUES (?,?,?,?)",
@@ -496,7 +484,7 @@ class Store:
             (ts, time.time(), node, job, container_id, name, step, its_per_s, metric, value, gpus),
         )
 
-    def measurements(self, job: str | None = None) -> list[dict[str, Any]]:
+    def measurements(self, job: str | None = None) -> list[JsonObject]:
         rows = self._rows_of("measurements", job)
         return [dict(r) for r in rows]
 

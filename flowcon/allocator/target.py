@@ -8,15 +8,16 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 from flowcon.alloc.batch import hybrid_batch
 from flowcon.alloc.model import Topology
 from flowcon.alloc.placement import BuddyPlacer
+from flowcon.allocator.config import AllocatorConfig
 from flowcon.allocator.metrics import AllocatorMetrics
 from flowcon.allocator.planner import Planner
-from flowcon.allocator.records import spec_from_dict
+from flowcon.allocator.ports import Executor, Inventory, NodePlacement, RunningJob
 from flowcon.allocator.store import ACTIVE_STATES, PENDING_STATES, JobRecord, Store
+from flowcon.allocator.views import LogLineView
 from flowcon.contract import LABEL_MASTER_PORT, SCALING_RESTART, SCALING_STOPFREE
 from flowcon.executor.workers import live_master_port
 from flowcon.jobspec.keys import MetricSpec
@@ -37,7 +38,7 @@ def batch_for(spec: JobSpec, gpus: int) -> int | None:
     return hybrid_batch(spec.global_batch_size, spec.min_gpus, rng[0], rng[1], gpus)
 
 
-def topology_of(inventory: Any) -> Topology | None:
+def topology_of(inventory: Inventory) -> Topology | None:
     """The core's Topology for a homogeneous inventory (same power-of-two GPU count on every
     node); None otherwise (GPU counts are then allocated without a placement)."""
     counts = {n.count for n in inventory.nodes if n.count > 0}
@@ -50,7 +51,7 @@ def topology_of(inventory: Any) -> Topology | None:
     return Topology(nodes_per_switch=nodes, gpus_per_node=per_node)
 
 
-def build_placer(inventory: Any) -> BuddyPlacer | None:
+def build_placer(inventory: Inventory) -> BuddyPlacer | None:
     topo = topology_of(inventory)
     if topo is None:
         log.warning(
@@ -61,12 +62,12 @@ def build_placer(inventory: Any) -> BuddyPlacer | None:
     return BuddyPlacer(topo)
 
 
-def node_names(inventory: Any) -> list[str]:
+def node_names(inventory: Inventory) -> list[str]:
     """Node index of a placement -> node name in the inventory."""
     return [n.name for n in inventory.nodes if n.count > 0]
 
 
-def placement_by_node(inventory: Any, placement: list[Any]) -> dict[str, list[str]]:
+def placement_by_node(inventory: Inventory, placement: list[list[int]]) -> dict[str, list[str]]:
     """Core placement [[node_index, gpu_index], ...] -> executor placement
     {node name: [gpu index, ...]} in node order (the first node hosts rank 0)."""
     names = node_names(inventory)
@@ -88,7 +89,7 @@ class ExecutorTarget:
     so a missed or failed action is simply redone next round.
     """
 
-    def __init__(self, executor: Any, inventory: Any, owns_client: bool = False) -> None:
+    def __init__(self, executor: Executor, inventory: Inventory, owns_client: bool = False) -> None:
         self.executor = executor
         self.inventory = inventory
         self.owns_client = owns_client
@@ -104,23 +105,25 @@ class ExecutorTarget:
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _uuids(self, placement: Mapping[str, list[str]]) -> dict[str, list[str]]:
+    def _uuids(self, placement: NodePlacement) -> dict[str, list[str]]:
         return {
             node: self.inventory.node(node).uuids([int(g) for g in gpus])
             for node, gpus in placement.items()
         }
 
-    def uuids(self, placement: Mapping[str, list[str]]) -> list[str]:
+    def uuids(self, placement: NodePlacement) -> list[str]:
         """Every GPU UUID of an executor placement."""
         return [u for ids in self._uuids(placement).values() for u in ids]
 
-    def _note_containers(self, planner: Planner, name: str, state: Any) -> None:
+    def _note_containers(self, planner: Planner, name: str, state: RunningJob | None) -> None:
         """Which containers run the job now, and at which world size (for the closed loop:
         a measurement counts for the GPU count of the container that took it)."""
-        workers = list(state.workers) if state is not None else []
-        planner.intake.set_containers(name, {str(w.id): int(state.gpus) for w in workers})
+        if state is None:
+            planner.intake.set_containers(name, {})
+            return
+        planner.intake.set_containers(name, {str(w.id): int(state.gpus) for w in state.workers})
 
-    def _same(self, state: Any, placement: Mapping[str, list[str]]) -> bool:
+    def _same(self, state: RunningJob | None, placement: NodePlacement) -> bool:
         if state is None or state.status not in ("running", "starting"):
             return False
         if getattr(state, "scaling", SCALING_RESTART) == SCALING_STOPFREE:
@@ -364,14 +367,16 @@ class ExecutorTarget:
                 planner.intake.forget_job(name)
                 planner.set_scaling(name, None)
 
-    def _match(self, store: Store, planner: Planner, rec: JobRecord, state: Any) -> None:
+    def _match(
+        self, store: Store, planner: Planner, rec: JobRecord, state: RunningJob | None
+    ) -> None:
         """Launch or rescale (checkpoint-restart) the job onto its stored placement."""
         placement = placement_by_node(self.inventory, rec.placement)
         if self._same(state, placement):
             if state is not None:
                 self._note_containers(planner, rec.name, state)
             return
-        spec = replace(spec_from_dict(rec.spec), master_port=self._master_port(store, rec))
+        spec = replace(rec.spec, master_port=self._master_port(store, rec))
         batch = batch_for(spec, sum(len(g) for g in placement.values()))
         said = {} if batch is None else {"global_batch": batch}  # in the job's events
         began = time.time()
@@ -431,8 +436,7 @@ class ExecutorTarget:
         record (``spec.master_port``), so an allocator restart keeps it."""
         live: dict[str, int | None] = {}
         for r in store.list_jobs(PENDING_STATES + ACTIVE_STATES):
-            port = r.spec.get("master_port")
-            live[r.name] = int(port) if isinstance(port, int) else None
+            live[r.name] = r.spec.master_port
         try:
             found = self.executor.jobs()
         except Exception as exc:
@@ -443,15 +447,15 @@ class ExecutorTarget:
                 raw = str(w.labels.get(LABEL_MASTER_PORT, ""))
                 if name != rec.name and raw.isdigit():
                     live[f"{name} ({w.name})"] = int(raw)
-        current = rec.spec.get("master_port")
-        port = live_master_port(rec.name, current if isinstance(current, int) else None, live)
+        current = rec.spec.master_port
+        port = live_master_port(rec.name, current, live)
         if port != current:
             with store.transaction():
                 fresh = store.get_job(rec.name)
                 if fresh is not None:
-                    fresh.spec["master_port"] = port
+                    fresh.spec = replace(fresh.spec, master_port=port)
                     store.put_job(fresh)
-            rec.spec["master_port"] = port
+            rec.spec = replace(rec.spec, master_port=port)
         return port
 
     def _remove(self, name: str) -> None:
@@ -462,16 +466,10 @@ class ExecutorTarget:
 
     def job_logs(
         self, name: str, rank: int | None, after_ns: int, tail: int | None
-    ) -> dict[str, Any]:
-        """The job's workers' output as the API returns it (``Daemon.job_logs``)."""
+    ) -> tuple[list[int], list[LogLineView]]:
+        """The job's workers' ranks and output lines (``Allocator.job_logs``)."""
         ranks, lines = self.executor.job_logs(name, rank, after_ns, tail)
-        return {
-            "ranks": ranks,
-            "lines": [
-                {"rank": w.node_rank, "node": w.node, "ts_ns": ln.ts_ns, "text": ln.text}
-                for w, ln in lines
-            ],
-        }
+        return list(ranks), [LogLineView(w.node_rank, w.node, ln.ts_ns, ln.text) for w, ln in lines]
 
     def stop_job(self, name: str) -> None:
         self._remove(name)
@@ -486,7 +484,11 @@ class ExecutorTarget:
                 close()
 
 
-def build_target(cfg: Any, client: Any | None = None, extra_labels: Any = None) -> ExecutorTarget:
+def build_target(
+    cfg: AllocatorConfig,
+    client: object | None = None,  # a docker.DockerClient (tests and benchmarks pass theirs)
+    extra_labels: Mapping[str, str] | None = None,
+) -> ExecutorTarget:
     """Inventory (NVML or ``gpus.declared``) + executor from the config."""
     from flowcon.engine.gpus import discover
     from flowcon.executor.backend import connect_engine

@@ -5,26 +5,31 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from typing import Any
 from urllib.parse import quote, urlencode
+
+from flowcon.allocator.records import JsonObject
+from flowcon.allocator.views import JobDetail, JobView, LogPage, SubmitAnswer
 
 
 class ClientError(RuntimeError):
     """The daemon answered with an error, or could not be reached (``status`` 0)."""
 
-    def __init__(self, status: int, message: str, body: dict[str, Any] | None = None) -> None:
+    def __init__(self, status: int, message: str, body: JsonObject | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.body = body or {}
 
 
 class AllocatorClient:
+    """The API's calls with their JSON answers as parsed (``AllocatorApi`` reads them as
+    ``flowcon.allocator.views``)."""
+
     def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
 
-    def _call(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+    def _call(self, method: str, path: str, body: object = None) -> tuple[int, JsonObject]:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method)
         if data is not None:
@@ -45,26 +50,26 @@ class AllocatorClient:
             reason = getattr(exc, "reason", exc)
             raise ClientError(0, f"cannot reach the allocator at {self.url}: {reason}") from None
 
-    def health(self) -> dict[str, Any]:
+    def health(self) -> JsonObject:
         return self._call("GET", "/healthz")[1]
 
-    def jobs(self) -> list[dict[str, Any]]:
-        jobs: list[dict[str, Any]] = self._call("GET", "/api/v1/jobs")[1].get("jobs", [])
+    def jobs(self) -> list[JsonObject]:
+        jobs: list[JsonObject] = self._call("GET", "/api/v1/jobs")[1].get("jobs", [])
         return jobs
 
-    def job(self, name: str) -> dict[str, Any]:
+    def job(self, name: str) -> JsonObject:
         return self._call("GET", f"/api/v1/jobs/{quote(name, safe='')}")[1]
 
-    def submit(self, spec: dict[str, Any]) -> dict[str, Any]:
+    def submit(self, spec: JsonObject) -> JsonObject:
         return self._call("POST", "/api/v1/jobs", spec)[1]
 
-    def dry_run(self, spec: dict[str, Any]) -> dict[str, Any]:
+    def dry_run(self, spec: JsonObject) -> JsonObject:
         """What a submit would decide now; the allocator creates nothing."""
         return self._call("POST", "/api/v1/jobs?dry_run=true", spec)[1]
 
     def logs(
         self, name: str, rank: int | None = None, after: str | None = None, tail: int | None = None
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         """One page of the job's workers' output; pass its ``cursor`` as ``after`` next."""
         query = {
             k: v for k, v in (("rank", rank), ("after", after), ("tail", tail)) if v is not None
@@ -72,10 +77,39 @@ class AllocatorClient:
         path = f"/api/v1/jobs/{quote(name, safe='')}/logs"
         return self._call("GET", path + (f"?{urlencode(query)}" if query else ""))[1]
 
-    def cancel(self, name: str) -> dict[str, Any]:
+    def cancel(self, name: str) -> JsonObject:
         return self._call("DELETE", f"/api/v1/jobs/{quote(name, safe='')}")[1]
 
-    def post_measurements(self, node: str, measurements: list[dict[str, Any]]) -> dict[str, Any]:
+    def post_measurements(self, node: str, measurements: list[JsonObject]) -> JsonObject:
         return self._call(
             "POST", "/api/v1/measurements", {"node": node, "measurements": measurements}
         )[1]
+
+
+class AllocatorApi:
+    """The allocator's API with typed answers (``flowcon.allocator.views``): what the
+    client commands call."""
+
+    def __init__(self, client: AllocatorClient) -> None:
+        self.client = client
+        self.url = client.url
+
+    def jobs(self) -> list[JobView]:
+        return [JobView.from_json(j) for j in self.client.jobs()]
+
+    def job(self, name: str) -> JobDetail:
+        return JobDetail.from_json(self.client.job(name))
+
+    def submit(self, spec: JsonObject) -> SubmitAnswer:
+        return SubmitAnswer.from_json(self.client.submit(spec))
+
+    def dry_run(self, spec: JsonObject) -> SubmitAnswer:
+        return SubmitAnswer.from_json(self.client.dry_run(spec))
+
+    def logs(
+        self, name: str, rank: int | None = None, after: str | None = None, tail: int | None = None
+    ) -> LogPage:
+        return LogPage.from_json(self.client.logs(name, rank=rank, after=after, tail=tail))
+
+    def cancel(self, name: str) -> JobView:
+        return JobView.from_json(self.client.cancel(name))

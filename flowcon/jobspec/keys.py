@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from flowcon import contract
 from flowcon.core.labels import LabelError, compile_metric_regex
@@ -63,7 +63,7 @@ class SpecKeyError(ValueError):
         self.message = message
 
 
-def _bad(field_name: str, value: Any, allowed: str) -> SpecKeyError:
+def _bad(field_name: str, value: object, allowed: str) -> SpecKeyError:
     return SpecKeyError(field_name, f"{show(value)} is not allowed: {allowed}")
 
 
@@ -83,7 +83,7 @@ class VolumeSpec:
     def kind(self) -> str:
         return "bind" if self.source.startswith("/") else "volume"
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {"source": self.source, "target": self.target, "read_only": self.read_only}
 
 
@@ -105,7 +105,7 @@ class MetricSpec:
     def compiled(self) -> MetricRegex | None:
         return None if self.regex is None else compile_metric_regex(self.regex)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "name": self.name,
             "regex": self.regex,
@@ -116,6 +116,7 @@ class MetricSpec:
 
     @staticmethod
     def from_dict(data: Mapping[str, Any]) -> MetricSpec:
+        """Back from ``as_dict`` (a stored spec's JSON, checked when it was parsed)."""
         return MetricSpec(
             name=str(data.get("name") or "loss"),
             regex=data.get("regex"),
@@ -128,7 +129,7 @@ class MetricSpec:
 # ---------------------------------------------------------------- parsers
 
 
-def parse_size(value: Any, field_name: str) -> int:
+def parse_size(value: object, field_name: str) -> int:
     """Bytes from 1073741824, "1g", "512m", "1.5G", "2Gi", "256MB"."""
     if isinstance(value, bool) or value is None:
         raise _bad(field_name, value, "a size like 512m, 1g or a number of bytes")
@@ -143,7 +144,7 @@ def parse_size(value: Any, field_name: str) -> int:
     return out
 
 
-def parse_cpus(value: Any, field_name: str) -> float:
+def parse_cpus(value: object, field_name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _bad(field_name, value, f"a number of CPUs >= {MIN_CPUS}")
     out = float(value)
@@ -190,7 +191,7 @@ def _source_problem(source: str) -> str | None:
     return None
 
 
-def _one_volume(raw: Any, field_name: str) -> VolumeSpec:
+def _one_volume(raw: object, field_name: str) -> VolumeSpec:
     if isinstance(raw, str):
         parts = raw.split(":")
         mode = "rw"
@@ -223,7 +224,7 @@ def _one_volume(raw: Any, field_name: str) -> VolumeSpec:
     return VolumeSpec(source, "/" + target.strip("/"), read_only)
 
 
-def parse_volumes(value: Any) -> tuple[VolumeSpec, ...]:
+def parse_volumes(value: object) -> tuple[VolumeSpec, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -239,7 +240,7 @@ def parse_volumes(value: Any) -> tuple[VolumeSpec, ...]:
     return tuple(out)
 
 
-def parse_labels(value: Any) -> dict[str, str]:
+def parse_labels(value: object) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -261,7 +262,7 @@ def parse_labels(value: Any) -> dict[str, str]:
     return out
 
 
-def parse_user(value: Any) -> str | None:
+def parse_user(value: object) -> str | None:
     if value is None:
         return None
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
@@ -271,7 +272,7 @@ def parse_user(value: Any) -> str | None:
     return value
 
 
-def parse_workdir(value: Any) -> str | None:
+def parse_workdir(value: object) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
@@ -282,7 +283,7 @@ def parse_workdir(value: Any) -> str | None:
     return value
 
 
-def parse_deadline_kind(value: Any, best_effort: bool) -> bool:
+def parse_deadline_kind(value: object, best_effort: bool) -> bool:
     """soft_deadline from ``deadline_kind: hard|soft`` (default hard)."""
     if value is None:
         return False
@@ -293,9 +294,15 @@ def parse_deadline_kind(value: Any, best_effort: bool) -> bool:
     return bool(value == "soft")
 
 
+_T = TypeVar("_T")
+
+
 def parse_pair(
-    data: Mapping[str, Any], per_worker: str, per_gpu: str, parse: Any
-) -> tuple[Any, Any]:
+    data: Mapping[str, object],
+    per_worker: str,
+    per_gpu: str,
+    parse: Callable[[object, str], _T],
+) -> tuple[_T | None, _T | None]:
     """(per-worker value, per-GPU value); at most one given."""
     a, b = data.get(per_worker), data.get(per_gpu)
     if a is not None and b is not None:
@@ -306,7 +313,7 @@ def parse_pair(
     )
 
 
-def parse_shm(value: Any) -> int | None:
+def parse_shm(value: object) -> int | None:
     if value is None:
         return None
     out = parse_size(value, "shm_size")
@@ -315,7 +322,7 @@ def parse_shm(value: Any) -> int | None:
     return out
 
 
-def parse_metric(value: Any) -> MetricSpec | None:
+def parse_metric(value: object) -> MetricSpec | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
@@ -343,7 +350,7 @@ def parse_metric(value: Any) -> MetricSpec | None:
     return MetricSpec(name.strip(), regex, goal, per_line, per_epoch)
 
 
-def _metric_groups(regex: Any) -> Mapping[str, int] | None:
+def _metric_groups(regex: object) -> Mapping[str, int] | None:
     """The named groups of ``metric.regex`` (None without one)."""
     if regex is None:
         return None
@@ -358,12 +365,16 @@ def _metric_groups(regex: Any) -> Mapping[str, int] | None:
         ) from None
 
 
-def _steps_keys(value: Mapping[str, Any]) -> tuple[float | None, int | None]:
+def _steps_keys(value: Mapping[str, object]) -> tuple[float | None, int | None]:
     """(steps_per_line, steps_per_epoch) of ``metric``."""
     per_line = value.get("steps_per_line")
     if per_line is not None:
-        ok = isinstance(per_line, int | float) and not isinstance(per_line, bool)
-        if not ok or not math.isfinite(per_line) or per_line <= 0:
+        if (
+            not isinstance(per_line, int | float)
+            or isinstance(per_line, bool)
+            or not math.isfinite(per_line)
+            or per_line <= 0
+        ):
             raise _bad("metric.steps_per_line", per_line, "a positive number")
         per_line = float(per_line)
     per_epoch = value.get("steps_per_epoch")

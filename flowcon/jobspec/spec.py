@@ -49,7 +49,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import yaml
 from pydantic import Field, field_validator
@@ -116,7 +116,10 @@ class ThroughputProfile:
         return dict(self.points)
 
     @staticmethod
-    def from_mapping(data: Mapping[Any, Any], field_name: str = "profile") -> ThroughputProfile:
+    def from_mapping(
+        data: Mapping[Any, object],  # keys of any type: YAML's integers, a CSV's strings
+        field_name: str = "profile",
+    ) -> ThroughputProfile:
         points: dict[int, float] = {}
         for raw_gpus, raw_rate in data.items():
             gpus = _positive_int(raw_gpus, f"{field_name}[{raw_gpus!r}]")
@@ -192,30 +195,6 @@ class JobSpec:
 
         return replace(self, profile=profile, profile_auto=False)
 
-    def to_job(self) -> Any:
-        """The allocator core's ``flowcon.alloc.model.Job`` for this spec (needs a profile)."""
-        return to_core_job(self)
-
-
-def to_core_job(spec: JobSpec) -> Any:
-    """Build ``flowcon.alloc.model.Job``. Kept apart so it can follow the core's model."""
-    if spec.profile is None:
-        raise JobSpecError("profile", "no throughput profile yet (run the pre-run first)")
-    from flowcon.alloc import model  # imported late: the core may be absent in some installs
-
-    return model.Job(
-        job_id=spec.name,
-        submit_time=spec.submit_time,
-        iterations=float(spec.iterations),
-        deadline=spec.deadline,
-        curve=model.ThroughputCurve(spec.profile.as_dict(), frozenset(spec.profile.as_dict())),
-        min_gpus=spec.min_gpus,
-        max_gpus=spec.max_gpus,
-        requested_gpus=spec.min_gpus,
-        model=spec.image,
-        batch_size=spec.global_batch_size,
-    )
-
 
 # ---------------------------------------------------------------- parsing
 
@@ -236,7 +215,7 @@ def load_jobspec(path: str | Path, now: float | None = None) -> JobSpec:
         raise
 
 
-def _load(source: str | Mapping[str, Any]) -> Any:
+def _load(source: str | Mapping[str, object]) -> object:
     """The document: YAML text parsed, a mapping as it is."""
     if not isinstance(source, str):
         return source
@@ -248,7 +227,7 @@ def _load(source: str | Mapping[str, Any]) -> Any:
         raise JobSpecError("yaml", f"not valid YAML{where}") from exc
 
 
-def _deadline(data: Mapping[str, Any], submit: float) -> tuple[bool, float | None]:
+def _deadline(data: Mapping[str, object], submit: float) -> tuple[bool, float | None]:
     """(best_effort, absolute deadline): exactly one of the two."""
     best_effort = data.get("best_effort", False)
     if not isinstance(best_effort, bool):
@@ -295,7 +274,7 @@ def _batch_range(f: SpecFields) -> tuple[int | None, int | None]:
     return low, high
 
 
-def _profile(raw_profile: Any, base_dir: str | Path) -> tuple[ThroughputProfile | None, bool]:
+def _profile(raw_profile: object, base_dir: str | Path) -> tuple[ThroughputProfile | None, bool]:
     """(profile, profile_auto): none or 'auto' is measured, a mapping or a file is given."""
     if raw_profile is None or raw_profile == "auto":
         return None, True  # nothing known: measure it
@@ -312,28 +291,28 @@ class SpecFields(Strict):
 
     name: str = Field(description=NAME_RULE)
     image: str = Field(description=IMAGE_RULE)
-    command: Any = Field(description="a string or a list of strings")
+    command: object = Field(description="a string or a list of strings")
     global_batch_size: int = Field(ge=1, description="an integer >= 1")
     batch_size_min: int | None = Field(None, ge=1, description="an integer >= 1, or null")
     batch_size_max: int | None = Field(None, ge=1, description="an integer >= 1, or null")
     iterations: int = Field(ge=1, description="an integer >= 1")
-    deadline: Any = Field(None, description="an ISO time or a duration like 30m")
+    deadline: object = Field(None, description="an ISO time or a duration like 30m")
     best_effort: bool = Field(False, description="true or false")
     min_gpus: int = Field(1, ge=1, description="an integer >= 1")
     max_gpus: int | None = Field(None, ge=1, description="an integer >= 1, or null")
-    profile: Any = Field(None, description="'auto', a file path or a mapping gpus -> iters/s")
-    env: Any = Field(default_factory=dict, description="a mapping NAME: value")
-    volumes: Any = Field(None, description="a list of SOURCE:TARGET[:ro] or mappings")
-    shm_size: Any = Field(None, description="a size like 1g")
-    cpus: Any = Field(None, description="CPUs per worker container")
-    cpus_per_gpu: Any = Field(None, description="CPUs per GPU")
-    memory: Any = Field(None, description="a size per worker container, like 16g")
-    memory_per_gpu: Any = Field(None, description="a size per GPU, like 8g")
-    workdir: Any = Field(None, description="an absolute path")
-    user: Any = Field(None, description="uid[:gid] or a user name")
-    labels: Any = Field(None, description="a mapping key: value")
-    deadline_kind: Any = Field(None, description="hard or soft")
-    metric: Any = Field(None, description="a mapping {name, regex, goal}")
+    profile: object = Field(None, description="'auto', a file path or a mapping gpus -> iters/s")
+    env: object = Field(default_factory=dict, description="a mapping NAME: value")
+    volumes: object = Field(None, description="a list of SOURCE:TARGET[:ro] or mappings")
+    shm_size: object = Field(None, description="a size like 1g")
+    cpus: object = Field(None, description="CPUs per worker container")
+    cpus_per_gpu: object = Field(None, description="CPUs per GPU")
+    memory: object = Field(None, description="a size per worker container, like 16g")
+    memory_per_gpu: object = Field(None, description="a size per GPU, like 8g")
+    workdir: object = Field(None, description="an absolute path")
+    user: object = Field(None, description="uid[:gid] or a user name")
+    labels: object = Field(None, description="a mapping key: value")
+    deadline_kind: object = Field(None, description="hard or soft")
+    metric: object = Field(None, description="a mapping {name, regex, goal}")
     launcher: Launcher = Field(DEFAULT_LAUNCHER, description="none, torchrun or flowcon")
     scaling: Scaling | None = Field(None, description="stopfree or restart")
 
@@ -355,7 +334,7 @@ class SpecFields(Strict):
 KNOWN_KEYS = frozenset(SpecFields.model_fields)
 
 
-def _fields(data: Mapping[str, Any]) -> SpecFields:
+def _fields(data: Mapping[str, object]) -> SpecFields:
     """The schema's view of the spec; JobSpecError names the first bad field (all of them
     are in ``problems``)."""
     if any(not isinstance(k, str) for k in data):
@@ -372,7 +351,7 @@ def _fields(data: Mapping[str, Any]) -> SpecFields:
 
 
 def parse_jobspec(
-    source: str | Mapping[str, Any],
+    source: str | Mapping[str, object],
     base_dir: str | Path = ".",
     now: float | None = None,
     allow_files: bool = True,
@@ -431,7 +410,21 @@ def parse_jobspec(
     )
 
 
-def _container_keys(data: Mapping[str, Any], best_effort: bool) -> dict[str, Any]:
+class _ContainerKeys(TypedDict):
+    volumes: tuple[VolumeSpec, ...]
+    shm_size: int | None
+    cpus: float | None
+    cpus_per_gpu: float | None
+    memory: int | None
+    memory_per_gpu: int | None
+    workdir: str | None
+    user: str | None
+    labels: dict[str, str]
+    soft_deadline: bool
+    metric: MetricSpec | None
+
+
+def _container_keys(data: Mapping[str, object], best_effort: bool) -> _ContainerKeys:
     """The container-facing keys (``flowcon.jobspec.keys``) as JobSpec fields."""
     cpus, cpus_per_gpu = keys.parse_pair(data, "cpus", "cpus_per_gpu", keys.parse_cpus)
     memory, memory_per_gpu = keys.parse_pair(data, "memory", "memory_per_gpu", keys.parse_size)
@@ -467,7 +460,7 @@ def parse_duration(text: str) -> float:
     return d * 86400 + h * 3600 + mi * 60 + se
 
 
-def parse_deadline(value: Any, now: float) -> float:
+def parse_deadline(value: object, now: float) -> float:
     """Absolute ISO 8601 time (naive = local time) or a duration after ``now``."""
     if isinstance(value, bool):
         raise JobSpecError("deadline", "must be a time or a duration")
@@ -534,7 +527,7 @@ def _yaml_profile(path: Path, text: str) -> ThroughputProfile:
     return ThroughputProfile.from_mapping(data)
 
 
-def _positive_int(value: Any, name: str) -> int:
+def _positive_int(value: object, name: str) -> int:
     if isinstance(value, bool):
         raise JobSpecError(name, "must be a positive integer")
     if isinstance(value, str) and value.strip().isdigit():
@@ -546,7 +539,9 @@ def _positive_int(value: Any, name: str) -> int:
     return value
 
 
-def _positive_float(value: Any, name: str) -> float:
+def _positive_float(value: object, name: str) -> float:
+    if not isinstance(value, str | int | float):
+        raise JobSpecError(name, f"must be a number, got {value!r}")
     try:
         out = float(value)
     except (TypeError, ValueError):
@@ -556,7 +551,7 @@ def _positive_float(value: Any, name: str) -> float:
     return out
 
 
-def _command(value: Any) -> tuple[str, ...]:
+def _command(value: object) -> tuple[str, ...]:
     if isinstance(value, str):
         try:
             parts = shlex.split(value)
@@ -573,7 +568,7 @@ def _command(value: Any) -> tuple[str, ...]:
     return tuple(parts)
 
 
-def _env(value: Any) -> dict[str, str]:
+def _env(value: object) -> dict[str, str]:
     if not isinstance(value, Mapping):
         raise JobSpecError("env", "must be a mapping NAME: value")
     out: dict[str, str] = {}

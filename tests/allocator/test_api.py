@@ -253,3 +253,22 @@ def test_state_survives_a_daemon_restart(tmp_path):
         assert kinds.count("allocator_started") == 2 and "allocator_stopped" in kinds
     finally:
         a2.stop()
+
+
+def test_the_views_read_back_the_wire_exactly(daemon, client):
+    """The client commands read the answers as views (flowcon.allocator.views); a view
+    read from an answer writes back the same JSON (``-o json`` prints it)."""
+    from flowcon.allocator.views import JobDetail, JobView, LogPage, SubmitAnswer
+
+    first = client.submit(spec("a", 500, 600, env={"K": "v"}))
+    assert SubmitAnswer.from_json(first).json == first
+    client.submit(spec("b", 100, None))
+    client.cancel("b")
+    listing = client.jobs()
+    assert [JobView.from_json(j).to_json() for j in listing] == listing
+    for name in ("a", "b"):
+        detail = client.job(name)
+        assert JobDetail.from_json(detail).to_json() == detail
+        assert detail["events"] and detail["admissions"]
+    page = client.logs("a")
+    assert LogPage.from_json(page).to_json() == page

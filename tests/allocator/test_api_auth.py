@@ -282,7 +282,7 @@ def test_env_values_never_leave_the_api(daemon: Allocator, monkeypatch) -> None:
     status, gone = call(daemon, "DELETE", f"/api/v1/jobs/{name}", "user")
     assert status == 200 and "hunter2" not in json.dumps(gone)
     # the store keeps the value: the containers need it
-    assert daemon.store.get_job(name).spec["env"]["API_KEY"] == "hunter2"  # type: ignore[union-attr]
+    assert daemon.store.get_job(name).spec.env["API_KEY"] == "hunter2"  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(

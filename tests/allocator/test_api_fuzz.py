@@ -92,16 +92,21 @@ def test_hostile_request_answered_2xx_is_a_violation() -> None:
 
 def test_store_problems_finds_an_inconsistent_store(tmp_path: Path) -> None:
     from flowcon.allocator.store import JobRecord
+    from flowcon.jobspec.spec import JobSpec
+
+    def rec(name: str, state: str, its: float, profile: dict[int, float]) -> JobRecord:
+        spec = JobSpec(name, "flowcon/testbox:latest", ("true",), 1, 10, 1.0)
+        return JobRecord(name, spec, state, 1.0, None, False, its, 0.0, None, profile, gpus=3)
 
     store = Store(tmp_path / "db.sqlite")
-    rec = JobRecord("ok", {}, "running", 1.0, None, False, 10.0, 0.0, None, {1: 1.0}, gpus=2)
-    store.put_job(rec)
+    ok = rec("ok", "running", 10.0, {1: 1.0})
+    ok.gpus = 2
+    store.put_job(ok)
     store.record_admission("ok", True, "fits", None, False, 1.0)
     store.append_event("admitted", "ok")
     assert faults.store_problems(store, total_gpus=4) == []
-    bad = JobRecord("../x", {}, "cancelled", 1.0, None, False, 10.0, 0.0, None, {}, gpus=3)
-    store.put_job(bad)
-    store.put_job(JobRecord("big", {}, "admitted", 1.0, None, False, 1.0, 0.0, None, {}, gpus=3))
+    store.put_job(rec("../x", "cancelled", 10.0, {}))
+    store.put_job(rec("big", "admitted", 1.0, {}))
     problems = faults.store_problems(store, total_gpus=4)
     text = "\n".join(problems)
     assert "a name the API must refuse is stored" in text

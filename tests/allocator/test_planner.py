@@ -383,10 +383,38 @@ def test_a_guarantee_that_cannot_be_kept_is_given_up_for_a_newcomer(tmp_path):
 
 
 def test_the_submit_lines_name_the_guarantees_given_up() -> None:
-    from flowcon.client.cli import _dry_run_line, _submit_line
+    from flowcon.allocator.views import SubmitAnswer as Answer
+    from flowcon.client.render import dry_run_line, submit_line
 
     out = {"name": "b", "admitted": True, "gpus": 4, "reason": "ok", "revoked": ["a"]}
-    assert _submit_line(out, {}) == "admitted b: 4 GPUs now (ok); deadline guarantee given up: a"
-    assert _submit_line({**out, "revoked": []}, {}) == "admitted b: 4 GPUs now (ok)"
+    line = submit_line(Answer.from_json(out), None)
+    assert line == "admitted b: 4 GPUs now (ok); deadline guarantee given up: a"
+    assert (
+        submit_line(Answer.from_json({**out, "revoked": []}), None) == "admitted b: 4 GPUs now (ok)"
+    )
     dry = {**out, "now": 0.0, "predicted_finish": None, "deadline": None}
-    assert "(ok; deadline guarantee given up: a; nothing created)" in _dry_run_line(dry)
+    assert "(ok; deadline guarantee given up: a; nothing created)" in dry_run_line(
+        Answer.from_json(dry)
+    )
+
+
+def test_the_live_job_carries_its_model_batch_and_deadline_kind(planner):
+    """The job the policy sees live names its model (the spec's image: the key of the
+    per-model throughput tables and caps, the simulator's ``model_name``), its batch size
+    and its deadline kind, as the stored spec gives them."""
+    spec = _spec("m", 600, 120, 0.0, global_batch_size=16, deadline_kind="soft", max_gpus=4)
+    assert planner.submit(spec, now=0.0).admitted
+    rec = planner.store.get_job("m")
+    assert rec is not None
+    job = planner.core_job(rec)
+    assert job.model == "flowcon/testbox:latest"
+    assert (job.batch_size, job.min_gpus, job.max_gpus) == (16, 1, 4)
+    assert job.soft_deadline and job.deadline == 120.0 and job.iterations == 600.0
+
+
+def test_placement_lists_read_the_placers_plan() -> None:
+    from flowcon.alloc.placement import PlacementPlan
+    from flowcon.allocator.planner import placement_lists
+
+    plan = PlacementPlan({"a": ((0, 1), (0, 2)), "b": ()})
+    assert placement_lists(plan) == {"a": [[0, 1], [0, 2]], "b": []}

@@ -10,6 +10,7 @@ from flowcon.alloc.model import Topology
 from flowcon.alloc.placement import BuddyPlacer
 from flowcon.allocator.planner import PlanError, Planner
 from flowcon.allocator.store import Store
+from flowcon.allocator.views import JobView
 from flowcon.jobspec.spec import parse_jobspec
 
 PROFILE = {1: 10.0, 2: 18.0, 4: 32.0, 8: 50.0}
@@ -36,7 +37,7 @@ def _snapshot(planner: Planner):
     st = planner.store
     return (
         {t: st.count(t) for t in TABLES},
-        [r.to_json() for r in st.list_jobs()],
+        [JobView.of(r).to_json() for r in st.list_jobs()],
     )
 
 

@@ -9,12 +9,13 @@ import pytest
 
 from flowcon.allocator.config import AllocatorConfig, ensure_token, load_config
 from flowcon.allocator.store import SCHEMA_VERSION, JobRecord, Store, StoreError
+from flowcon.jobspec.spec import JobSpec
 
 
 def _rec(name: str = "a", **kw: object) -> JobRecord:
     base = dict(
         name=name,
-        spec={"name": name, "min_gpus": 1},
+        spec=JobSpec(name, "flowcon/testbox:latest", ("true",), 8, 1000, 10.0, deadline=100.0),
         state="admitted",
         submit_time=10.0,
         deadline=100.0,

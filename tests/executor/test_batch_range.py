@@ -12,8 +12,8 @@ from test_stopfree_exec import FakeBackend, env, executor
 
 from flowcon import contract
 from flowcon.alloc.batch import hybrid_batch
-from flowcon.allocator.records import new_record, spec_from_dict, spec_to_dict
-from flowcon.allocator.store import Store
+from flowcon.allocator.records import spec_from_dict, spec_to_dict
+from flowcon.allocator.store import Store, new_record
 from flowcon.allocator.target import ExecutorTarget, batch_for
 from flowcon.executor.backend import ExecutorError
 from flowcon.executor.lifecycle import batch_problem

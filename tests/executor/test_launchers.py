@@ -12,8 +12,8 @@ from itertools import count
 import pytest
 from swarm_fixtures import step_job_spec
 
-from flowcon.allocator.records import new_record, spec_from_dict, spec_to_dict
-from flowcon.allocator.store import Store
+from flowcon.allocator.records import spec_from_dict, spec_to_dict
+from flowcon.allocator.store import Store, new_record
 from flowcon.allocator.target import ExecutorTarget
 from flowcon.contract import LABEL_JOB, LABEL_MASTER_PORT, LABEL_RANK
 from flowcon.executor.backend import Worker, WorkerRequest
@@ -290,7 +290,7 @@ def test_allocator_keeps_colliding_jobs_apart_and_the_port_across_restarts(tmp_p
     be = MemoryBackend()
     target = ExecutorTarget(Executor(be), Inventory())
     target.apply(store, Planner())  # type: ignore[arg-type]
-    ports = {n: store.get_job(n).spec["master_port"] for n in (a, b)}  # type: ignore[union-attr]
+    ports = {n: store.get_job(n).spec.master_port for n in (a, b)}  # type: ignore[union-attr]
     assert ports[a] != ports[b] and all(isinstance(p, int) for p in ports.values())
     running = {w.job: w.labels[LABEL_MASTER_PORT] for w in be.workers}
     assert running == {n: str(p) for n, p in ports.items()}
@@ -298,7 +298,7 @@ def test_allocator_keeps_colliding_jobs_apart_and_the_port_across_restarts(tmp_p
 
     # a restarted allocator reads the same ports back; a rescale keeps them
     store = Store(db)
-    assert {n: store.get_job(n).spec["master_port"] for n in (a, b)} == ports  # type: ignore[union-attr]
+    assert {n: store.get_job(n).spec.master_port for n in (a, b)} == ports  # type: ignore[union-attr]
     rec = store.get_job(b)
     assert rec is not None
     rec.gpus, rec.placement = 2, [[0, 1], [0, 2]]
@@ -308,7 +308,7 @@ def test_allocator_keeps_colliding_jobs_apart_and_the_port_across_restarts(tmp_p
     assert {w.labels[LABEL_MASTER_PORT] for w in be.workers if w.labels[LABEL_JOB] == b} == {
         str(ports[b])
     }
-    assert store.get_job(b).spec["master_port"] == ports[b]  # type: ignore[union-attr]
+    assert store.get_job(b).spec.master_port == ports[b]  # type: ignore[union-attr]
     store.close()
 
 

@@ -372,8 +372,8 @@ def test_rescaled_1_2_1_under_the_allocator_and_completes(
         assert eps == list(range(eps[0], eps[0] + len(eps))), eps
     assert snapshot_epochs(docker_client, labeled(), tmp_path / "ckpt" / job) == EPOCHS
     # host networking: every start ran on the port the allocator keeps in the job's record
-    port = alloc.store.get_job(job).spec["master_port"]  # type: ignore[union-attr]
-    assert isinstance(port, int) and port != alloc.store.get_job(second).spec["master_port"]  # type: ignore[union-attr]
+    port = alloc.store.get_job(job).spec.master_port  # type: ignore[union-attr]
+    assert isinstance(port, int) and port != alloc.store.get_job(second).spec.master_port  # type: ignore[union-attr]
     assert len(logs.config) >= 4
     flag = f"--master_port={port}" if launcher == "torchrun" else f"MASTER_PORT={port}"
     assert all(flag in conf.split() for conf in logs.config.values()), (flag, logs.config)

@@ -17,12 +17,27 @@ from flowcon.allocator.store import JobRecord, Store
 from flowcon.allocator.target import ExecutorTarget
 from flowcon.executor.lifecycle import ReconcileEvent
 from flowcon.executor.stopfree_plan import left_reason
+from flowcon.jobspec.spec import JobSpec
 
 
 def _store(tmp_path: Path) -> Store:
     """A store where job ``sf`` runs (poll leaves containers of unknown jobs alone)."""
     store = Store(tmp_path / "s.db")
-    store.put_job(JobRecord("sf", {}, "running", 1.0, None, False, 100.0, 0.0, None, {}, gpus=3))
+    store.put_job(
+        JobRecord(
+            "sf",
+            JobSpec("sf", "flowcon/testbox:latest", ("true",), 1, 100, 1.0),
+            "running",
+            1.0,
+            None,
+            False,
+            100.0,
+            0.0,
+            None,
+            {},
+            gpus=3,
+        )
+    )
     return store
 
 
