@@ -29,35 +29,10 @@ from dataclasses import dataclass, field
 from itertools import compress, repeat
 
 from flowcon.alloc.model import Job, ThroughputCurve, powers_of_two
+from flowcon.alloc.types import AdmissionDecision as AdmissionDecision
+from flowcon.alloc.types import SlotPlan as SlotPlan
 
 _EPS = 1e-9
-
-
-@dataclass(frozen=True)
-class SlotPlan:
-    """GPUs reserved for one job per slot; slot k covers [start + k*slot, start + (k+1)*slot)."""
-
-    start: float
-    slot: float
-    gpus: tuple[int, ...]
-
-    def at(self, t: float) -> int:
-        k = int(math.floor((t - self.start) / self.slot + _EPS))
-        return self.gpus[k] if 0 <= k < len(self.gpus) else 0
-
-
-@dataclass(frozen=True)
-class AdmissionDecision:
-    """``min_share``: GPUs each hard-deadline job needs in the current slot (a_i(0));
-    ``plans``: the full per-slot minimum satisfactory share of each of them; ``revoked``:
-    admitted jobs whose guarantee this decision gave up (``SlotLedger.try_admit``: they
-    fell behind their reservation and no plan meets their deadline any more)."""
-
-    admitted: bool
-    reason: str | None = None
-    min_share: dict[str, int] = field(default_factory=dict)
-    plans: dict[str, SlotPlan] = field(default_factory=dict)
-    revoked: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -639,7 +614,7 @@ class SlotLedger:
         profile as runs of the curve level it can buy (``_free_runs``, ``_segments``); the
         smallest cap ``j`` whose gain covers the work (``_smallest_level``, lines 13-19);
         the reservation at that cap from now on (``_reserve_forward``).
-        ``flowcon.alloc.reference.progressive_filling_reference`` is the same thing slot by
+        ``flowcon.repro.paper_reference.progressive_filling_reference`` is the same thing slot by
         slot, line by line, and the tests hold the two equal."""
         assert job.deadline is not None
         remaining = job.remaining

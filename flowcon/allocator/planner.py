@@ -2,7 +2,7 @@
 
 The planner turns the stored records into the core's ``ClusterState`` (jobs with their
 measured curves, current GPUs, attained GPU-seconds) and drives the same ``Policy`` object
-the simulator drives (``flowcon.alloc.policy``: ``on_submit``, ``schedule``, ``on_finish``,
+the simulator drives (``flowcon.alloc.types.Policy``: ``on_submit``, ``schedule``, ``on_finish``,
 ``next_wakeup``; for ElasticFlow admission by minimum satisfactory share, Algorithm 1, and
 marginal-return allocation, Algorithm 2), then places the GPU counts (buddy allocation,
 section 4.3) and writes every decision back to the store. The daemon then asks the executor
@@ -29,12 +29,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from flowcon.alloc.model import Job, ThroughputCurve
-from flowcon.alloc.policy import ClusterState, Policy, make_policy
+from flowcon.alloc.types import ClusterState, Policy
 from flowcon.allocator.intake import MeasurementIntake
 from flowcon.allocator.records import jsonable, new_record
 from flowcon.allocator.store import JobRecord, Store
 from flowcon.contract import SCALING_RESTART, SCALING_STOPFREE, Measurement
 from flowcon.jobspec.spec import JobSpec
+from flowcon.policy_registry import make_policy
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +114,7 @@ def _boundary(t: float, slot: float) -> float:
 class Planner:
     """Admission, allocation and placement over one ``Store``, by one ``Policy``.
 
-    ``policy``: a name from ``flowcon.alloc.policy.POLICIES`` (made with ``make_policy``,
+    ``policy``: a name from ``flowcon.policy_registry.POLICIES`` (made with ``make_policy``,
     ElasticFlow with sticky slot ticks) or a ready ``Policy``.
     ``complete_on_progress``: mark a job completed when its estimated progress reaches its
     iterations (the simulator/dry-run path; with real containers the executor reports

@@ -14,11 +14,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from flowcon.alloc.admission import AdmissionDecision
 from flowcon.alloc.batch import reset_batch
 from flowcon.alloc.model import Job, Topology, deadline_order_key
 from flowcon.alloc.placement import BuddyPlacer, Placement
-from flowcon.alloc.policy import ClusterState, Policy
+from flowcon.alloc.types import AdmissionDecision, ClusterState, Policy
 from flowcon.sim.published_layout import RankKey, published_rank_keys
 from flowcon.sim.world import OURS, World
 

@@ -301,7 +301,8 @@ def test_fill_memo_keys_on_the_instant_inside_a_slot() -> None:
 def test_policy_spare_memo_is_pruned_to_present_jobs() -> None:
     """The policy's ``distribute_spare`` memo forgets jobs that left once it grows past
     twice the jobs present plus 1,024, and the allocation is the same as without it."""
-    from flowcon.alloc.policy import ClusterState, ElasticFlowPolicy
+    from flowcon.alloc.policy import ElasticFlowPolicy
+    from flowcon.alloc.types import ClusterState
 
     curve = ThroughputCurve({1: 1.0, 2: 1.8, 4: 3.0})
     pol = ElasticFlowPolicy(overhead=0.0)

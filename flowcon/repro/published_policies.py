@@ -30,7 +30,8 @@ from flowcon.alloc.admission import (
     _Run,
 )
 from flowcon.alloc.model import Job, deadline_order_key, floor_power_of_two, powers_of_two
-from flowcon.alloc.policy import ClusterState, EDFPolicy, ElasticFlowPolicy, _edf_order
+from flowcon.alloc.policy import EDFPolicy, ElasticFlowPolicy, _edf_order
+from flowcon.alloc.types import ClusterState
 
 
 def ef_max_gpu(job: Job) -> int:
