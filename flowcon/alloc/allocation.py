@@ -23,7 +23,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import cast
 
-from flowcon.alloc.admission import FinishProbe, SlotLedger
+from flowcon.alloc.ledger import FinishProbe, SlotLedger
 from flowcon.alloc.model import Job, ThroughputCurve, floor_power_of_two
 
 

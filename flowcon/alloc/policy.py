@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from flowcon.alloc.admission import SlotLedger
 from flowcon.alloc.allocation import SpareMemo, distribute_spare, distribute_spare_paper
+from flowcon.alloc.ledger import SlotLedger
 from flowcon.alloc.model import Job, deadline_order_key, floor_power_of_two
 from flowcon.alloc.types import AdmissionDecision, ClusterState
 from flowcon.alloc.types import Policy as Policy

@@ -7,8 +7,9 @@ import random
 
 import pytest
 
-from flowcon.alloc.admission import SlotLedger, admit
+from flowcon.alloc.admission import admit
 from flowcon.alloc.allocation import allocate
+from flowcon.alloc.ledger import SlotLedger
 from flowcon.alloc.model import Job, ThroughputCurve, Topology
 from flowcon.alloc.types import ClusterState
 from flowcon.policy_registry import make_policy

@@ -29,19 +29,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowcon.alloc import admission
-from flowcon.alloc.admission import (
-    SlotLedger,
-    _Curve,
-    _free_runs,
-    _free_runs_steps,
-    _horizon,
-    _make_plan,
-    _Plan,
-    _Profile,
-    _rise,
-)
+from flowcon.alloc import ledger as ledger_module
+from flowcon.alloc.admission_steps import _Curve, _make_plan, _Plan, _Profile
 from flowcon.alloc.allocation import SpareMemo, distribute_spare
+from flowcon.alloc.filling import _free_runs, _free_runs_steps, _horizon, _rise
+from flowcon.alloc.ledger import SlotLedger
 from flowcon.alloc.model import Job, ThroughputCurve, floor_power_of_two
 
 SLOT = 60.0
@@ -116,7 +108,7 @@ class _NoFixedPointLedger(SlotLedger):
     equal: a new NaN each) and tries an arrival again after every lossless re-plan that
     lost no job, as if a plan had changed."""
 
-    def _replan_key(self, jobs: Mapping[str, Job], now: float) -> admission._ReplanKey:
+    def _replan_key(self, jobs: Mapping[str, Job], now: float) -> ledger_module._ReplanKey:
         _, overhead, sig = super()._replan_key(jobs, now)
         return float("nan"), overhead, sig
 
@@ -537,7 +529,7 @@ def test_bound_counts_what_a_new_plan_reserves_above_the_old(
 
     def left_out(rise: int | None) -> list[bool]:
         if rise is not None:
-            monkeypatch.setattr(admission, "_rise", lambda new, old, floor: rise)
+            monkeypatch.setattr(ledger_module, "_rise", lambda new, old, floor: rise)
         ledger = _WatchedLedger(64, SLOT)
         jobs = {f"l{i}": Job(f"l{i}", 0.0, 600.0, 1200.0 + 60 * i, curve) for i in range(3)}
         for j in jobs.values():

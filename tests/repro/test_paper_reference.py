@@ -22,7 +22,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowcon.alloc.admission import SlotLedger, _Profile
+from flowcon.alloc.admission_steps import _Profile
+from flowcon.alloc.ledger import SlotLedger
 from flowcon.alloc.model import Job, ThroughputCurve
 from flowcon.repro.paper_reference import _seconds, _usable, progressive_filling_reference
 
