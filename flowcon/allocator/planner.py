@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from flowcon.alloc.driver import is_tick, slot_boundary
 from flowcon.alloc.model import Job, ThroughputCurve
 from flowcon.alloc.types import ClusterState, Policy
 from flowcon.allocator.intake import MeasurementIntake
@@ -104,11 +105,6 @@ class Plan:
     allocation: dict[str, int]
     placement: dict[str, list[Any]]
     changes: list[Change] = field(default_factory=list)
-
-
-def _boundary(t: float, slot: float) -> float:
-    """First slot boundary >= t on the absolute grid (the simulator's rule)."""
-    return math.ceil(t / slot - 1e-9) * slot
 
 
 class Planner:
@@ -459,7 +455,7 @@ class Planner:
             ended = self.advance(now)
             active = self.store.active_jobs()
             state = self.cluster_state(active, now)
-            state.tick = not force and not ended  # a completion is an event
+            state.tick = is_tick(completed=bool(ended), event=force)  # the simulator's rule
             allocation = self.policy.schedule(now, state) if active else {}
             allocation = {j: int(n) for j, n in allocation.items() if n > 0 and j in state.jobs}
             if allocation == state.allocation:
@@ -485,9 +481,9 @@ class Planner:
             best = min(best, wake)
         if math.isinf(best):
             return None
-        nxt = _boundary(best, self.slot)
+        nxt = slot_boundary(best, self.slot)
         if nxt <= now:
-            nxt = _boundary(now, self.slot)
+            nxt = slot_boundary(now, self.slot)
             if nxt <= now:
                 nxt += self.slot
         return nxt
