@@ -45,8 +45,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from flowcon.alloc.model import Topology  # noqa: E402
-from flowcon.alloc.policy import POLICIES, SAXENA, make_policy  # noqa: E402
-from flowcon.alloc.saxena import SaxenaPolicy  # noqa: E402
+from flowcon.baselines.saxena import SaxenaPolicy  # noqa: E402
+from flowcon.policy_registry import POLICIES, SAXENA, make_policy  # noqa: E402
 from flowcon.sim.cli import DEFAULT_THROUGHPUTS, SHARED, run_simulation  # noqa: E402
 from flowcon.sim.engine import Simulator  # noqa: E402
 from flowcon.sim.loaders import load_throughputs  # noqa: E402

@@ -9,7 +9,7 @@ time / speed-up vs its published wall times.
     python3 benchmarks/bench_simulator.py --worlds --spread 30   # 195job's luck (below)
 
 One table per world. In the published world ``elasticflow-published`` (the published
-simulator's own ElasticFlow loop, flowcon/sim/published_elasticflow.py) and the baselines are
+simulator's own ElasticFlow loop, flowcon/repro/published_elasticflow.py) and the baselines are
 compared with the published figures (the calibration); ``elasticflow-published-engine`` (its
 admission rules in our engine) and ``elasticflow`` (ours) run in that same world beside them;
 in our world every policy is ours. The reproduction runs only where a published ElasticFlow
@@ -42,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from flowcon.alloc.policy import POLICIES  # noqa: E402
+from flowcon.policy_registry import POLICIES  # noqa: E402
 from flowcon.sim.cli import PUBLISHED_CLUSTERS, SHARED, run_simulation  # noqa: E402
 
 # published deadline satisfactory ratios (None: not run / not finished)

@@ -23,7 +23,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import cast
 
-from flowcon.alloc.admission import FinishProbe, SlotLedger
+from flowcon.alloc.ledger import FinishProbe, SlotLedger
 from flowcon.alloc.model import Job, ThroughputCurve, floor_power_of_two
 
 
@@ -211,7 +211,7 @@ def distribute_spare(
     (T(1)*slot)`` with the products looked up in the curve's step table (``_steps``): the
     same floating-point operations on the same operands as computing them afresh. The
     loop's heap is replaced by one sort of every job's steps in the heap's own pop order
-    (``_job_steps``, ``_merge``); ``flowcon.alloc.reference.distribute_spare_reference``
+    (``_job_steps``, ``_merge``); ``flowcon.repro.paper_reference.distribute_spare_reference``
     is the loop as written and the tests hold the two equal.
 
     ``memo`` (kept by the caller between calls): the tier and the chain of a job that holds
@@ -360,7 +360,7 @@ def distribute_spare_paper(
     The spare GPUs only shrink, so a step larger than them now is never taken: the loop
     would pop it and pass over it. Such a step is not pushed, and its priority (a re-run
     of progressive filling) is not computed; with no spare GPU nothing is computed.
-    ``flowcon.alloc.reference.distribute_spare_paper_reference`` is the loop pushing
+    ``flowcon.repro.paper_reference.distribute_spare_paper_reference`` is the loop pushing
     every step, and the tests hold the two equal.
 
     A job's GPU time at a count (``_gpu_time``, one re-run of progressive filling) is

@@ -1,7 +1,9 @@
 """Batch-size ranges of jobs and T(b, k), the throughput at global batch ``b`` on ``k`` GPUs
 (Saxena et al., "Effective Elastic Scaling of Deep Learning Workloads", section III-B).
 
-Pure data, no I/O. The throughput tables give iterations per second per (batch, GPU count);
+Pure data, no I/O. The range itself (``BatchRange``) is part of the job model
+(flowcon/alloc/model.py); here: building ranges, the curves derived from them and the batch
+a job runs at. The throughput tables give iterations per second per (batch, GPU count);
 a job that may run at any batch of its range counts its work in samples (iterations x the
 batch it was submitted with), so a batch change keeps the work left. ``equivalent(b)``
 expresses the speed at batch ``b`` in iterations *of the submitted batch* per second, the
@@ -11,13 +13,9 @@ all a batch change takes.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any
 
-from flowcon.alloc.model import Job, ThroughputCurve
+from flowcon.alloc.model import BatchRange, Job, ThroughputCurve
 
 # model -> global batch size -> curve (flowcon.sim.loaders.Tables)
 Tables = Mapping[str, Mapping[int, ThroughputCurve]]
@@ -31,86 +29,6 @@ def throughput(tables: Tables, model: str, batch: int, gpus: int) -> float:
     if row is None:
         return 0.0
     return row.points.get(gpus, 0.0) * batch
-
-
-@dataclass(frozen=True)
-class BatchRange:
-    """A job's permissible global batch sizes: ``low`` <= b <= ``high``, submitted at
-    ``submitted``; ``curves`` holds the throughput-table row (iterations/s per GPU count) of
-    every batch of the range the table has. ``max_per_gpu``: the largest per-GPU batch
-    ceil(b / k) that fits in one GPU's memory (None: any); configurations beyond it, and
-    GPU counts the row did not measure, are infeasible (the paper's "large negative")."""
-
-    low: int
-    high: int
-    submitted: int
-    curves: Mapping[int, ThroughputCurve]
-    max_per_gpu: int | None = None
-    _equiv: dict[int, ThroughputCurve] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
-
-    def __post_init__(self) -> None:
-        if self.low < 1:
-            raise ValueError(f"batch_size_min must be >= 1, got {self.low}")
-        if self.high < self.low:
-            raise ValueError(f"batch_size_max {self.high} is below batch_size_min {self.low}")
-        if not self.low <= self.submitted <= self.high:
-            raise ValueError(f"batch_size {self.submitted} is outside [{self.low}, {self.high}]")
-        if self.submitted not in self.curves:
-            raise ValueError(f"no throughput row for the submitted batch {self.submitted}")
-        outside = [b for b in self.curves if not self.low <= b <= self.high]
-        if outside:
-            raise ValueError(f"throughput rows {outside} are outside [{self.low}, {self.high}]")
-        if self.max_per_gpu is not None and self.max_per_gpu < 1:
-            raise ValueError(f"max_per_gpu must be >= 1, got {self.max_per_gpu}")
-        object.__setattr__(self, "curves", MappingProxyType(dict(sorted(self.curves.items()))))
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> BatchRange:
-        """Immutable (the cache holds derived curves only): shared by deep copies."""
-        return self
-
-    @property
-    def batches(self) -> tuple[int, ...]:
-        return tuple(self.curves)
-
-    def feasible(self, batch: int, gpus: int) -> bool:
-        curve = self.curves.get(batch)
-        if curve is None or gpus < 1 or gpus > batch or gpus not in curve.points:
-            return False
-        return self.max_per_gpu is None or math.ceil(batch / gpus) <= self.max_per_gpu
-
-    def rate(self, batch: int, gpus: int) -> float:
-        """T(b, k) in samples/s; 0.0 for an infeasible configuration."""
-        if not self.feasible(batch, gpus):
-            return 0.0
-        return self.curves[batch].points[gpus] * batch
-
-    def gpu_counts(self, batch: int) -> list[int]:
-        """GPU counts at which ``batch`` is feasible, ascending."""
-        curve = self.curves.get(batch)
-        return [k for k in curve.points if self.feasible(batch, k)] if curve else []
-
-    def base_rate(self) -> float:
-        """The paper's baseline rate T(b_max, 1): the best samples/s one GPU reaches at a
-        feasible batch (per GPU at the smallest feasible count when no batch fits one)."""
-        best = max((self.rate(b, 1) for b in self.curves), default=0.0)
-        if best > 0:
-            return best
-        per_gpu = [self.rate(b, k) / k for b in self.curves for k in self.gpu_counts(b)]
-        return max(per_gpu, default=0.0)
-
-    def equivalent(self, batch: int) -> ThroughputCurve:
-        """Speed at ``batch`` in submitted-batch iterations per second, feasible counts
-        only: T_its(b, k) * b / submitted."""
-        got = self._equiv.get(batch)
-        if got is None:
-            scale = batch / self.submitted
-            pts = {k: self.curves[batch].points[k] * scale for k in self.gpu_counts(batch)}
-            if not pts:
-                raise ValueError(f"batch {batch} is feasible on no GPU count")
-            got = self._equiv[batch] = ThroughputCurve(pts)
-        return got
 
 
 def envelope(brange: BatchRange) -> ThroughputCurve:

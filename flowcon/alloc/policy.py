@@ -1,74 +1,21 @@
-"""Scheduling policies behind one interface, shared by the simulator and the live service.
+"""The product's scheduling policies: ElasticFlow (admission by minimum satisfactory share,
+spare GPUs by marginal return) and EDF with or without ElasticFlow's admission control.
 
-A driver (simulator or service) owns the jobs and the clock and calls:
-
-- ``on_submit(job, now, state)`` once per arriving job -> AdmissionDecision (dropped jobs are
-  never scheduled; the reason says why);
-- ``schedule(now, state)`` at decision points -> {job_id: GPUs} for every job in
-  ``state.jobs`` (0 = paused/queued);
-- ``on_finish(job_id, now, state)`` when a job completes or is cancelled;
-- ``next_wakeup(now, state)`` -> the next time the policy wants ``schedule`` called even if no
-  job arrives or finishes (None = only on events).
-
-What a long-running driver (the live allocator) needs beyond the paper is part of the
-interface too, so the simulator runs exactly the same code:
-
-- ``restore(now, state)`` after a restart of the driver: rebuild internal state (ElasticFlow's
-  minimum-share ledger) from the jobs' progress;
-- ``on_curve_change(job_id, now, state)`` when a job's throughput curve was refined by
-  measurements (its reservation was planned with the old curve);
-- ``set_overhead(seconds)``: the measured checkpoint-restart cost charged from now on.
-
-``state.jobs`` holds the admitted, unfinished jobs with up-to-date ``done_iterations``;
-``state.tick`` is True when ``schedule`` is called only because time passed (a slot tick or
-the policy's own wakeup), not because a job arrived, finished or changed.
+Both implement ``Policy`` (flowcon/alloc/types.py, which describes what a driver calls and
+when); the simulator and the live allocator run the same objects. Policies are chosen by
+name in one place, flowcon/policy_registry.py (the papers' baselines are in
+flowcon/baselines/).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import Mapping, Sequence
 
-from flowcon.alloc.admission import AdmissionDecision, SlotLedger
 from flowcon.alloc.allocation import SpareMemo, distribute_spare, distribute_spare_paper
-from flowcon.alloc.baselines_static import GandivaPolicy as GandivaPolicy
-from flowcon.alloc.baselines_static import Stateless
-from flowcon.alloc.baselines_static import TiresiasPolicy as TiresiasPolicy
-from flowcon.alloc.baselines_static import fill_static as fill_static
-from flowcon.alloc.baselines_static import static_gpus as static_gpus
+from flowcon.alloc.ledger import SlotLedger
 from flowcon.alloc.model import Job, deadline_order_key, floor_power_of_two
-
-
-@dataclass
-class ClusterState:
-    total_gpus: int
-    slot: float = 60.0
-    jobs: dict[str, Job] = field(default_factory=dict)
-    allocation: dict[str, int] = field(default_factory=dict)  # current GPUs per job
-    attained: dict[str, float] = field(default_factory=dict)  # GPU-seconds served so far
-    tick: bool = False  # this decision is a slot tick / wakeup, no event happened
-
-
-class Policy(Protocol):
-    name: str
-
-    def on_submit(self, job: Job, now: float, state: ClusterState) -> AdmissionDecision: ...
-
-    def schedule(self, now: float, state: ClusterState) -> dict[str, int]: ...
-
-    def on_finish(self, job_id: str, now: float, state: ClusterState) -> None: ...
-
-    def next_wakeup(self, now: float, state: ClusterState) -> float | None: ...
-
-    def restore(self, now: float, state: ClusterState) -> None: ...
-
-    def on_curve_change(self, job_id: str, now: float, state: ClusterState) -> None: ...
-
-    def set_overhead(self, seconds: float) -> None: ...
-
-
-_Stateless = Stateless  # the name policies here used before the move
+from flowcon.alloc.types import AdmissionDecision, ClusterState
+from flowcon.alloc.types import Policy as Policy
 
 
 class _LedgerMixin:
@@ -246,107 +193,9 @@ class EDFPolicy(_LedgerMixin):
         return None
 
 
-def _baselines() -> Mapping[str, Callable[[], Policy]]:
-    """The baselines of the papers' evaluations (issue 13), in their own modules (they
-    import this one for type checking only); imported when a policy is made, so importing
-    this module stays light."""
-    from flowcon.alloc.baselines_deadline import ChronusPolicy
-    from flowcon.alloc.baselines_elastic import ElanPolicy, ElasticTiresiasPolicy
-    from flowcon.alloc.baselines_fairness import ThemisPolicy
-    from flowcon.alloc.baselines_goodput import PolluxPolicy
-
-    return {
-        "themis": ThemisPolicy,
-        "chronus": ChronusPolicy,
-        "pollux": PolluxPolicy,
-        "elastic-tiresias": ElasticTiresiasPolicy,
-        "e-fifo": lambda: ElanPolicy(backfill=False),
-        "e-bf": lambda: ElanPolicy(backfill=True),
-    }
-
-
 # The allocation priority ``elasticflow`` uses. Measured with the share held from now
 # (stop 32), paper - fast in jobs met: published world 195job 0, cluster01 +4, cluster02
 # +10, cluster03 +15, cluster05 +6 (at most +0.005 of a ratio); our world 0, +1, 0, 0, 0;
 # at 5-10x the simulation time (cluster03 in ours 1.1 -> 5.3 s), which would break the
 # speed goal on cluster04: the fast priority stays the default.
 DEFAULT_RANK = "fast"
-
-POLICIES: Mapping[str, str] = {
-    "elasticflow": "ElasticFlow: admission by minimum satisfactory share + marginal return",
-    "edf": "Earliest deadline first, elastic, no admission control",
-    "edf-admission": "EDF allocation behind ElasticFlow's admission control",
-    "gandiva": "Static requested GPUs, arrival order, non-preemptive",
-    "tiresias": "Static requested GPUs, 2D least attained service, preemptive",
-    "themis": "Themis: finish-time fairness, worst rho first each lease, static GPUs",
-    "chronus": "Chronus: SLO admission by lease plan, leases, EDF then shortest best-effort",
-    "pollux": "Pollux: goodput (throughput x statistical efficiency), batch per GPU count",
-    "elastic-tiresias": "EDL's elastic Tiresias: 2D-LAS with compaction and expansion",
-    "e-fifo": "Elan's elastic FIFO: start at min_res in order, GPUs by marginal gain",
-    "e-bf": "Elan's elastic backfill: E-FIFO with EASY backfilling",
-    "elasticflow-fast": "ElasticFlow, spare GPUs by next-slot iterations per extra GPU / T(1)",
-    "elasticflow-paper": "ElasticFlow, spare GPUs by Algorithm 2's GPU time saved (paper)",
-    "saxena-dp": "Saxena DP over jobs x GPUs x batch sizes; a job that does not fit is dropped",
-    "saxena-dp-queue": "Saxena DP over jobs x GPUs x batch sizes; a job that does not fit waits",
-    "max-bs": "Saxena's optimizer at each job's largest batch (Max-BS), drop mode",
-    "min-bs": "Saxena's optimizer at each job's smallest batch (Min-BS), drop mode",
-    "random-bs": "Saxena's optimizer at a seeded random batch of the range (Random-BS), drop",
-    "max-bs-queue": "Max-BS, queue mode",
-    "min-bs-queue": "Min-BS, queue mode",
-    "random-bs-queue": "Random-BS, queue mode",
-    "elasticflow-batch": "ElasticFlow admission and allocation over (GPU count, batch size)",
-}
-
-
-# Saxena's optimizer (flowcon.alloc.saxena): policy name -> (batch rule, mode)
-SAXENA: Mapping[str, tuple[str, str]] = {
-    "saxena-dp": ("elastic", "drop"),
-    "saxena-dp-queue": ("elastic", "queue"),
-    "max-bs": ("max", "drop"),
-    "min-bs": ("min", "drop"),
-    "random-bs": ("random", "drop"),
-    "max-bs-queue": ("max", "queue"),
-    "min-bs-queue": ("min", "queue"),
-    "random-bs-queue": ("random", "queue"),
-}
-
-
-def make_policy(
-    name: str, overhead: float = 0.0, *, sticky: bool = False, lossless_replan: bool = True
-) -> Policy:
-    """The policy ``name`` (a key of ``POLICIES``), as ``flowcon simulate --policy`` and the
-    allocator's ``policy:`` setting choose it. ``sticky``/``lossless_replan`` tune
-    ElasticFlow only (see ``ElasticFlowPolicy``)."""
-    if name in ("elasticflow", "elasticflow-fast", "elasticflow-paper"):
-        rank = "paper" if name == "elasticflow-paper" else "fast"
-        if name == "elasticflow":
-            rank = DEFAULT_RANK
-        pol = ElasticFlowPolicy(
-            overhead=overhead, sticky=sticky, lossless_replan=lossless_replan, rank=rank
-        )
-        pol.name = name
-        return pol
-    baselines = _baselines()
-    if name in baselines:
-        return baselines[name]()
-    if name == "edf":
-        return EDFPolicy(admission=False, overhead=overhead)
-    if name == "edf-admission":
-        return EDFPolicy(admission=True, overhead=overhead)
-    if name == "gandiva":
-        return GandivaPolicy()
-    if name == "tiresias":
-        return TiresiasPolicy()
-    if name in SAXENA:
-        from flowcon.alloc.saxena import SaxenaPolicy  # it builds on this module
-
-        return SaxenaPolicy(*SAXENA[name])
-    if name == "elasticflow-batch":
-        from flowcon.alloc.elasticflow_batch import ElasticFlowBatchPolicy
-
-        return ElasticFlowBatchPolicy(
-            ElasticFlowPolicy(
-                overhead=overhead, sticky=sticky, lossless_replan=lossless_replan, rank=DEFAULT_RANK
-            )
-        )
-    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")

@@ -26,8 +26,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, field_validator
 
-from flowcon.alloc.policy import POLICIES
 from flowcon.contract import EXECUTOR_LABELS
+from flowcon.policy_registry import POLICIES
 from flowcon.schema import SchemaError, Strict, env_overrides, merge, path_problem
 from flowcon.schema import validate as schema_validate
 from flowcon.textfile import NotText, SecretError, read_secret, read_text, safe_load_yaml
@@ -78,7 +78,7 @@ class AllocatorConfig:
     profile_seconds: float = 60.0
     profile_min_lines: int = 6
     executor: str = "engine"
-    # the scheduling policy, any of ``flowcon simulate --policy`` (flowcon.alloc.policy)
+    # the scheduling policy, any of ``flowcon simulate --policy`` (flowcon/policy_registry.py)
     policy: str = "elasticflow"
     raw: RawYaml = field(default_factory=dict)
     source: Path | None = None

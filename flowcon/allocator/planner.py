@@ -2,7 +2,7 @@
 
 The planner turns the stored records into the core's ``ClusterState`` (jobs with their
 measured curves, current GPUs, attained GPU-seconds) and drives the same ``Policy`` object
-the simulator drives (``flowcon.alloc.policy``: ``on_submit``, ``schedule``, ``on_finish``,
+the simulator drives (``flowcon.alloc.types.Policy``: ``on_submit``, ``schedule``, ``on_finish``,
 ``next_wakeup``; for ElasticFlow admission by minimum satisfactory share, Algorithm 1, and
 marginal-return allocation, Algorithm 2), then places the GPU counts (buddy allocation,
 section 4.3) and writes every decision back to the store. The daemon then asks the executor
@@ -27,16 +27,17 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
-from flowcon.alloc.admission import AdmissionDecision
+from flowcon.alloc.driver import is_tick, slot_boundary
 from flowcon.alloc.model import Job, ThroughputCurve
 from flowcon.alloc.placement import PlacementPlan
-from flowcon.alloc.policy import ClusterState, Policy, make_policy
+from flowcon.alloc.types import AdmissionDecision, ClusterState, Policy
 from flowcon.allocator.intake import MeasurementIntake
 from flowcon.allocator.ports import Placer
 from flowcon.allocator.records import core_job
 from flowcon.allocator.store import JobRecord, Store, new_record
 from flowcon.contract import SCALING_RESTART, SCALING_STOPFREE, Measurement
 from flowcon.jobspec.spec import JobSpec
+from flowcon.policy_registry import make_policy
 
 log = logging.getLogger(__name__)
 
@@ -107,15 +108,10 @@ class Plan:
     changes: list[Change] = field(default_factory=list)
 
 
-def _boundary(t: float, slot: float) -> float:
-    """First slot boundary >= t on the absolute grid (the simulator's rule)."""
-    return math.ceil(t / slot - 1e-9) * slot
-
-
 class Planner:
     """Admission, allocation and placement over one ``Store``, by one ``Policy``.
 
-    ``policy``: a name from ``flowcon.alloc.policy.POLICIES`` (made with ``make_policy``,
+    ``policy``: a name from ``flowcon.policy_registry.POLICIES`` (made with ``make_policy``,
     ElasticFlow with sticky slot ticks) or a ready ``Policy``.
     ``complete_on_progress``: mark a job completed when its estimated progress reaches its
     iterations (the simulator/dry-run path; with real containers the executor reports
@@ -447,7 +443,7 @@ class Planner:
             ended = self.advance(now)
             active = self.store.active_jobs()
             state = self.cluster_state(active, now)
-            state.tick = not force and not ended  # a completion is an event
+            state.tick = is_tick(completed=bool(ended), event=force)  # the simulator's rule
             allocation = self.policy.schedule(now, state) if active else {}
             allocation = {j: int(n) for j, n in allocation.items() if n > 0 and j in state.jobs}
             if allocation == state.allocation:
@@ -473,9 +469,9 @@ class Planner:
             best = min(best, wake)
         if math.isinf(best):
             return None
-        nxt = _boundary(best, self.slot)
+        nxt = slot_boundary(best, self.slot)
         if nxt <= now:
-            nxt = _boundary(now, self.slot)
+            nxt = slot_boundary(now, self.slot)
             if nxt <= now:
                 nxt += self.slot
         return nxt

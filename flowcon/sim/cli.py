@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING
 
 import click
 
+from flowcon.policy_registry import SIMULATOR_POLICIES
+
 if TYPE_CHECKING:  # rich is imported lazily: the CLI starts fast
     from rich.console import Console
 
     from flowcon.alloc.model import Job, Topology
-    from flowcon.alloc.policy import Policy
+    from flowcon.alloc.types import Policy
     from flowcon.sim.engine import SimResult
     from flowcon.sim.loaders import Tables
 
@@ -32,11 +34,6 @@ PUBLISHED_CLUSTERS = {
     "cluster05": "64x8",
     "cluster04": "128x8",
 }
-# batch-size-aware policies (flowcon.alloc.saxena, flowcon.alloc.elasticflow_batch)
-SAXENA_CHOICES = (
-    "saxena-dp", "saxena-dp-queue", "max-bs", "min-bs", "random-bs", "max-bs-queue",
-    "min-bs-queue", "random-bs-queue", "elasticflow-batch",
-)  # fmt: skip
 
 
 def run_simulation(
@@ -119,19 +116,11 @@ def _note_jitter(summary: dict[str, object], jitter: int, seed: int) -> None:
 
 
 def _policy(name: str, overhead: float, tables: Tables | None = None) -> Policy:
-    """``make_policy``'s policies, and ``elasticflow-published-engine`` (the published
-    admission rules in our engine, flowcon.alloc.published); ``pollux`` gets the
-    throughput tables (its batch sizes)."""
-    from flowcon.alloc.policy import make_policy
-    from flowcon.alloc.published import ElasticFlowPublished
+    """The policy ``name`` from the registry (flowcon/policy_registry.py); ``pollux`` gets
+    the throughput tables (its batch sizes)."""
+    from flowcon.policy_registry import make_policy
 
-    if name == "pollux" and tables is not None:
-        from flowcon.alloc.baselines_goodput import PolluxPolicy
-
-        return PolluxPolicy(tables)
-    if name == "elasticflow-published-engine":
-        return ElasticFlowPublished()
-    return make_policy(name, overhead=overhead)
+    return make_policy(name, overhead=overhead, tables=tables)
 
 
 def _run_published(
@@ -144,10 +133,10 @@ def _run_published(
 ) -> SimResult:
     """``policy`` as the published simulator defines it, in its world; FlowCon's own
     policies (``elasticflow``) keep their admission margin of two ``overhead``s."""
-    from flowcon.alloc.published import EDFPublished
+    from flowcon.repro.published_baselines import simulate_gandiva, simulate_tiresias
+    from flowcon.repro.published_elasticflow import simulate_elasticflow_published
+    from flowcon.repro.published_policies import EDFPublished
     from flowcon.sim.engine import Simulator
-    from flowcon.sim.published import simulate_gandiva, simulate_tiresias
-    from flowcon.sim.published_elasticflow import simulate_elasticflow_published
     from flowcon.sim.world import published_world
 
     if policy == "elasticflow-published":
@@ -173,26 +162,7 @@ def _stderr_console() -> Console:
     "--policy",
     default="elasticflow",
     show_default=True,
-    type=click.Choice(
-        [
-            "elasticflow",
-            "elasticflow-fast",
-            "elasticflow-paper",
-            *SAXENA_CHOICES,
-            "elasticflow-published",
-            "elasticflow-published-engine",
-            "edf",
-            "edf-admission",
-            "gandiva",
-            "tiresias",
-            "themis",
-            "chronus",
-            "pollux",
-            "elastic-tiresias",
-            "e-fifo",
-            "e-bf",
-        ]
-    ),
+    type=click.Choice(SIMULATOR_POLICIES),
 )
 @click.option(
     "--world",

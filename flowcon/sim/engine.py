@@ -14,11 +14,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from flowcon.alloc.admission import AdmissionDecision
 from flowcon.alloc.batch import reset_batch
+from flowcon.alloc.driver import is_tick, slot_boundary
 from flowcon.alloc.model import Job, Topology, deadline_order_key
 from flowcon.alloc.placement import BuddyPlacer, Placement
-from flowcon.alloc.policy import ClusterState, Policy
+from flowcon.alloc.types import AdmissionDecision, ClusterState, Policy
 from flowcon.sim.published_layout import RankKey, published_rank_keys
 from flowcon.sim.world import OURS, World
 
@@ -56,11 +56,6 @@ class SimResult:
     wall_seconds: float = 0.0
     decisions: int = 0
     extra: dict[str, float] = field(default_factory=dict)
-
-
-def _boundary(t: float, slot: float) -> float:
-    """First slot boundary >= t."""
-    return math.ceil(t / slot - 1e-9) * slot
 
 
 @dataclass
@@ -113,13 +108,13 @@ class Simulator:
         )
         t = r.arrivals[0].submit_time if r.arrivals else 0.0
         if not self.world.published_timing:
-            t = _boundary(t, self.slot)
+            t = slot_boundary(t, self.slot)
         last_t = t
         while True:
             completed = self._advance(r, last_t, t)
             last_t = t
             # a decision only because time passed (no completion, no arrival): a slot tick
-            r.state.tick = not completed and not self._arrivals_due(r, t)
+            r.state.tick = is_tick(completed=completed, event=self._arrivals_due(r, t))
             lat = self._arrive(r, t)
             if not r.state.jobs and r.ai >= len(r.arrivals):
                 break
@@ -305,12 +300,12 @@ class Simulator:
         slot = self.slot
         nxt = math.inf
         if r.ai < len(r.arrivals):
-            nxt = _boundary(r.arrivals[r.ai].submit_time, slot)
+            nxt = slot_boundary(r.arrivals[r.ai].submit_time, slot)
         if first_fin < math.inf:
-            nxt = min(nxt, _boundary(first_fin, slot))
+            nxt = min(nxt, slot_boundary(first_fin, slot))
         wake = self.policy.next_wakeup(t, r.state)
         if wake is not None:
-            nxt = min(nxt, _boundary(wake, slot))
+            nxt = min(nxt, slot_boundary(wake, slot))
         if nxt <= t:
             nxt = t + slot
         if math.isinf(nxt):

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from flowcon.alloc.batch import BatchRange, make_range
-from flowcon.alloc.model import Job, ThroughputCurve
+from flowcon.alloc.batch import make_range
+from flowcon.alloc.model import BatchRange, Job, ThroughputCurve
 from flowcon.textfile import NotText, read_text
 
 TRACE_COLUMNS = (

@@ -7,10 +7,12 @@ import random
 
 import pytest
 
-from flowcon.alloc.admission import SlotLedger, admit
+from flowcon.alloc.admission import admit
 from flowcon.alloc.allocation import allocate
+from flowcon.alloc.ledger import SlotLedger
 from flowcon.alloc.model import Job, ThroughputCurve, Topology
-from flowcon.alloc.policy import ClusterState, make_policy
+from flowcon.alloc.types import ClusterState
+from flowcon.policy_registry import make_policy
 from flowcon.sim.engine import Simulator
 
 FIG4 = ThroughputCurve({1: 1.0, 2: 1.5, 4: 2.0})  # Figure 4(a)

@@ -16,10 +16,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowcon.alloc.admission import SlotLedger
 from flowcon.alloc.allocation import distribute_spare, distribute_spare_paper, paper_rank
+from flowcon.alloc.ledger import SlotLedger
 from flowcon.alloc.model import Job, ThroughputCurve, is_power_of_two
-from flowcon.alloc.reference import distribute_spare_paper_reference
+from flowcon.repro.paper_reference import distribute_spare_paper_reference
 
 SLOT = 60.0
 TOTAL = 16

@@ -1,6 +1,6 @@
 """``distribute_spare`` (per-curve step tables and chains, every step sorted once in the
 heap's pop order) against the greedy loop as written
-(``flowcon.alloc.reference.distribute_spare_reference``): the same allocation, GPU for GPU.
+(``flowcon.repro.paper_reference.distribute_spare_reference``): the same allocation, GPU for GPU.
 
 The strategies mix concave curves with curves whose gains rise again (a step better than
 its predecessor, which the heap pops right after it), remaining work small enough to cap a
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from flowcon.alloc.allocation import distribute_spare
 from flowcon.alloc.model import Job, ThroughputCurve, floor_power_of_two
-from flowcon.alloc.reference import distribute_spare_reference
+from flowcon.repro.paper_reference import distribute_spare_reference
 
 SLOT = 60.0
 

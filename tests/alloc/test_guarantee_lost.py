@@ -9,9 +9,10 @@ published world, 8 such jobs declined 474 arrivals)."""
 
 from __future__ import annotations
 
-from flowcon.alloc.admission import SlotLedger
+from flowcon.alloc.ledger import SlotLedger
 from flowcon.alloc.model import Job, ThroughputCurve, Topology
-from flowcon.alloc.policy import ClusterState, make_policy
+from flowcon.alloc.types import ClusterState
+from flowcon.policy_registry import make_policy
 from flowcon.sim.engine import Simulator
 from flowcon.sim.outputs import summarize
 

@@ -29,19 +29,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowcon.alloc import admission
-from flowcon.alloc.admission import (
-    SlotLedger,
-    _Curve,
-    _free_runs,
-    _free_runs_steps,
-    _horizon,
-    _make_plan,
-    _Plan,
-    _Profile,
-    _rise,
-)
+from flowcon.alloc import ledger as ledger_module
+from flowcon.alloc.admission_steps import _Curve, _make_plan, _Plan, _Profile
 from flowcon.alloc.allocation import SpareMemo, distribute_spare
+from flowcon.alloc.filling import _free_runs, _free_runs_steps, _horizon, _rise
+from flowcon.alloc.ledger import SlotLedger
 from flowcon.alloc.model import Job, ThroughputCurve, floor_power_of_two
 
 SLOT = 60.0
@@ -116,7 +108,7 @@ class _NoFixedPointLedger(SlotLedger):
     equal: a new NaN each) and tries an arrival again after every lossless re-plan that
     lost no job, as if a plan had changed."""
 
-    def _replan_key(self, jobs: Mapping[str, Job], now: float) -> admission._ReplanKey:
+    def _replan_key(self, jobs: Mapping[str, Job], now: float) -> ledger_module._ReplanKey:
         _, overhead, sig = super()._replan_key(jobs, now)
         return float("nan"), overhead, sig
 
@@ -301,7 +293,8 @@ def test_fill_memo_keys_on_the_instant_inside_a_slot() -> None:
 def test_policy_spare_memo_is_pruned_to_present_jobs() -> None:
     """The policy's ``distribute_spare`` memo forgets jobs that left once it grows past
     twice the jobs present plus 1,024, and the allocation is the same as without it."""
-    from flowcon.alloc.policy import ClusterState, ElasticFlowPolicy
+    from flowcon.alloc.policy import ElasticFlowPolicy
+    from flowcon.alloc.types import ClusterState
 
     curve = ThroughputCurve({1: 1.0, 2: 1.8, 4: 3.0})
     pol = ElasticFlowPolicy(overhead=0.0)
@@ -536,7 +529,7 @@ def test_bound_counts_what_a_new_plan_reserves_above_the_old(
 
     def left_out(rise: int | None) -> list[bool]:
         if rise is not None:
-            monkeypatch.setattr(admission, "_rise", lambda new, old, floor: rise)
+            monkeypatch.setattr(ledger_module, "_rise", lambda new, old, floor: rise)
         ledger = _WatchedLedger(64, SLOT)
         jobs = {f"l{i}": Job(f"l{i}", 0.0, 600.0, 1200.0 + 60 * i, curve) for i in range(3)}
         for j in jobs.values():

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from flowcon.alloc.admission import AdmissionDecision
 from flowcon.alloc.model import Job, Topology
-from flowcon.alloc.policy import ClusterState, Policy, make_policy
+from flowcon.alloc.types import AdmissionDecision, ClusterState, Policy
 from flowcon.allocator.planner import Planner
 from flowcon.allocator.store import Store
 from flowcon.jobspec.spec import JobSpec, ThroughputProfile
+from flowcon.policy_registry import make_policy
 from flowcon.sim.cli import DEFAULT_THROUGHPUTS, SHARED
 from flowcon.sim.engine import Simulator
 from flowcon.sim.loaders import load_throughputs, load_trace

@@ -109,7 +109,7 @@ def test_config_resolves_state_dir_and_rejects_typos(tmp_path):
 
 
 def test_config_policy_is_one_the_simulator_knows(tmp_path):
-    from flowcon.alloc.policy import POLICIES
+    from flowcon.policy_registry import POLICIES
 
     p = tmp_path / "alloc.yaml"
     assert load_config(None).policy == "elasticflow"

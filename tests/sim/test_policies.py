@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from flowcon.alloc.model import Topology
-from flowcon.alloc.policy import make_policy
+from flowcon.policy_registry import make_policy
 from flowcon.sim.cli import simulate
 from flowcon.sim.engine import Simulator
 from flowcon.sim.loaders import InputError, load_throughputs, load_trace

@@ -6,7 +6,7 @@ import pytest
 
 from flowcon.alloc.batch import make_range
 from flowcon.alloc.model import Job, ThroughputCurve, Topology
-from flowcon.alloc.policy import make_policy
+from flowcon.policy_registry import make_policy
 from flowcon.sim.engine import Simulator
 from flowcon.sim.saxena_metrics import completed_over_time, saxena_metrics
 

@@ -10,7 +10,7 @@ import pytest
 
 from flowcon.alloc.batch import make_range
 from flowcon.alloc.model import Job, Topology
-from flowcon.alloc.saxena import SaxenaPolicy
+from flowcon.baselines.saxena import SaxenaPolicy
 from flowcon.sim.engine import Simulator
 from flowcon.sim.saxena_paper import (
     IV_D_SPEEDUP,

@@ -1,5 +1,5 @@
 """SlotLedger._fill (step functions, bisection over the cap) against the slot-by-slot
-ProgressiveFilling of the paper (flowcon.alloc.reference).
+ProgressiveFilling of the paper (flowcon.repro.paper_reference).
 
 What must hold: for every job, occupied profile and instant, both give the same x_i(t) in
 every slot from ``now`` to the deadline, or both say the job cannot be satisfied, provided
@@ -22,9 +22,10 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowcon.alloc.admission import SlotLedger, _Profile
+from flowcon.alloc.admission_steps import _Profile
+from flowcon.alloc.ledger import SlotLedger
 from flowcon.alloc.model import Job, ThroughputCurve
-from flowcon.alloc.reference import _seconds, _usable, progressive_filling_reference
+from flowcon.repro.paper_reference import _seconds, _usable, progressive_filling_reference
 
 SLOT = 8.0  # seconds; with the quarter-second grid below every product and sum is exact
 

@@ -6,8 +6,8 @@ import pytest
 from small_trace import finishes as _finishes
 from small_trace import job as _job
 
-from flowcon.alloc.baselines_deadline import ChronusPolicy
-from flowcon.alloc.policy import ClusterState
+from flowcon.alloc.types import ClusterState
+from flowcon.baselines.deadline import ChronusPolicy
 
 
 def test_slo_admission_by_lease_plan_and_best_effort_order() -> None:

@@ -1,18 +1,14 @@
 """The non-elastic baselines (Gandiva, Tiresias as ElasticFlow's evaluation runs them) and
 the pieces other baselines build on: the trivial driver hooks and the static GPU count.
-``flowcon.alloc.policy`` re-exports them (``make_policy``)."""
+Chosen by name in flowcon/policy_registry.py, like every policy."""
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
-from flowcon.alloc.admission import AdmissionDecision
 from flowcon.alloc.model import Job, floor_power_of_two
-
-if TYPE_CHECKING:  # policy.py imports this module
-    from flowcon.alloc.policy import ClusterState
+from flowcon.alloc.types import AdmissionDecision, ClusterState
 
 
 class Stateless:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from flowcon.alloc.model import Job, ThroughputCurve, Topology
-from flowcon.sim.published_elasticflow import (
+from flowcon.repro.published_elasticflow import (
     EJob,
     PlanError,
     align,
@@ -100,7 +100,7 @@ def test_arrivals_of_one_event_are_declined_together() -> None:
 def test_spare_gpus_go_to_the_job_level_by_level() -> None:
     """Alone on 8 GPUs with a loose deadline its minimum share is 1 GPU; the spare GPUs
     then raise it a level at a time (2, 4, 8) while any are left."""
-    from flowcon.sim.published_elasticflow import PublishedElasticFlow
+    from flowcon.repro.published_elasticflow import PublishedElasticFlow
 
     sim = PublishedElasticFlow([_job("a", 0, 3600, 100_000)], Topology.from_spec("1x8"))
     sim._handle(sim.events.items[0], 0.0)

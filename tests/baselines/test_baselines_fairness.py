@@ -6,7 +6,7 @@ import pytest
 from small_trace import finishes as _finishes
 from small_trace import job as _job
 
-from flowcon.alloc.baselines_fairness import ThemisPolicy, finish_time_fairness
+from flowcon.baselines.fairness import ThemisPolicy, finish_time_fairness
 
 
 def test_rho_is_shared_over_independent_time() -> None:

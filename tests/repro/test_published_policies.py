@@ -6,10 +6,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowcon.alloc.admission import _EPS, SlotLedger, _horizon, _make_plan, _Plan, _Profile, _Run
+from flowcon.alloc.admission_steps import _EPS, _make_plan, _Plan, _Profile, _Run
+from flowcon.alloc.filling import _horizon
+from flowcon.alloc.ledger import SlotLedger
 from flowcon.alloc.model import Job, ThroughputCurve, floor_power_of_two, powers_of_two
-from flowcon.alloc.policy import ClusterState
-from flowcon.alloc.published import (
+from flowcon.alloc.types import ClusterState
+from flowcon.repro.published_policies import (
     EDFPublished,
     ElasticFlowPublished,
     PublishedLedger,

@@ -16,15 +16,10 @@ count (rounded up to a power of two, at most the cluster) or not at all.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from flowcon.alloc.admission import AdmissionDecision
-from flowcon.alloc.baseline_steps import LeaseClock, keep_running
-from flowcon.alloc.baselines_static import Stateless, fill_static, static_gpus
 from flowcon.alloc.model import Job
-
-if TYPE_CHECKING:  # policy.py imports this module
-    from flowcon.alloc.policy import ClusterState
+from flowcon.alloc.types import AdmissionDecision, ClusterState
+from flowcon.baselines.static import Stateless, fill_static, static_gpus
+from flowcon.baselines.steps import LeaseClock, keep_running
 
 
 def finish_time_fairness(job: Job, now: float, total_gpus: int) -> float:

@@ -69,7 +69,7 @@ def test_gandiva_time_shares_a_full_node(rotating: bool) -> None:
     clock off the whole minute nobody rotates: eight end at +3,600 s, the ninth waits; on
     whole minutes the running ones rotate every step and all nine share 8 GPUs (~4,050 s)."""
     from flowcon.alloc.model import Job, ThroughputCurve, Topology
-    from flowcon.sim.published import simulate_gandiva
+    from flowcon.repro.published_baselines import simulate_gandiva
 
     t0 = 0.0 if rotating else 1.0
     jobs = [
@@ -97,7 +97,7 @@ def test_gandiva_time_shares_a_full_node(rotating: bool) -> None:
 def test_tiresias_demotes_by_gpu_seconds() -> None:
     """A 4-GPU job crosses 3,250 GPU-seconds after 813 s and drops behind a newcomer."""
     from flowcon.alloc.model import Job, ThroughputCurve, Topology
-    from flowcon.sim.published import simulate_tiresias
+    from flowcon.repro.published_baselines import simulate_tiresias
 
     curve = ThroughputCurve({1: 1.0, 4: 4.0})
 

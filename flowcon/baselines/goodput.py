@@ -31,15 +31,11 @@ table's measured cells.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
-from flowcon.alloc.admission import AdmissionDecision
-from flowcon.alloc.baseline_steps import grow
-from flowcon.alloc.baselines_static import Stateless
 from flowcon.alloc.model import Job, ThroughputCurve
-
-if TYPE_CHECKING:  # policy.py imports this module
-    from flowcon.alloc.policy import ClusterState
+from flowcon.alloc.types import AdmissionDecision, ClusterState
+from flowcon.baselines.static import Stateless
+from flowcon.baselines.steps import grow
 
 # model -> global batch size -> curve (flowcon.sim.loaders.Tables)
 BatchTables = Mapping[str, Mapping[int, ThroughputCurve]]

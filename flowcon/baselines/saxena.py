@@ -25,17 +25,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
-from flowcon.alloc.admission import AdmissionDecision
 from flowcon.alloc.batch import set_batch
 from flowcon.alloc.model import Job
-
-if TYPE_CHECKING:  # make_policy builds these policies: no import cycle with policy.py
-    from flowcon.alloc.policy import ClusterState
+from flowcon.alloc.types import AdmissionDecision, ClusterState
 
 Row = npt.NDArray[np.float64]
 MODES = ("drop", "queue")

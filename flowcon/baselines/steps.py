@@ -7,12 +7,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from flowcon.alloc.model import Job
-
-if TYPE_CHECKING:  # policy.py imports this module
-    from flowcon.alloc.policy import ClusterState
+from flowcon.alloc.types import ClusterState
 
 # gain(job, current GPUs, next GPUs) -> benefit of the step (divided by the extra GPUs here)
 Gain = Callable[[Job, int, int], float]

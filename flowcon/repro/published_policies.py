@@ -18,19 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from flowcon.alloc.admission import (
-    _EPS,
-    AdmissionDecision,
-    SlotLedger,
-    _Curve,
-    _horizon,
-    _make_plan,
-    _Plan,
-    _Profile,
-    _Run,
-)
+from flowcon.alloc.admission_steps import _EPS, _Curve, _make_plan, _Plan, _Profile, _Run
+from flowcon.alloc.filling import _horizon
+from flowcon.alloc.ledger import SlotLedger
 from flowcon.alloc.model import Job, deadline_order_key, floor_power_of_two, powers_of_two
-from flowcon.alloc.policy import ClusterState, EDFPolicy, ElasticFlowPolicy, _edf_order
+from flowcon.alloc.policy import EDFPolicy, ElasticFlowPolicy, _edf_order
+from flowcon.alloc.types import AdmissionDecision, ClusterState
 
 
 def ef_max_gpu(job: Job) -> int:

@@ -10,18 +10,18 @@ that curve: the candidate configurations enter through the curve the ledger is g
 nothing of them is copied. A job at k GPUs runs at ``best_batch(k)``, so the plan's speed
 is the speed it gets; a job can thus be admitted at a batch that meets its deadline on
 fewer GPUs. Jobs without a range are ElasticFlow's.
+
+A research variant, kept with the baselines: the live allocator can be configured with it,
+but its planner does not run the batch this policy picks (a ranged job's batch there
+follows ``flowcon.alloc.batch.hybrid_batch``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from flowcon.alloc.batch import best_batch, envelope
-
-if TYPE_CHECKING:  # make_policy builds the wrapped policy: no import cycle with policy.py
-    from flowcon.alloc.admission import AdmissionDecision
-    from flowcon.alloc.model import Job
-    from flowcon.alloc.policy import ClusterState, ElasticFlowPolicy
+from flowcon.alloc.model import Job
+from flowcon.alloc.policy import ElasticFlowPolicy
+from flowcon.alloc.types import AdmissionDecision, ClusterState
 
 
 class ElasticFlowBatchPolicy:

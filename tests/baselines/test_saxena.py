@@ -10,8 +10,8 @@ import pytest
 
 from flowcon.alloc.batch import make_range
 from flowcon.alloc.model import Job, ThroughputCurve, Topology
-from flowcon.alloc.policy import POLICIES, make_policy
-from flowcon.alloc.saxena import Option, SaxenaPolicy, job_options, solve
+from flowcon.baselines.saxena import Option, SaxenaPolicy, job_options, solve
+from flowcon.policy_registry import POLICIES, make_policy
 from flowcon.sim.engine import Simulator
 
 

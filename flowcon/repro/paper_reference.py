@@ -1,6 +1,6 @@
 """ElasticFlow's ProgressiveFilling (Algorithm 1, section 4.2) slot by slot, as printed.
 
-This is the slow reference for ``SlotLedger._fill`` (flowcon/alloc/admission.py), which
+This is the slow reference for ``SlotLedger._fill`` (flowcon/alloc/ledger.py), which
 computes the same minimum satisfactory share on step functions with a bisection over the
 GPU cap. It walks every slot for every cap ``j`` (O(G * slots)); only the tests use it.
 The line numbers cite the paper's Algorithm 1:
@@ -41,10 +41,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from flowcon.alloc.admission import SlotLedger
+from flowcon.alloc.ledger import SlotLedger
 from flowcon.alloc.model import Job, powers_of_two
 
-_EPS = 1e-9  # the same slack as admission.py: a deadline on a boundary is that boundary
+_EPS = 1e-9  # the same slack as the ledger: a deadline on a boundary is that boundary
 
 
 def _usable(job: Job, cap: int, x: int, power_of_two: bool) -> tuple[int, float]:

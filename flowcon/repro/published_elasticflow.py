@@ -48,9 +48,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from flowcon.alloc.model import Job, Topology
-from flowcon.alloc.published import ef_max_gpu
+from flowcon.repro.published_baselines import Event, arrival_events, merge_near
+from flowcon.repro.published_policies import ef_max_gpu
 from flowcon.sim.engine import JobResult, SimResult
-from flowcon.sim.published import Event, arrival_events, merge_near
 from flowcon.sim.published_layout import RankKey, published_rank_keys
 from flowcon.sim.world import SLOT, published_world
 
@@ -500,7 +500,7 @@ class _Events:
         self.items.sort(key=lambda e: e.time)
 
     def merge_near(self, now: float) -> float:
-        """The published timing (``flowcon.sim.published.merge_near``) on this list,
+        """The published timing (``flowcon.repro.published_baselines.merge_near``) on this list,
         the index kept; returns the next event's time."""
         self.sort()
         first = self.items[0]

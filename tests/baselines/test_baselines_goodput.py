@@ -6,8 +6,8 @@ import pytest
 from small_trace import CURVE  # noqa: E402
 from small_trace import finishes as _finishes
 
-from flowcon.alloc.baselines_goodput import PolluxPolicy, efficiency, goodput_curve
 from flowcon.alloc.model import Job, ThroughputCurve
+from flowcon.baselines.goodput import PolluxPolicy, efficiency, goodput_curve
 
 # batch 32 is CURVE; batch 64: 0.6 / 1.0 / 1.6 it/s on 1 / 2 / 4 GPUs
 TABLES = {"m": {32: CURVE, 64: ThroughputCurve({1: 0.6, 2: 1.0, 4: 1.6})}}

@@ -21,15 +21,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
-from flowcon.alloc.admission import AdmissionDecision
-from flowcon.alloc.baseline_steps import LeaseClock, keep_running
-from flowcon.alloc.baselines_static import fill_static, static_gpus
 from flowcon.alloc.model import Job, deadline_order_key
-
-if TYPE_CHECKING:  # policy.py imports this module
-    from flowcon.alloc.policy import ClusterState
+from flowcon.alloc.types import AdmissionDecision, ClusterState
+from flowcon.baselines.static import fill_static, static_gpus
+from flowcon.baselines.steps import LeaseClock, keep_running
 
 _EPS = 1e-6
 

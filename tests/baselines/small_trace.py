@@ -4,7 +4,7 @@ builder, and finish times from the simulator (our world, no overhead, 60 s slots
 from __future__ import annotations
 
 from flowcon.alloc.model import Job, ThroughputCurve, Topology
-from flowcon.alloc.policy import Policy
+from flowcon.alloc.types import Policy
 from flowcon.sim.engine import Simulator
 
 # 1 GPU: 1.0 it/s, 2 GPUs: 1.5, 4 GPUs: 2.0; no faster beyond 4

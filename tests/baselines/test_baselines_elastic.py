@@ -7,9 +7,9 @@ import pytest
 from small_trace import finishes as _finishes
 from small_trace import job as _job
 
-from flowcon.alloc.baselines_elastic import ElanPolicy, ElasticTiresiasPolicy
 from flowcon.alloc.model import Job
-from flowcon.alloc.policy import ClusterState
+from flowcon.alloc.types import ClusterState
+from flowcon.baselines.elastic import ElanPolicy, ElasticTiresiasPolicy
 
 
 def test_elastic_tiresias_expands_into_idle_gpus() -> None:

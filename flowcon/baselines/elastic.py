@@ -41,21 +41,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from flowcon.alloc.admission import AdmissionDecision
-from flowcon.alloc.baseline_steps import (
+from flowcon.alloc.model import Job, floor_power_of_two
+from flowcon.alloc.types import AdmissionDecision, ClusterState
+from flowcon.baselines.static import Stateless, TiresiasPolicy, static_gpus
+from flowcon.baselines.steps import (
     ceil_power_of_two,
     grow,
     keep_running,
     relative_speedup,
     time_saved,
 )
-from flowcon.alloc.baselines_static import Stateless, TiresiasPolicy, static_gpus
-from flowcon.alloc.model import Job, floor_power_of_two
-
-if TYPE_CHECKING:  # policy.py imports this module
-    from flowcon.alloc.policy import ClusterState
 
 
 class ElasticTiresiasPolicy(TiresiasPolicy):
