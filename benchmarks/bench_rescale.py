@@ -329,7 +329,7 @@ def main() -> int:
         env = {"STEP_SLEEP": "0.05"}
         modes = list(MODES)
     else:
-        from swarm_fixtures import STEP_JOB
+        from flowcon.testing.stepjob import STEP_JOB
 
         command = ["sh", "-c", STEP_JOB]
         env = {"STEP_SECONDS": "0.1"}

@@ -36,10 +36,10 @@ Scenarios implemented:
         round, unmanaged untouched, a final SIGTERM restores. Recovery: restart to the
         end of the first complete round.
   agent-engine-restart
-        a private dockerd with --live-restore (tests/private_engine.py) stopped and started
-        under a real agent, 6 managed + 2 unmanaged containers: the agent stays up, logs
-        the engine back, resumes control within 5 s with its lists intact, engine =
-        recorded limits. Recovery: engine answering -> first complete round.
+        a private dockerd with --live-restore (flowcon/testing/private_engine.py) stopped
+        and started under a real agent, 6 managed + 2 unmanaged containers: the agent
+        stays up, logs the engine back, resumes control within 5 s with its lists intact,
+        engine = recorded limits. Recovery: engine answering -> first complete round.
   agent-foreign-change
         with a real agent running (6 managed + 2 unmanaged containers), one managed
         container is, in turn, given a new CPU limit by someone else (``docker update``),
@@ -64,8 +64,8 @@ Scenarios implemented:
         answers 503; space is freed and a new submit is admitted. Recovery: space freed
         to /healthz ok.
   allocator-engine-restart
-        a private dockerd (tests/private_engine.py) under an in-process allocator running two
-        rate jobs, stopped at a random moment and started 1-3 s later, in turn with
+        a private dockerd (flowcon/testing/private_engine.py) under an in-process allocator
+        running two rate jobs, stopped at a random moment and started 1-3 s later, in turn with
         --live-restore (the containers must be untouched) and without (the jobs must resume
         from their checkpoints, without using up their restart budget). Checks: the
         allocator answers throughout, no job lost or failed, no duplicate rank, steps

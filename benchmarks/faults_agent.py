@@ -698,7 +698,7 @@ def agent_engine_restart_session(
     import docker
 
     sys.path.insert(0, str(REPO / "tests"))
-    from private_engine import PRIVATE_HOST, setup_private, teardown_private
+    from flowcon.testing.private_engine import PRIVATE_HOST, setup_private, teardown_private
 
     with tempfile.TemporaryDirectory(prefix="flowcon-faults-restart-") as tmp:
         engine, created_bridge = setup_private(Path(tmp) / "dockerd.log", live_restore=True)

@@ -676,8 +676,8 @@ RESTART_KINDS = ("live-restore", "plain")
 
 class EngineRestartSession:
     """allocator-engine-restart: an in-process allocator (1 s slots) drives rate jobs on a
-    private dockerd (tests/private_engine.py, never the shared engine). Each run stops the
-    engine at a random moment, starts it again 1-3 s later, in turn:
+    private dockerd (flowcon/testing/private_engine.py, never the shared engine). Each run
+    stops the engine at a random moment, starts it again 1-3 s later, in turn:
 
     * with ``--live-restore``: the containers keep running while the engine is away, and
       must be untouched (same ids, never restarted);
@@ -695,7 +695,8 @@ class EngineRestartSession:
     ) -> None:
         sys.path.insert(0, str(REPO / "tests"))
         import docker
-        from private_engine import PRIVATE_HOST, setup_private
+
+        from flowcon.testing.private_engine import PRIVATE_HOST, setup_private
 
         self.rng = rng
         self.engine, self.created_bridge = setup_private(folder / "dockerd.log", live_restore=True)
@@ -763,7 +764,7 @@ class EngineRestartSession:
         return problems, took
 
     def close(self) -> None:
-        from private_engine import teardown_private
+        from flowcon.testing.private_engine import teardown_private
 
         try:
             cancel_all(self.client)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import random
 import subprocess
-import sys
 import time
 from types import ModuleType
 
 import pytest
-from conftest import REPO, load_script
+from support.scripts import load_script
+from support.session import REPO
 
 pytestmark = pytest.mark.docker
 
@@ -74,8 +74,7 @@ def test_hostile_output_is_read_to_the_end_with_bounded_memory(labeled, cleanup_
 def test_engine_restart_under_the_agent(labeled):  # type: ignore[no-untyped-def]
     """On a private dockerd with --live-restore (never the shared engine)."""
     faults = _module()
-    sys.path.insert(0, str(REPO / "tests"))
-    from private_engine import EngineUnavailable
+    from flowcon.testing.private_engine import EngineUnavailable
 
     try:
         session = faults.agent_engine_restart_session(random.Random(5), labeled())

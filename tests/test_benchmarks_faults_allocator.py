@@ -8,7 +8,8 @@ import random
 from types import ModuleType
 
 import pytest
-from conftest import REPO, load_script
+from support.scripts import load_script
+from support.session import REPO
 
 
 def _module() -> ModuleType:

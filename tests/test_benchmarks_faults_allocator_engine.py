@@ -5,11 +5,11 @@ test label), and that its checks catch what they are there for."""
 from __future__ import annotations
 
 import random
-import sys
 from types import ModuleType
 
 import pytest
-from conftest import REPO, load_script
+from support.scripts import load_script
+from support.session import REPO
 
 pytestmark = pytest.mark.docker
 
@@ -48,8 +48,7 @@ def test_engine_restarts_under_the_allocator_use_no_restart_budget(labeled):  # 
     restart without --live-restore failed the jobs before the fix ("exit 143; 1 restarts
     used"): an engine stopping the containers is a preemption, not a failure."""
     faults = _module()
-    sys.path.insert(0, str(REPO / "tests"))
-    from private_engine import EngineUnavailable
+    from flowcon.testing.private_engine import EngineUnavailable
 
     try:
         session = faults.allocator_engine_restart_session(

@@ -8,9 +8,10 @@ import random
 from types import ModuleType
 
 import pytest
-from conftest import REPO, load_script
+from support.scripts import load_script
+from support.session import REPO
 
-pytest_plugins = ("swarm_fixtures",)
+pytest_plugins = ("support.swarm_fixtures",)
 pytestmark = [pytest.mark.swarm, pytest.mark.docker]
 
 

@@ -18,7 +18,8 @@ from types import ModuleType
 import docker
 import docker.errors
 import pytest
-from conftest import REPO, SESSION_ID, SESSION_LABEL, TEST_LABEL, TESTBOX_IMAGE, load_script
+from support.scripts import load_script
+from support.session import REPO, SESSION_ID, SESSION_LABEL, TEST_LABEL, TESTBOX_IMAGE
 
 from flowcon.executor.backends.engine import network_name
 from flowcon.executor.lifecycle import Executor

@@ -9,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import load_script
+from support.scripts import load_script
 
 from flowcon.replay.model import JobRecord, RunResult, Sample
 from flowcon.replay.recorder import write_run

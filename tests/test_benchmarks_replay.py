@@ -8,7 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import load_script
+from support.scripts import load_script
 
 from flowcon.replay.repeat import NONE, RunFigures, aggregate
 

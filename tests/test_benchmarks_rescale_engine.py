@@ -10,7 +10,7 @@ import sys
 import uuid
 
 import pytest
-from conftest import REPO, SESSION_ID, SESSION_LABEL, TEST_LABEL, TESTBOX_IMAGE
+from support.session import REPO, SESSION_ID, SESSION_LABEL, TEST_LABEL, TESTBOX_IMAGE
 
 pytestmark = pytest.mark.docker
 

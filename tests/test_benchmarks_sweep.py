@@ -7,7 +7,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import load_script
+from support.scripts import load_script
 
 from flowcon.replay.model import JobRecord, RunResult
 

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import load_script
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.scripts import load_script
 
 REPO = Path(__file__).resolve().parent.parent
 DATA_PY = REPO / "flowcon" / "elastic" / "data.py"

@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import free_port
+
+from flowcon.testing.ports import free_port
 
 pytest.importorskip("torch")
 

@@ -37,12 +37,12 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
-import launcher_procs  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from conftest import free_port  # noqa: E402
+from support import launcher_procs  # noqa: E402
 
 from flowcon import contract  # noqa: E402
 from flowcon.elastic import rendezvous as rdv  # noqa: E402
+from flowcon.testing.ports import free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = REPO / "images" / "elastic-example" / "train.py"

@@ -22,16 +22,16 @@ from typing import Any
 import pytest
 
 torch = pytest.importorskip("torch")
-import launcher_procs  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from conftest import free_port  # noqa: E402
+from support import launcher_procs  # noqa: E402
 
 from flowcon import contract  # noqa: E402
 from flowcon.elastic import rendezvous as rdv  # noqa: E402
 from flowcon.elastic.data import ElasticSampler  # noqa: E402
+from flowcon.testing.ports import free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-JOB = REPO / "tests" / "stopfree_job.py"
+JOB = REPO / "tests" / "support" / "stopfree_job.py"
 GBS = 10
 SIZE = 66  # stopfree_job.SIZE: 7 steps an epoch (6 x 10 + 6)
 

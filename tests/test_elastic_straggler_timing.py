@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import NoStore
+from support.no_store import NoStore
 
 torch = pytest.importorskip("torch")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import load_script
+from support.scripts import load_script
 
 from flowcon.agent import config as agent_config
 from flowcon.allocator.config import ConfigError, load_config

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from conftest import load_script
+from support.scripts import load_script
 
 from flowcon.allocator.store import Store
 

@@ -22,10 +22,11 @@ from flowcon.core.limits import CpuLimit
 from flowcon.engine.docker_engine import CpuSettings, DockerEngine
 from flowcon.executor.lifecycle import Executor, ReconcileEvent
 
-pytest.register_assert_rewrite("swarm_fixtures")  # it is also loaded as a plugin below
-from swarm_fixtures import step_job_spec, wait_for  # noqa: E402
+pytest.register_assert_rewrite("support.swarm_fixtures")  # it is also loaded as a plugin below
+from support.swarm_fixtures import step_job_spec  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
 
-pytest_plugins = ("swarm_fixtures",)
+pytest_plugins = ("support.swarm_fixtures",)
 
 REPO = Path(__file__).resolve().parents[2]
 # this checkout's example image under its own tag (other checkouts build :latest)

@@ -5,12 +5,13 @@ after itself, and the polls and container look-ups the tests share."""
 from __future__ import annotations
 
 import pytest
-from conftest import TEST_LABEL, TESTBOX_IMAGE
 
 from flowcon.allocator.config import load_config
 from flowcon.allocator.daemon import Allocator
 from flowcon.allocator.target import build_target
 from flowcon.contract import LABEL_JOB
+from support.session import TEST_LABEL, TESTBOX_IMAGE
+from support.waiting import wait_for as poll
 
 PROFILE = {1: 2.0, 2: 3.6, 4: 6.4, 8: 10.0}
 
@@ -39,9 +40,7 @@ CONFIG = engine_config()
 
 
 def wait_for(pred, timeout=60.0, every=0.5):  # type: ignore[no-untyped-def]
-    """swarm_fixtures.wait_for with this module's longer defaults (daemons re-plan in slots)."""
-    from swarm_fixtures import wait_for as poll
-
+    """support.waiting.wait_for with longer defaults (daemons re-plan in slots)."""
     return poll(pred, timeout, every)
 
 
@@ -70,7 +69,7 @@ def daemon_env(tmp_path, docker_client, labeled, test_run_id, config=CONFIG, ima
         for a in started:
             if a.server is not None and not a._stop.is_set():
                 a.stop()
-        from swarm_fixtures import sweep
+        from support.swarm_fixtures import sweep
 
         sweep(docker_client, f"{TEST_LABEL}={test_run_id}")
 

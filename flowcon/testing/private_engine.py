@@ -124,7 +124,7 @@ def setup_private(log: Path, live_restore: bool = False) -> tuple[PrivateEngine,
     eng = PrivateEngine(log)
     try:
         eng.start(live_restore)
-        repo = Path(__file__).resolve().parent.parent
+        repo = Path(__file__).resolve().parents[2]  # this checkout (flowcon/testing/..)
         subprocess.run(
             ["bash", str(repo / "images/testbox/build.sh"), "flowcon/testbox:latest", PRIVATE_HOST],
             check=True,

@@ -1,28 +1,29 @@
 """Fixtures for executor and swarm tests; import them in a test module::
 
-    pytest_plugins = ("swarm_fixtures",)   # the fixtures
-    from swarm_fixtures import STEP_JOB, step_job_spec, swarm_executor_for, wait_for
+    pytest_plugins = ("support.swarm_fixtures",)   # the fixtures
+    from support.swarm_fixtures import step_job_spec, swarm_executor_for
 
 ``swarm`` (session scope) brings up the two-node swarm with scripts/swarm-up.sh and takes
 it down at the end if it brought it up; it skips with the reason when that is impossible
 (not root, no dockerd, the engine refuses swarm mode).
 
-``STEP_JOB`` is a busybox shell training job for flowcon/testbox: it counts steps, prints
-metric lines, saves its step in the checkpoint dir every 5 steps and on SIGTERM (exit 143),
-and resumes from it, so checkpoint-restart is observable without torch.
+``step_job_spec`` runs ``STEP_JOB`` (flowcon.testing.stepjob, which benchmarks use too), a
+busybox shell training job for flowcon/testbox that makes checkpoint-restart observable
+without torch.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from conftest import REPO, SESSION_ID, SESSION_LABEL, TEST_LABEL, TESTBOX_IMAGE
+
+from flowcon.testing.stepjob import STEP_JOB
+from support.session import REPO, SESSION_ID, SESSION_LABEL, TEST_LABEL, TESTBOX_IMAGE
 
 ELASTIC_IMAGE = "flowcon/elastic-example:latest"
 DDP_IMAGE = "flowcon/ddp-example:latest"  # the launcher tests' plain DDP script
@@ -44,22 +45,6 @@ def swarm_executor_for(
     backend = SwarmBackend(swarm.manager, node_clients={"node2": swarm.node2})
     opts = ExecutorOptions(grace_s=grace_s, extra_labels=labels, checkpoint_host_dir=ckpt)
     return Executor(backend, inv, opts)
-
-
-STEP_JOB = r"""
-d=${FLOWCON_CHECKPOINT_DIR:-/tmp}; s=0
-[ -f "$d/step" ] && s=$(cat "$d/step")
-save() { echo "$s" > "$d/step.tmp" && busybox mv "$d/step.tmp" "$d/step"; }
-trap 'save; printf "{\"step\":%d,\"event\":\"preempted\"}\n" "$s"; exit 143' TERM
-echo "start rank=$RANK world=$WORLD_SIZE from=$s"
-while [ "$s" -lt "${FLOWCON_ITERATIONS:-1000}" ]; do
-  sleep ${STEP_SECONDS:-0.2} & wait $!
-  s=$((s+1))
-  printf '{"step":%d,"ts":%s}\n' "$s" "$EPOCHREALTIME"
-  [ $((s % 5)) -eq 0 ] && save
-done
-save; exit 0
-"""
 
 
 def step_job_spec(name: str, iterations: int = 10000, **overrides: Any) -> Any:
@@ -91,18 +76,6 @@ def step_metrics(ex: Any, job: str) -> list[dict[str, Any]]:
 def host_pids(container: Any) -> set[str]:
     """The host pids of a container's processes (a launcher and its worker)."""
     return {str(p[1]) for p in container.top()["Processes"]}
-
-
-def wait_for(pred: Callable[[], Any], timeout: float = 30.0, every: float = 0.25) -> Any:
-    """Poll until ``pred()`` is truthy; returns its value or fails the test."""
-    end = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > end:
-            pytest.fail(f"condition not met within {timeout}s")
-        time.sleep(every)
 
 
 def sweep(client: Any, label: str) -> None:
