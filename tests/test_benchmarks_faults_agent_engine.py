@@ -10,15 +10,14 @@ import time
 from types import ModuleType
 
 import pytest
-from support.scripts import load_script
-from support.session import REPO
 
 pytestmark = pytest.mark.docker
 
 
 def _module() -> ModuleType:
-    path = REPO / "benchmarks" / "faults_agent.py"
-    return load_script(path, "flowcon_bench_faults_agent")
+    from benchmarks.faults import agent
+
+    return agent
 
 
 def test_agent_kill_keeps_originals_limits_and_gives_back(labeled, cleanup_containers):  # type: ignore[no-untyped-def]

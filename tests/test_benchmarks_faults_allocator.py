@@ -8,13 +8,12 @@ import random
 from types import ModuleType
 
 import pytest
-from support.scripts import load_script
-from support.session import REPO
 
 
 def _module() -> ModuleType:
-    path = REPO / "benchmarks" / "faults_allocator.py"
-    return load_script(path, "flowcon_bench_faults_allocator")
+    from benchmarks.faults import allocator
+
+    return allocator
 
 
 def test_the_step_check_sees_a_checkpoint_that_went_back() -> None:

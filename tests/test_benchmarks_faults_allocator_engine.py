@@ -8,15 +8,14 @@ import random
 from types import ModuleType
 
 import pytest
-from support.scripts import load_script
-from support.session import REPO
 
 pytestmark = pytest.mark.docker
 
 
 def _module() -> ModuleType:
-    path = REPO / "benchmarks" / "faults_allocator.py"
-    return load_script(path, "flowcon_bench_faults_allocator")
+    from benchmarks.faults import allocator
+
+    return allocator
 
 
 def test_allocator_kill_mid_submit_and_mid_rescale(labeled, docker_client):  # type: ignore[no-untyped-def]

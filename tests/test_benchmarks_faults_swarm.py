@@ -8,16 +8,15 @@ import random
 from types import ModuleType
 
 import pytest
-from support.scripts import load_script
-from support.session import REPO
 
 pytest_plugins = ("support.swarm_fixtures",)
 pytestmark = [pytest.mark.swarm, pytest.mark.docker]
 
 
 def _module() -> ModuleType:
-    path = REPO / "benchmarks" / "faults_allocator.py"
-    return load_script(path, "flowcon_bench_faults_allocator_sw")
+    from benchmarks.faults import allocator
+
+    return allocator
 
 
 def test_a_node_restart_resumes_its_job_and_leaves_the_other_alone(swarm, labeled):  # type: ignore[no-untyped-def]

@@ -18,7 +18,6 @@ from types import ModuleType
 import docker
 import docker.errors
 import pytest
-from support.scripts import load_script
 from support.session import REPO, SESSION_ID, SESSION_LABEL, TEST_LABEL, TESTBOX_IMAGE
 
 from flowcon.executor.backends.engine import network_name
@@ -150,8 +149,9 @@ def test_interrupted_bench_agent_leaves_nothing(docker_client, test_run_id, sig)
 
 
 def _faults() -> ModuleType:
-    path = REPO / "benchmarks" / "faults.py"
-    return load_script(path, "flowcon_bench_faults_interrupted")
+    from benchmarks.faults import scenarios
+
+    return scenarios
 
 
 @pytest.mark.parametrize(

@@ -9,16 +9,15 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from support.scripts import load_script
 
 from flowcon.replay.model import JobRecord, RunResult, Sample
 from flowcon.replay.recorder import write_run
 
 
 def bench() -> ModuleType:
-    return load_script(
-        Path(__file__).parents[1] / "benchmarks" / "pair_runs.py", "flowcon_bench_pair_runs"
-    )
+    from benchmarks import pair_runs
+
+    return pair_runs
 
 
 def run_dir(root: Path, name: str, policy: str, jct: dict[str, float]) -> Path:

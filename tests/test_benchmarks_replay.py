@@ -4,19 +4,17 @@ and generated), its variants, and the keys of its final JSON line."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-from support.scripts import load_script
 
 from flowcon.replay.repeat import NONE, RunFigures, aggregate
 
 
 def bench() -> ModuleType:
-    return load_script(
-        Path(__file__).parents[1] / "benchmarks" / "bench_replay.py", "flowcon_bench_replay"
-    )
+    from benchmarks import bench_replay
+
+    return bench_replay
 
 
 def parse(mod: ModuleType, monkeypatch: pytest.MonkeyPatch, *argv: str):  # type: ignore[no-untyped-def]

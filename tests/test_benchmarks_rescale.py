@@ -4,20 +4,10 @@ the report's last JSON line (tests/test_benchmarks_rescale_engine.py runs it).""
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from types import ModuleType
 
 import pytest
-from support.scripts import load_script
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def load() -> ModuleType:
-    return load_script(REPO / "benchmarks" / "bench_rescale.py", "bench_rescale")
-
-
-bench = load()
+from benchmarks import bench_rescale as bench
 
 
 def jl(step: int, ts: float, world: int | None = None, **extra: object) -> str:

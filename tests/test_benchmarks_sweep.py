@@ -4,21 +4,11 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-from support.scripts import load_script
 
+from benchmarks import sweep_replay as sweep
 from flowcon.replay.model import JobRecord, RunResult
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def load() -> ModuleType:
-    return load_script(REPO / "benchmarks" / "sweep_replay.py", "sweep_replay")
-
-
-sweep = load()
 
 
 def run(policy: str, jcts: dict[str, float], alpha: float = 0.05, itval: float = 5) -> RunResult:

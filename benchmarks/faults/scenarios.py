@@ -31,7 +31,7 @@ Scenarios implemented:
         no container, network or volume. Recovery: seconds from the signal to its exit.
   agent-kill
         SIGKILL of a real ``flowcon agent`` at a random moment of its round, restarted each
-        time, with 6 managed and 2 unmanaged containers (benchmarks/faults_agent.py):
+        time, with 6 managed and 2 unmanaged containers (benchmarks/faults/agent.py):
         state file valid, originals unchanged, engine = recorded limits after the next
         round, unmanaged untouched, a final SIGTERM restores. Recovery: restart to the
         end of the first complete round.
@@ -44,7 +44,7 @@ Scenarios implemented:
         with a real agent running (6 managed + 2 unmanaged containers), one managed
         container is, in turn, given a new CPU limit by someone else (``docker update``),
         paused for 2-3 rounds, or removed, at a random moment of a round
-        (benchmarks/faults_agent.py). Invariants: the agent stays up; a foreign limit
+        (benchmarks/faults/agent.py). Invariants: the agent stays up; a foreign limit
         wins (the container is let go, its limit never written again, docs/agent.md);
         a paused one stays tracked; a removed one leaves the state; the agent-kill
         checks hold for the rest; the final SIGTERM restores. Recovery: the fault to
@@ -52,7 +52,7 @@ Scenarios implemented:
   allocator-kill
         SIGKILL of a real ``flowcon allocator`` (engine executor, rate jobs on testbox)
         0-50 ms after a submit went out, or the moment a rescale stopped a job's old
-        containers (benchmarks/faults_allocator.py); restarted on its state directory.
+        containers (benchmarks/faults/allocator.py); restarted on its state directory.
         Invariants: no answered job lost, none admitted twice, never two containers of
         one job's rank, none of an inactive job, a job's new containers start no more
         than one checkpoint interval behind. Recovery: restart to every active job
@@ -96,8 +96,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import http.client
+import importlib
 import inspect
 import json
+import os
 import random
 import statistics
 import sys
@@ -110,19 +112,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from flowcon.allocator.config import AllocatorConfig  # noqa: E402
-from flowcon.allocator.daemon import Allocator  # noqa: E402
-from flowcon.allocator.store import (  # noqa: E402
+from flowcon.allocator.config import AllocatorConfig
+from flowcon.allocator.daemon import Allocator
+from flowcon.allocator.store import (
     ACTIVE_STATES,
     ALL_STATES,
     TERMINAL_STATES,
     JobRecord,
     Store,
 )
-from flowcon.jobspec.spec import NAME_RE  # noqa: E402
+from flowcon.jobspec.spec import NAME_RE
+
+REPO = Path(__file__).resolve().parents[2]
 
 # -- the framework ------------------------------------------------------------------------
 
@@ -939,6 +940,13 @@ def interrupted_commands(
     return [(name, cmd + more) for name, cmd in commands]
 
 
+def _checkout_env() -> dict[str, str]:
+    """The environment of a command started from here: this checkout's flowcon first (an
+    installed copy may be another checkout's)."""
+    path = [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+
+
 def labelled_leftovers(client: Any, label: str) -> list[str]:
     """Containers, volumes and networks carrying ``label`` (k=v)."""
     flt = {"label": label}
@@ -987,7 +995,9 @@ def interrupted_session(
         label = f"flowcon.faults.interrupted={run_id}"
         name, cmd = interrupted_commands(run_id, label, labels or LABELS)[i % 4]
         sig = rng.choice([signal.SIGTERM, signal.SIGINT])
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            cmd, env=_checkout_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         problems: list[str] = []
         took = None
         try:
@@ -1025,9 +1035,8 @@ def interrupted_session(
 
 @contextmanager
 def agent_kill_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
-    """kill -9 of a real agent at random moments (benchmarks/faults_agent.py)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from faults_agent import agent_kill_session as session
+    """kill -9 of a real agent at random moments (benchmarks/faults/agent.py)."""
+    from .agent import agent_kill_session as session
 
     with session(rng, dict(LABELS)) as (run, final):
         yield FinalCheck(run, final)
@@ -1035,9 +1044,8 @@ def agent_kill_session(rng: random.Random) -> Iterator[Callable[[int], RunResult
 
 @contextmanager
 def agent_engine_restart_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
-    """A private dockerd restarted under a real agent (benchmarks/faults_agent.py)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from faults_agent import agent_engine_restart_session as session
+    """A private dockerd restarted under a real agent (benchmarks/faults/agent.py)."""
+    from .agent import agent_engine_restart_session as session
 
     with session(rng, dict(LABELS)) as (run, final):
         yield FinalCheck(run, final)
@@ -1045,9 +1053,8 @@ def agent_engine_restart_session(rng: random.Random) -> Iterator[Callable[[int],
 
 @contextmanager
 def agent_foreign_change_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
-    """Someone else updates, pauses or removes a managed container (faults_agent.py)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from faults_agent import agent_foreign_change_session as session
+    """Someone else updates, pauses or removes a managed container (faults/agent.py)."""
+    from .agent import agent_foreign_change_session as session
 
     with session(rng, dict(LABELS)) as (run, final):
         yield FinalCheck(run, final)
@@ -1055,9 +1062,8 @@ def agent_foreign_change_session(rng: random.Random) -> Iterator[Callable[[int],
 
 @contextmanager
 def agent_hostile_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
-    """~10^5 hostile metric lines from 4 containers (benchmarks/faults_agent.py)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from faults_agent import agent_hostile_session as session
+    """~10^5 hostile metric lines from 4 containers (benchmarks/faults/agent.py)."""
+    from .agent import agent_hostile_session as session
 
     with session(rng, dict(LABELS)) as run:
 
@@ -1070,9 +1076,8 @@ def agent_hostile_session(rng: random.Random) -> Iterator[Callable[[int], RunRes
 
 @contextmanager
 def agent_scale_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
-    """300 containers, 100 labeled, in bursts under a real agent (faults_agent.py)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from faults_agent import agent_scale_session as session
+    """300 containers, 100 labeled, in bursts under a real agent (faults/agent.py)."""
+    from .agent import agent_scale_session as session
 
     with session(rng, dict(LABELS)) as run:
 
@@ -1085,9 +1090,8 @@ def agent_scale_session(rng: random.Random) -> Iterator[Callable[[int], RunResul
 
 @contextmanager
 def allocator_kill_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
-    """kill -9 of a real allocator mid-submit and mid-rescale (faults_allocator.py)."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from faults_allocator import allocator_kill_session as session
+    """kill -9 of a real allocator mid-submit and mid-rescale (faults/allocator.py)."""
+    from .allocator import allocator_kill_session as session
 
     with session(rng, dict(LABELS)) as (run, final):
         yield FinalCheck(run, final)
@@ -1099,8 +1103,7 @@ def _outcome_session(module: str, name: str) -> Callable[[random.Random], Any]:
 
     @contextmanager
     def session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
-        sys.path.insert(0, str(REPO / "benchmarks"))
-        make = getattr(__import__(module), name)
+        make = getattr(importlib.import_module(f".{module}", __package__), name)
         takes_labels = "labels" in inspect.signature(make).parameters
         with make(rng, dict(LABELS)) if takes_labels else make(rng) as run:
 
@@ -1110,21 +1113,19 @@ def _outcome_session(module: str, name: str) -> Callable[[random.Random], Any]:
 
             yield one
 
-    session.__doc__ = f"benchmarks/{module}.py's {name}"
+    session.__doc__ = f"benchmarks/faults/{module}.py's {name}"
     return session
 
 
 # the store's tmpfs filled; a private dockerd restarted; a corrupted checkpoint;
-allocator_disk_full_session = _outcome_session("faults_allocator", "allocator_disk_full_session")
-allocator_engine_restart_session = _outcome_session(
-    "faults_allocator", "allocator_engine_restart_session"
-)
+allocator_disk_full_session = _outcome_session("allocator", "allocator_disk_full_session")
+allocator_engine_restart_session = _outcome_session("allocator", "allocator_engine_restart_session")
 allocator_corrupt_checkpoint_session = _outcome_session(
-    "faults_allocator", "allocator_corrupt_checkpoint_session"
+    "allocator", "allocator_corrupt_checkpoint_session"
 )
 # node 2 of the two-node swarm stopped and started
 allocator_swarm_node_restart_session = _outcome_session(
-    "faults_allocator", "allocator_swarm_node_restart_session"
+    "allocator", "allocator_swarm_node_restart_session"
 )
 
 
@@ -1258,21 +1259,3 @@ def main(argv: list[str] | None = None) -> int:
     summaries = [run_scenario(s, args.runs or s.default_runs, args.seed) for s in chosen]
     report(summaries)
     return 1 if any(s.violations or s.error for s in summaries) else 0
-
-
-if __name__ == "__main__":
-    import logging
-    import signal
-
-    from flowcon.interrupts import raise_interrupt_once
-
-    logging.basicConfig(level=logging.CRITICAL)  # the server logs refused calls at DEBUG
-    # SIGTERM as Ctrl-C: the running session's clean-up (its finally blocks) removes what it
-    # created; a second signal meanwhile is ignored so that clean-up runs to its end
-    signal.signal(signal.SIGTERM, raise_interrupt_once)
-    signal.signal(signal.SIGINT, raise_interrupt_once)
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt as exc:
-        print(f"interrupted ({exc or 'SIGINT'}): what it created was removed", file=sys.stderr)
-        sys.exit(130)

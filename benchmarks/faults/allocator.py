@@ -34,7 +34,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -48,9 +47,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from flowcon.testing.ports import free_port
+
 Outcome = tuple[list[str], float | None]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TOKEN = "faults-0perator-t0ken"
 PROFILE = {1: 4.0, 2: 7.0, 4: 12.0, 8: 20.0}  # iterations/s by GPU count
 CHECKPOINT_S = 0.25  # the rate job saves its step every tick
@@ -60,12 +61,6 @@ MAX_ACTIVE = 3
 KINDS = ("submit", "rescale")
 START_RE = re.compile(r"start rank=(\d+) world=(\d+) rate=\d+mit/s from=(\d+)")
 STEP_RE = re.compile(r'\{"step":(\d+),')
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_config(
@@ -693,7 +688,6 @@ class EngineRestartSession:
     def __init__(
         self, rng: Any, folder: Path, labels: dict[str, str], max_restarts: int = 3
     ) -> None:
-        sys.path.insert(0, str(REPO / "tests"))
         import docker
 
         from flowcon.testing.private_engine import PRIVATE_HOST, setup_private

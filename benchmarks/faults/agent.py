@@ -36,7 +36,7 @@ from typing import Any
 
 Outcome = tuple[list[str], float | None]  # (violations, recovery seconds)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NANO = 10**9
 TESTBOX = "flowcon/testbox:latest"
 CPU_KEYS = ("NanoCpus", "CpuQuota", "CpuPeriod", "CpuShares")
@@ -697,7 +697,6 @@ def agent_engine_restart_session(
     check as in agent-kill. Recovery: engine answering -> first complete round."""
     import docker
 
-    sys.path.insert(0, str(REPO / "tests"))
     from flowcon.testing.private_engine import PRIVATE_HOST, setup_private, teardown_private
 
     with tempfile.TemporaryDirectory(prefix="flowcon-faults-restart-") as tmp:
