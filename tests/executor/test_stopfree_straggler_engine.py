@@ -50,7 +50,7 @@ RATE_WINDOWS = 3  # windows before (the best is the reference) and, at most, aft
 SETTLE_STEPS = 5  # step lines after a start or a switch left out of the windows
 # FLOWCON_CHECKPOINT_EVERY for the job (the allocator's ``checkpoint_every``): a checkpoint
 # gathers from every rank, and once counted in the voted step times it hid the straggler at
-# every checkpoint (never removed with this setting; tests/test_elastic_straggler_timing.py)
+# every checkpoint (never removed with this setting; tests/elastic/test_elastic_straggler_timing.py)
 CHECKPOINT_EVERY = 5
 
 

@@ -12,7 +12,7 @@ import pytest
 import flowcon.agent.config as config_mod
 from flowcon.agent.config import ConfigError, load
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)

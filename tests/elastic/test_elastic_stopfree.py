@@ -30,7 +30,7 @@ from flowcon.elastic import rendezvous as rdv  # noqa: E402
 from flowcon.elastic.data import ElasticSampler  # noqa: E402
 from flowcon.testing.ports import free_port  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 JOB = REPO / "tests" / "support" / "stopfree_job.py"
 GBS = 10
 SIZE = 66  # stopfree_job.SIZE: 7 steps an epoch (6 x 10 + 6)

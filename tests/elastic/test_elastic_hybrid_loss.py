@@ -44,7 +44,7 @@ from flowcon import contract  # noqa: E402
 from flowcon.elastic import rendezvous as rdv  # noqa: E402
 from flowcon.testing.ports import free_port  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "images" / "elastic-example" / "train.py"
 BATCH, EPOCH, LR = 16, 4096, 0.003
 SAMPLES, WINDOW = 9 * EPOCH, EPOCH

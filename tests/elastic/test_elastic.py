@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 from flowcon import elastic  # noqa: E402
 from flowcon.elastic import ElasticEnv, load_checkpoint, shard  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "images" / "elastic-example" / "train.py"
 
 

@@ -117,7 +117,7 @@ def test_importable_and_usable_without_numpy() -> None:
         "assert state.restore(s, m, None) == 3\n"
         "print('ok')\n"
     )
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     env = {"PYTHONPATH": str(repo), "PATH": "/usr/bin:/bin"}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120

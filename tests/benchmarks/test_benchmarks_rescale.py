@@ -1,5 +1,5 @@
 """benchmarks/bench_rescale.py without an engine: the gap and exactly-once measurement and
-the report's last JSON line (tests/test_benchmarks_rescale_engine.py runs it)."""
+the report's last JSON line (tests/benchmarks/test_benchmarks_rescale_engine.py runs it)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 
 from flowcon import elastic  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ITERS, STOP_AT = 12, 5
 
 # A training script using the helper as a user would: dropout (torch generator), a python

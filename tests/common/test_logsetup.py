@@ -13,7 +13,7 @@ import pytest
 
 from flowcon.logsetup import LIBRARIES, LogLevelError, level_from_env, setup_logging
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(

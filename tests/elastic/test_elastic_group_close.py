@@ -23,7 +23,7 @@ from flowcon.testing.ports import free_port
 
 pytest.importorskip("torch")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 GENERATIONS = 100
 
 WORKER = textwrap.dedent(
