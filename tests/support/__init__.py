@@ -5,7 +5,7 @@ imports these as ``from support.session import REPO``. What benchmarks also need
 time lives in the product, in ``flowcon.testing`` (free_port, the private engine, the step
 job), and is imported from there.
 
-- ``session``: the repo's paths, the label on everything a test creates, this session's id.
+- ``session``: the repo's path, the label on everything a test creates, this session's id.
 - ``scripts``: a Python file outside any package (a job's script) imported by its path.
 - ``waiting``: ``wait_for``, the poll every engine test uses.
 - ``no_store``: a rendezvous store that fails any call.
