@@ -17,6 +17,7 @@ a larger scale makes the restart overhead relatively smaller.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import signal
@@ -27,20 +28,15 @@ import time
 import uuid
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-import contextlib  # noqa: E402
-
-from flowcon.alloc.model import Job, ThroughputCurve, Topology  # noqa: E402
-from flowcon.alloc.policy import ElasticFlowPolicy  # noqa: E402
-from flowcon.allocator.config import load_config  # noqa: E402
-from flowcon.allocator.daemon import Allocator  # noqa: E402
-from flowcon.allocator.target import build_target  # noqa: E402
-from flowcon.client.http import AllocatorClient, ClientError  # noqa: E402
-from flowcon.interrupts import cleanup_guard, raise_interrupt  # noqa: E402
-from flowcon.sim.engine import Simulator  # noqa: E402
-from flowcon.testing.ratejob import rate_job_spec  # noqa: E402
+from flowcon.alloc.model import Job, ThroughputCurve, Topology
+from flowcon.alloc.policy import ElasticFlowPolicy
+from flowcon.allocator.config import load_config
+from flowcon.allocator.daemon import Allocator
+from flowcon.allocator.target import build_target
+from flowcon.client.http import AllocatorClient, ClientError
+from flowcon.interrupts import cleanup_guard, raise_interrupt
+from flowcon.sim.engine import Simulator
+from flowcon.testing.ratejob import rate_job_spec
 
 # Concave curves shaped like the A100 tables (iterations/s by GPU count), slowed down so a
 # job lasts tens of seconds.

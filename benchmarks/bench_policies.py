@@ -38,21 +38,17 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from flowcon.alloc.model import Topology  # noqa: E402
-from flowcon.baselines.saxena import SaxenaPolicy  # noqa: E402
-from flowcon.policy_registry import POLICIES, SAXENA, make_policy  # noqa: E402
-from flowcon.sim.cli import DEFAULT_THROUGHPUTS, SHARED, run_simulation  # noqa: E402
-from flowcon.sim.engine import Simulator  # noqa: E402
-from flowcon.sim.loaders import load_throughputs  # noqa: E402
-from flowcon.sim.saxena_metrics import saxena_metrics  # noqa: E402
-from flowcon.sim.saxena_paper import K_MAX, PAPER_CATEGORIES, paper_tables  # noqa: E402
-from flowcon.sim.saxena_workload import CATEGORIES, PATTERNS, saxena_workload  # noqa: E402
+from flowcon.alloc.model import Topology
+from flowcon.baselines.saxena import SaxenaPolicy
+from flowcon.policy_registry import POLICIES, SAXENA, make_policy
+from flowcon.sim.cli import DEFAULT_THROUGHPUTS, SHARED, run_simulation
+from flowcon.sim.engine import Simulator
+from flowcon.sim.loaders import load_throughputs
+from flowcon.sim.saxena_metrics import saxena_metrics
+from flowcon.sim.saxena_paper import K_MAX, PAPER_CATEGORIES, paper_tables
+from flowcon.sim.saxena_workload import CATEGORIES, PATTERNS, saxena_workload
 
 TRACES = {"195job": "16x8", "cluster01": "64x8"}
 WORLDS = ("ours", "published")

@@ -39,12 +39,9 @@ from typing import Any
 
 import click
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from flowcon.interrupts import raise_interrupt  # noqa: E402
-from flowcon.replay.cli import parse_agent_sets, resolve_scenario, run_policy  # noqa: E402
-from flowcon.replay.compare import (  # noqa: E402
+from flowcon.interrupts import raise_interrupt
+from flowcon.replay.cli import parse_agent_sets, resolve_scenario, run_policy
+from flowcon.replay.compare import (
     CompareRun,
     HostBusy,
     LoadCheck,
@@ -52,16 +49,18 @@ from flowcon.replay.compare import (  # noqa: E402
     print_aggregate,
     run_compare,
 )
-from flowcon.replay.generate import random_scenario  # noqa: E402
-from flowcon.replay.repeat import (  # noqa: E402
+from flowcon.replay.generate import random_scenario
+from flowcon.replay.repeat import (
     CONTROL_MODES,
     BusyLimits,
     headline,
     variant_control,
     variant_key,
 )
-from flowcon.replay.runner import agent_available  # noqa: E402
-from flowcon.replay.scenario import THREAD_MODES, Scenario, load_scenario  # noqa: E402
+from flowcon.replay.runner import agent_available
+from flowcon.replay.scenario import THREAD_MODES, Scenario, load_scenario
+
+REPO = Path(__file__).resolve().parent.parent
 
 PAPER = "paper: best job -42.06 % (random, alpha 3 %, itval 30); makespan -1 % to -5 %"
 GENERATED_JOBS = 5

@@ -47,16 +47,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+from flowcon.engine.gpus import discover
+from flowcon.executor.backend import Worker
+from flowcon.executor.backends.engine import EngineBackend
+from flowcon.executor.lifecycle import Executor, ExecutorOptions
+from flowcon.interrupts import raise_interrupt
+from flowcon.jobspec.spec import parse_jobspec
 
-from flowcon.engine.gpus import discover  # noqa: E402
-from flowcon.executor.backend import Worker  # noqa: E402
-from flowcon.executor.backends.engine import EngineBackend  # noqa: E402
-from flowcon.executor.lifecycle import Executor, ExecutorOptions  # noqa: E402
-from flowcon.interrupts import raise_interrupt  # noqa: E402
-from flowcon.jobspec.spec import parse_jobspec  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 EXAMPLE = "flowcon/elastic-example:latest"
 TESTBOX = "flowcon/testbox:latest"
@@ -329,7 +327,7 @@ def main() -> int:
         env = {"STEP_SLEEP": "0.05"}
         modes = list(MODES)
     else:
-        from swarm_fixtures import STEP_JOB
+        from flowcon.testing.stepjob import STEP_JOB
 
         command = ["sh", "-c", STEP_JOB]
         env = {"STEP_SECONDS": "0.1"}

@@ -39,11 +39,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from flowcon.policy_registry import POLICIES
+from flowcon.sim.cli import PUBLISHED_CLUSTERS, SHARED, run_simulation
 
-from flowcon.policy_registry import POLICIES  # noqa: E402
-from flowcon.sim.cli import PUBLISHED_CLUSTERS, SHARED, run_simulation  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 # published deadline satisfactory ratios (None: not run / not finished)
 REFERENCE = {

@@ -23,11 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from flowcon.replay.recorder import figures, read_run  # noqa: E402
-from flowcon.replay.repeat import NONE, RunFigures, aggregate, change, headline  # noqa: E402
+from flowcon.replay.recorder import figures, read_run
+from flowcon.replay.repeat import NONE, RunFigures, aggregate, change, headline
 
 
 def parse_runs(items: list[str]) -> dict[str, list[Path]]:

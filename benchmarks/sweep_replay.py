@@ -38,14 +38,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from flowcon.interrupts import raise_interrupt
+from flowcon.replay import repeat
+from flowcon.replay.model import RunResult
+from flowcon.replay.recorder import figures
+from flowcon.replay.repeat import NONE, RunFigures
 
-from flowcon.interrupts import raise_interrupt  # noqa: E402
-from flowcon.replay import repeat  # noqa: E402
-from flowcon.replay.model import RunResult  # noqa: E402
-from flowcon.replay.recorder import figures  # noqa: E402
-from flowcon.replay.repeat import NONE, RunFigures  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 ALPHAS = (0.01, 0.03, 0.05, 0.10, 0.15)
 ITVALS = (10.0, 20.0, 30.0, 60.0)

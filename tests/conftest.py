@@ -4,27 +4,13 @@ by the test (pass or fail); the session end sweeps anything a crashed test left.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import signal
-import socket
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
-from types import ModuleType
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("FLOWCON_SHARED", REPO.parent / "shared"))
-TEST_LABEL = "flowcon.test"
-TESTBOX_IMAGE = "flowcon/testbox:latest"
-BASE_IMAGE = os.environ.get("FLOWCON_BASE_IMAGE", "flowcon/base:bookworm")
-# One id per pytest session: the end-of-session sweep removes only this session's
-# leftovers, never the containers of another pytest run on the same engine.
-SESSION_ID = uuid.uuid4().hex[:12]
-SESSION_LABEL = f"{TEST_LABEL}.session"
+from support.session import REPO, SESSION_ID, SESSION_LABEL, TEST_LABEL
 
 # The Ctrl-C tests send SIGINT to a child `flowcon`/benchmark process. A shell that starts
 # pytest in the background without job control (`.ci/run &` from a script) starts it with
@@ -34,33 +20,6 @@ SESSION_LABEL = f"{TEST_LABEL}.session"
 # exec, so the children start as under a terminal.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def load_script(path: Path, name: str) -> ModuleType:
-    """A Python file outside the package (a benchmark, a job's script) imported as module
-    ``name``; registered in ``sys.modules`` before it runs, as dataclasses look their
-    module up there."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None, path
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nobody listened on a moment ago (bound to port 0, then
-    closed): for a store, a metrics server or a probe that must find nothing there."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class NoStore:
-    """A stand-in for the rendezvous store where a test expects no store call."""
-
-    def __getattr__(self, name: str) -> object:
-        raise AssertionError(f"no store call expected ({name})")
 
 
 def remove_labeled(client, label: str) -> None:  # type: ignore[no-untyped-def]

@@ -1,12 +1,12 @@
-"""The tests' reader of launcher logs (tests/launcher_procs.py): a log polled while the
+"""The tests' reader of launcher logs (tests/support/launcher_procs.py): a log polled while the
 launcher writes it may end inside a record."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import launcher_procs
 import pytest
+from support import launcher_procs
 
 
 def test_a_record_cut_by_the_read_is_left_for_the_next_poll(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import load_script
 
 from flowcon.agent import config as agent_config
 from flowcon.allocator.config import ConfigError, load_config
@@ -200,9 +199,8 @@ def test_one_bad_table_refuses_the_whole_directory(tmp_path: Path) -> None:
 def test_faults_inputs_scenario_counts_every_corpus_file() -> None:
     """benchmarks/faults.py --scenario inputs: the same corpus, one run per file."""
 
-    faults = load_script(
-        Path(__file__).parents[1] / "benchmarks" / "faults.py", "flowcon_bench_faults"
-    )
+    from benchmarks.faults import scenarios as faults
+
     assert {str(p.relative_to(CORPUS)) for _, p in faults.corpus_files()} == set(EXPECT)
     scenario = next(s for s in faults.SCENARIOS if s.name == "inputs")
     summary = faults.run_scenario(scenario, len(EXPECT), seed=1)

@@ -12,7 +12,7 @@ Time: decisions are taken at the request time ``now``; the slot grid is absolute
 [k*slot, (k+1)*slot)), the simulator's grid. A submit is answered at once, evaluated from
 ``now``: inside a slot the ledger counts only the slot's remainder. The simulator batches
 arrivals at the next slot boundary; a live submit that arrives on a boundary is decided
-exactly as the simulator decides it (tests/test_planner_matches_simulator.py).
+exactly as the simulator decides it (tests/allocator/test_planner_matches_simulator.py).
 
 Measurements (the closed loop) are ``flowcon.allocator.intake``; records (spec <-> JSON)
 are ``flowcon.allocator.records``.

@@ -45,8 +45,9 @@ from flowcon.elastic.lr import HybridScaling
 SAMPLES = 4096
 FEATURES = 32
 # the learning rate for the reference batch (see above; env LR; at 0.01 the loss of two
-# runs with different initial weights differs by up to 50 %: tests/test_elastic_hybrid_loss.py
-# compares at 0.003, where they agree within 1 % after 7 epochs)
+# runs with different initial weights differs by up to 50 %:
+# tests/elastic/test_elastic_hybrid_loss.py compares at 0.003, where they agree within 1 %
+# after 7 epochs)
 LR = float(os.environ.get("LR") or 0.01)
 
 

@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 import yaml
-from private_engine import (
+from support.waiting import wait_for as poll
+
+from flowcon.testing.private_engine import (
     PRIVATE_HOST,
     EngineUnavailable,
     PrivateEngine,
@@ -45,14 +47,7 @@ def job(loss_expr: str, busy: int = 300, nap: str = "0.05") -> list[str]:
 
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str, step: float = 0.1) -> Any:
-    end = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(step)
+    return poll(cond, timeout, step, what)
 
 
 def host_cfg(container: Any) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """`flowcon agent --once` and `flowcon status` as an operator meets them, against stub
-engines (tests/stub_engine.py) and a socket nobody listens on: exit codes, the engine
+engines (tests/support/stub_engine.py) and a socket nobody listens on: exit codes, the engine
 named in errors, the start-up message, label errors in the state, status and metrics."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from stub_engine import ENGINE_29, TOO_OLD, StubEngine
+from support.stub_engine import ENGINE_29, TOO_OLD, StubEngine
 
 from flowcon.agent.config import Config
 from flowcon.agent.daemon import Agent, opt_in_hint, watching_line

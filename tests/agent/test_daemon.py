@@ -11,10 +11,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import free_port
 
 from flowcon.agent.config import Config
 from flowcon.agent.daemon import Agent
+from flowcon.testing.ports import free_port
 
 
 def _agent(tmp_path: Path, port: int) -> Agent:

@@ -7,6 +7,8 @@ import threading
 import time
 from typing import Any
 
+from support.waiting import wait_for as poll
+
 from flowcon.agent.listeners import EventListener, interesting
 from flowcon.engine.docker_engine import EngineUnavailable
 
@@ -60,10 +62,7 @@ def ev(action: str, cid: str, **attrs: str) -> dict[str, Any]:
 
 
 def wait_for(cond: Any, timeout: float = 5.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.01)
+    poll(cond, timeout, 0.01)
 
 
 def test_dispatch_reconnect_and_resync() -> None:

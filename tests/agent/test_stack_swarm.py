@@ -28,12 +28,15 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, TEST_LABEL, TESTBOX_IMAGE, free_port
+from support.session import REPO, TEST_LABEL, TESTBOX_IMAGE
 
-pytest.register_assert_rewrite("swarm_fixtures")
-from swarm_fixtures import NODE2_SOCK, wait_for  # noqa: E402
+from flowcon.testing.ports import free_port
 
-pytest_plugins = ("swarm_fixtures",)
+pytest.register_assert_rewrite("support.swarm_fixtures")
+from support.swarm_fixtures import NODE2_SOCK  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
+
+pytest_plugins = ("support.swarm_fixtures",)
 pytestmark = [pytest.mark.swarm, pytest.mark.docker]
 
 IMAGE = "flowcon/agent:stack-test"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from allocator_daemon import PROFILE, containers, daemon_env, env_of, wait_for
+from support.allocator_daemon import PROFILE, containers, daemon_env, env_of, wait_for
 
 from flowcon.alloc.admission import admit
 from flowcon.alloc.model import Job, ThroughputCurve

@@ -13,8 +13,8 @@ import json
 import subprocess
 
 import pytest
-from allocator_daemon import CONFIG, containers, daemon_env, env_of, wait_for
-from conftest import REPO
+from support.allocator_daemon import CONFIG, containers, daemon_env, env_of, wait_for
+from support.session import REPO
 
 from flowcon.client.http import AllocatorClient
 from flowcon.testing.ratejob import rate_job_spec

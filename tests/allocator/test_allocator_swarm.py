@@ -19,10 +19,11 @@ from flowcon.allocator.target import ExecutorTarget
 from flowcon.client.http import AllocatorClient
 from flowcon.testing.ratejob import rate_job_spec
 
-pytest.register_assert_rewrite("swarm_fixtures")
-from swarm_fixtures import swarm_executor_for, wait_for  # noqa: E402
+pytest.register_assert_rewrite("support.swarm_fixtures")
+from support.swarm_fixtures import swarm_executor_for  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
 
-pytest_plugins = ("swarm_fixtures",)
+pytest_plugins = ("support.swarm_fixtures",)
 pytestmark = [pytest.mark.swarm, pytest.mark.docker]
 
 PROFILE = {1: 2.0, 2: 3.6, 4: 6.4, 8: 10.0}

@@ -8,21 +8,11 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
-from conftest import load_script
 
+from benchmarks.faults import scenarios as faults
 from flowcon.allocator.store import Store
-
-FAULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "faults.py"
-
-
-def _load() -> ModuleType:
-    return load_script(FAULTS, "flowcon_bench_faults")
-
-
-faults = _load()
 
 
 @pytest.fixture

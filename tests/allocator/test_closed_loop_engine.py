@@ -22,8 +22,8 @@ import time
 
 import pytest
 import yaml
-from allocator_daemon import daemon_env, engine_config, wait_for
-from conftest import REPO, TEST_LABEL
+from support.allocator_daemon import daemon_env, engine_config, wait_for
+from support.session import REPO, TEST_LABEL
 
 from flowcon.alloc.admission import admit
 from flowcon.alloc.model import Job, ThroughputCurve

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 import pytest
-from allocator_daemon import daemon_env, engine_config, wait_for
+from support.allocator_daemon import daemon_env, engine_config, wait_for
 
 from flowcon.client.http import AllocatorClient
 

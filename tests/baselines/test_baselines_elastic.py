@@ -4,8 +4,8 @@ hand."""
 from __future__ import annotations
 
 import pytest
-from small_trace import finishes as _finishes
-from small_trace import job as _job
+from support.small_trace import finishes as _finishes
+from support.small_trace import job as _job
 
 from flowcon.alloc.model import Job
 from flowcon.alloc.types import ClusterState

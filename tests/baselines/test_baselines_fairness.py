@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from small_trace import finishes as _finishes
-from small_trace import job as _job
+from support.small_trace import finishes as _finishes
+from support.small_trace import job as _job
 
 from flowcon.baselines.fairness import ThemisPolicy, finish_time_fairness
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from small_trace import CURVE  # noqa: E402
-from small_trace import finishes as _finishes
+from support.small_trace import CURVE  # noqa: E402
+from support.small_trace import finishes as _finishes
 
 from flowcon.alloc.model import Job, ThroughputCurve
 from flowcon.baselines.goodput import PolluxPolicy, efficiency, goodput_curve

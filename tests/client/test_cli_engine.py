@@ -16,9 +16,9 @@ import time
 
 import pytest
 import yaml
-from allocator_daemon import daemon_env, wait_for
 from click.testing import CliRunner
-from conftest import TEST_LABEL
+from support.allocator_daemon import daemon_env, wait_for
+from support.session import TEST_LABEL
 
 from flowcon.cli import main
 from flowcon.client.http import AllocatorClient

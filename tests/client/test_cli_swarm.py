@@ -17,10 +17,11 @@ from flowcon.allocator.target import ExecutorTarget
 from flowcon.cli import main
 from flowcon.client.http import AllocatorClient
 
-pytest.register_assert_rewrite("swarm_fixtures")
-from swarm_fixtures import swarm_executor_for, wait_for  # noqa: E402
+pytest.register_assert_rewrite("support.swarm_fixtures")
+from support.swarm_fixtures import swarm_executor_for  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
 
-pytest_plugins = ("swarm_fixtures",)
+pytest_plugins = ("support.swarm_fixtures",)
 pytestmark = [pytest.mark.swarm, pytest.mark.docker]
 
 CHATTY = r"""

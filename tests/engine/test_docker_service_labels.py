@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 import pytest
-from stub_engine import ENGINE_29, StubEngine
+from support.stub_engine import ENGINE_29, StubEngine
 
 from flowcon.agent.config import Config
 from flowcon.agent.controller import Controller

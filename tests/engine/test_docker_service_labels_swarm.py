@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, TESTBOX_IMAGE
+from support.session import REPO, TESTBOX_IMAGE
 
-pytest.register_assert_rewrite("swarm_fixtures")
-from swarm_fixtures import wait_for  # noqa: E402
+pytest.register_assert_rewrite("support.swarm_fixtures")
+from support.waiting import wait_for  # noqa: E402
 
-pytest_plugins = ("swarm_fixtures",)
+pytest_plugins = ("support.swarm_fixtures",)
 pytestmark = [pytest.mark.swarm, pytest.mark.docker]
 
 NANO = 10**9

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from stub_engine import BOOKWORM, ENGINE_29, TOO_NEW, TOO_OLD, TRIXIE, Release, StubEngine
+from support.stub_engine import BOOKWORM, ENGINE_29, TOO_NEW, TOO_OLD, TRIXIE, Release, StubEngine
 
 from flowcon.agent.config import Config
 from flowcon.agent.controller import Controller

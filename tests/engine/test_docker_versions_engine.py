@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import REPO, TESTBOX_IMAGE
+from support.session import REPO, TESTBOX_IMAGE
 
 from flowcon.engine.docker_engine import DockerEngine
 

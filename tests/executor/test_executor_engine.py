@@ -22,10 +22,11 @@ from flowcon.executor.lifecycle import Executor, ExecutorOptions
 from flowcon.executor.workers import pack_placement
 from flowcon.jobspec.spec import JobSpecError, parse_jobspec
 
-pytest.register_assert_rewrite("swarm_fixtures")  # it is also loaded as a plugin below
-from swarm_fixtures import step_job_spec, sweep, wait_for  # noqa: E402
+pytest.register_assert_rewrite("support.swarm_fixtures")  # it is also loaded as a plugin below
+from support.swarm_fixtures import step_job_spec, sweep  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
 
-pytest_plugins = ("swarm_fixtures",)
+pytest_plugins = ("support.swarm_fixtures",)
 
 
 def _env(container) -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -187,7 +188,7 @@ def test_bad_input_creates_nothing(executor: Executor, docker_client, test_run_i
 
 @pytest.mark.docker
 def test_profile_prerun_reads_step_rate(executor: Executor) -> None:
-    from swarm_fixtures import STEP_JOB
+    from flowcon.testing.stepjob import STEP_JOB
 
     # a job whose speed is known per GPU count: 2.5 it/s on 1, 5 on 2, 3.3 on 4 (concave,
     # then worse), so the pre-run must stop at 4 and never try 8

@@ -10,7 +10,7 @@ from dataclasses import replace
 from itertools import count
 
 import pytest
-from swarm_fixtures import step_job_spec
+from support.swarm_fixtures import step_job_spec
 
 from flowcon.allocator.records import spec_from_dict, spec_to_dict
 from flowcon.allocator.store import Store, new_record

@@ -22,19 +22,19 @@ from typing import Any
 
 import docker.errors
 import pytest
-from allocator_daemon import daemon_env
-from conftest import REPO, TEST_LABEL
+from support.allocator_daemon import daemon_env
+from support.session import REPO, TEST_LABEL
 
 from flowcon.client.http import AllocatorClient
 from flowcon.contract import CHECKPOINT_MOUNT, LABEL_JOB
 from flowcon.jobspec.spec import parse_jobspec
 from flowcon.testing.ratejob import rate_job_spec
 
-pytest.register_assert_rewrite("swarm_fixtures")  # it is also loaded as a plugin below
-from swarm_fixtures import wait_for  # noqa: E402
+pytest.register_assert_rewrite("support.swarm_fixtures")  # it is also loaded as a plugin below
+from support.waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.docker
-pytest_plugins = ("swarm_fixtures",)  # the executor fixture
+pytest_plugins = ("support.swarm_fixtures",)  # the executor fixture
 
 IMAGE = "flowcon/ddp-example:latest"
 SNAPSHOT = f"{CHECKPOINT_MOUNT}/snapshot.pt"

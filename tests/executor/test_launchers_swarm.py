@@ -14,10 +14,11 @@ from flowcon.contract import LABEL_MASTER_PORT
 from flowcon.executor.lifecycle import Executor
 from flowcon.jobspec.spec import parse_jobspec
 
-pytest.register_assert_rewrite("swarm_fixtures")  # it is also loaded as a plugin below
-from swarm_fixtures import DDP_IMAGE, swarm_executor_for, wait_for  # noqa: E402
+pytest.register_assert_rewrite("support.swarm_fixtures")  # it is also loaded as a plugin below
+from support.swarm_fixtures import DDP_IMAGE, swarm_executor_for  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
 
-pytest_plugins = ("swarm_fixtures",)
+pytest_plugins = ("support.swarm_fixtures",)
 pytestmark = [pytest.mark.swarm, pytest.mark.docker, pytest.mark.slow]
 
 EPOCH_RE = re.compile(r"\[RANK(\d+)\] Epoch (\d+) \| world (\d+)")

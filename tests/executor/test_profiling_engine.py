@@ -12,8 +12,8 @@ import time
 
 import pytest
 import yaml
-from allocator_daemon import containers, daemon_env, engine_config, wait_for
 from click.testing import CliRunner
+from support.allocator_daemon import containers, daemon_env, engine_config, wait_for
 
 from flowcon.cli import main
 from flowcon.client.http import AllocatorClient

@@ -5,8 +5,8 @@ deadline_kind), both as the engine records it and as the job sees it from inside
 from __future__ import annotations
 
 import pytest
-from allocator_daemon import containers, daemon_env, wait_for
-from conftest import TEST_LABEL
+from support.allocator_daemon import containers, daemon_env, wait_for
+from support.session import TEST_LABEL
 
 from flowcon.client.http import AllocatorClient
 

@@ -15,10 +15,11 @@ from flowcon.executor.backends.engine import network_name
 from flowcon.executor.lifecycle import Executor
 from flowcon.executor.stopfree_plan import json_objects
 
-pytest.register_assert_rewrite("swarm_fixtures")  # it is also loaded as a plugin below
-from swarm_fixtures import host_pids, step_job_spec, step_metrics, wait_for  # noqa: E402
+pytest.register_assert_rewrite("support.swarm_fixtures")  # it is also loaded as a plugin below
+from support.swarm_fixtures import host_pids, step_job_spec, step_metrics  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
 
-pytest_plugins = ("swarm_fixtures",)
+pytest_plugins = ("support.swarm_fixtures",)
 
 # The executor's half of the contract, without torch: a worker that prints its role, and
 # leaves (exit 144) on the leave signal; SIGTERM is the checkpoint-and-stop exit 143.

@@ -13,19 +13,19 @@ import pytest
 from flowcon import contract
 from flowcon.executor.lifecycle import Executor
 
-pytest.register_assert_rewrite("swarm_fixtures")  # it is also loaded as a plugin below
-from swarm_fixtures import (  # noqa: E402
+pytest.register_assert_rewrite("support.swarm_fixtures")  # it is also loaded as a plugin below
+from support.swarm_fixtures import (  # noqa: E402
     ELASTIC_IMAGE,
     host_pids,
     step_job_spec,
     step_metrics,
     swarm_executor_for,
-    wait_for,
 )
+from support.waiting import wait_for  # noqa: E402
 
 torch = pytest.importorskip("torch")
 
-pytest_plugins = ("swarm_fixtures",)
+pytest_plugins = ("support.swarm_fixtures",)
 pytestmark = [pytest.mark.swarm, pytest.mark.docker]
 
 LEAVER = r"""

@@ -22,10 +22,11 @@ from flowcon.core.limits import CpuLimit
 from flowcon.engine.docker_engine import CpuSettings, DockerEngine
 from flowcon.executor.lifecycle import Executor, ReconcileEvent
 
-pytest.register_assert_rewrite("swarm_fixtures")  # it is also loaded as a plugin below
-from swarm_fixtures import step_job_spec, wait_for  # noqa: E402
+pytest.register_assert_rewrite("support.swarm_fixtures")  # it is also loaded as a plugin below
+from support.swarm_fixtures import step_job_spec  # noqa: E402
+from support.waiting import wait_for  # noqa: E402
 
-pytest_plugins = ("swarm_fixtures",)
+pytest_plugins = ("support.swarm_fixtures",)
 
 REPO = Path(__file__).resolve().parents[2]
 # this checkout's example image under its own tag (other checkouts build :latest)
@@ -49,7 +50,7 @@ RATE_WINDOWS = 3  # windows before (the best is the reference) and, at most, aft
 SETTLE_STEPS = 5  # step lines after a start or a switch left out of the windows
 # FLOWCON_CHECKPOINT_EVERY for the job (the allocator's ``checkpoint_every``): a checkpoint
 # gathers from every rank, and once counted in the voted step times it hid the straggler at
-# every checkpoint (never removed with this setting; tests/test_elastic_straggler_timing.py)
+# every checkpoint (never removed with this setting; tests/elastic/test_elastic_straggler_timing.py)
 CHECKPOINT_EVERY = 5
 
 

@@ -5,7 +5,7 @@ executor_factory.py)."""
 from __future__ import annotations
 
 import pytest
-from swarm_fixtures import step_job_spec
+from support.swarm_fixtures import step_job_spec
 
 from flowcon.executor.factory import make_executor
 from flowcon.executor.profiling import metric_points, step_rate

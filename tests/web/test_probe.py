@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import free_port
-
+from flowcon.testing.ports import free_port
 from flowcon.web.probe import main, probe
 from flowcon.web.server import HttpServer
 

@@ -1,0 +1,35 @@
+"""benchmarks/bench_rescale.py on the real engine: a quick run (the shell job, restart mode)
+measures its events, prints the JSON last line and leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+from support.session import REPO, SESSION_ID, SESSION_LABEL, TEST_LABEL, TESTBOX_IMAGE
+
+pytestmark = pytest.mark.docker
+
+
+def test_quick_run_on_the_engine(docker_client, test_run_id) -> None:  # type: ignore[no-untyped-def]
+    """A smoke run with the shell job (restart mode: no torch, a few seconds)."""
+    run = f"q{uuid.uuid4().hex[:6]}"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    labels = [f"{TEST_LABEL}={test_run_id}", f"{SESSION_LABEL}={SESSION_ID}"]
+    cmd = [sys.executable, str(REPO / "benchmarks" / "bench_rescale.py"), "--quick",
+           "--image", TESTBOX_IMAGE, "--grace", "5", "--run-id", run,
+           "--label", labels[0], "--label", labels[1]]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    last = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert last["events"] == {"restart": 2} and last["restart_gap_p95_s"] > 0
+    assert last["stopfree_gap_p95_s"] is None and last["exactly_once"] is False
+    selector = {"label": f"flowcon.bench={run}"}
+    assert docker_client.containers.list(all=True, sparse=True, filters=selector) == []
