@@ -1,5 +1,5 @@
 """Rescale overhead of the executor on the plain engine: checkpoint-restart vs stop-free
-(paper section 6.6, "scaling overhead"; issue 10: EDL section 4.2, Elan sections IV-V).
+(paper section 6.6, "scaling overhead"; EDL section 4.2, Elan sections IV-V).
 
 Runs a small CPU job (the elastic-example image: an MLP trained with flowcon.elastic, DDP
 over gloo) on a declared inventory, once per scaling mode, and rescales it 1 -> 2 -> 1 ->

@@ -57,7 +57,7 @@ REFERENCE = {
 REF_WALL = {"195job": 12.8, "cluster01": 1815.0, "cluster03": 2779.0, "cluster05": 2175.0}
 
 
-# the speed goal (issue 12): cluster04 under elasticflow in our world, load + simulation
+# the speed goal: cluster04 under elasticflow in our world, load + simulation
 SPEED_GOAL = ("cluster04", "elasticflow", "ours", 10.0)
 WALLS: dict[tuple[str, str, str], float] = {}  # (trace, policy, world) -> load+sim seconds
 
@@ -187,7 +187,7 @@ def _breakdown(traces: list[str], args: argparse.Namespace) -> None:
 
 SPREAD_BASE = "elasticflow-published"
 SPREAD_OURS = ("elasticflow", "elasticflow-paper")
-GOAL_GAIN = 0.03  # issue 12: ours at least +0.03 over the published loop
+GOAL_GAIN = 0.03  # ours at least +0.03 over the published loop
 
 
 def _spread(traces: list[str], args: argparse.Namespace) -> dict[str, dict[str, object]]:

@@ -1,4 +1,4 @@
-"""The agent's fault scenarios for benchmarks/faults.py (issue 15, "Agent").
+"""The agent's fault scenarios for benchmarks/faults.py ("Agent").
 
 agent-kill: six managed and two unmanaged testbox containers run real metric loops; the
 agent (a real ``flowcon agent`` subprocess, itval 1 s) is killed with SIGKILL at a random

@@ -1,4 +1,4 @@
-"""The allocator's kill -9 scenario for benchmarks/faults.py (issue 15, "Allocator and
+"""The allocator's kill -9 scenario for benchmarks/faults.py ("Allocator and
 executor").
 
 allocator-kill: a real ``flowcon allocator`` subprocess (declared inventory 2 nodes x 4

@@ -1,4 +1,4 @@
-"""Fault injection with figures (issue 15): each scenario runs N times, its invariant is
+"""Fault injection with figures: each scenario runs N times, its invariant is
 checked after every run, and the table says how many runs broke it.
 
     python3 benchmarks/faults.py                       # every implemented scenario
@@ -1129,7 +1129,7 @@ allocator_swarm_node_restart_session = _outcome_session(
 )
 
 
-# -- the scenarios of issue 15 ------------------------------------------------------------
+# -- the scenarios ------------------------------------------------------------------------
 
 # KEY=VALUE labels (--label) on everything a session creates, for the sessions that label
 LABELS: dict[str, str] = {}

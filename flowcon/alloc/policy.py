@@ -193,8 +193,8 @@ class EDFPolicy(_LedgerMixin):
         return None
 
 
-# The allocation priority ``elasticflow`` uses. Measured with the share held from now
-# (stop 32), paper - fast in jobs met: published world 195job 0, cluster01 +4, cluster02
+# The allocation priority ``elasticflow`` uses. Measured with the share held from now,
+# paper - fast in jobs met: published world 195job 0, cluster01 +4, cluster02
 # +10, cluster03 +15, cluster05 +6 (at most +0.005 of a ratio); our world 0, +1, 0, 0, 0;
 # at 5-10x the simulation time (cluster03 in ours 1.1 -> 5.3 s), which would break the
 # speed goal on cluster04: the fast priority stays the default.

@@ -1,4 +1,4 @@
-"""ElasticFlow admission over a batch-size range (issue 13, section 3; beyond both papers).
+"""ElasticFlow admission over a batch-size range (beyond both papers).
 
 ElasticFlow admits a job by its minimum satisfactory share at its fixed batch; Saxena et al.
 vary the batch but know no deadlines. Here a job that carries a range (flowcon.alloc.batch)

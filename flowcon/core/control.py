@@ -30,7 +30,7 @@ from flowcon.core.limits import CpuLimit
 ControlMode = Literal["quota", "weights", "cpuset", "hybrid"]
 AppliedMode = Literal["quota", "weights", "cpuset"]
 CONTROL_MODES: tuple[str, ...] = get_args(ControlMode)
-# The agent's default; the lead chooses it from measurements (docs/agent.md).
+# The agent's default, chosen from measurements (docs/agent.md).
 DEFAULT_CONTROL: ControlMode = "hybrid"  # measured: docs/agent.md, "Default"
 
 SHARES_PER_CPU = 1024  # Docker's default CpuShares: one CPU's worth

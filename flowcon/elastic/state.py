@@ -3,7 +3,7 @@
 Elan (shared/papers/elan.txt, section IV.1, Table II) lists what a data-parallel job's
 state is: model, optimizer, data loading position and runtime information (epoch,
 iteration); to resume *exactly* the LR scheduler, the AMP GradScaler and the random number
-generators belong to it too (issue 10, item 8). ``capture`` builds the dict and ``restore``
+generators belong to it too. ``capture`` builds the dict and ``restore``
 puts it back; the same dict is what a checkpoint file holds (``Elastic.checkpoint``) and what
 stop-free replication sends to joining workers over the network.
 

@@ -1,7 +1,7 @@
 """A guarantee the ledger can no longer keep is given up at admission, not held against
 newcomers (``SlotLedger.try_admit``'s ``revoked``; beyond the ElasticFlow paper).
 
-Found on the shared traces (stop 28): an admitted job that fell behind its reservation
+Found on the shared traces: an admitted job that fell behind its reservation
 (restart overheads beyond the admission margin) and could not be re-planned kept its stale
 reservation, and every later arrival that needed that room was declined "would violate the
 deadline of admitted job X", although X missed its deadline anyway (on cluster02 in the

@@ -1,4 +1,4 @@
-"""The shortcuts of the speed step (issue 12) against the paths they skip: each must give
+"""The admission ledger's speed shortcuts against the paths they skip: each must give
 the very same answer, so that simulated decisions stay identical.
 
 - ``_free_runs``: one run when the least and the most reserved step buy the same level

@@ -1,4 +1,4 @@
-"""The API under generated hostile and concurrent requests (issue 15, benchmarks/faults.py
+"""The API under generated hostile and concurrent requests (benchmarks/faults.py
 scenario ``api``), on a real in-process allocator (plan-only) over real HTTP: only 4xx for
 hostile requests, never a 5xx, a refused request changes no store row, the store stays
 consistent. Also the regressions the scenario found, and checks that its checkers fail."""

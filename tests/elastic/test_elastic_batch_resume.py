@@ -1,5 +1,5 @@
-"""A checkpoint-restart with another global batch (issue 13: the executor starts the new
-containers with the batch picked for their GPU count; issue 10 item 6: Elan III's hybrid
+"""A checkpoint-restart with another global batch (the executor starts the new
+containers with the batch picked for their GPU count; Elan III's hybrid
 scaling). The data position is one integer of samples, so the resumed run takes the next
 ``B_new`` samples; ``HybridScaling``, restored at the checkpoint's batch, ramps the LR to
 the new batch from the first step after the resume. The result equals an uninterrupted run

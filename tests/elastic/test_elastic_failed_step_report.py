@@ -1,4 +1,4 @@
-"""A step whose gradient all-reduce failed is not reported (issue 10, the ``kill -9`` test).
+"""A step whose gradient all-reduce failed is not reported (found by the ``kill -9`` test).
 
 Found by the engine test ``test_a_killed_worker_container_is_replaced_while_the_job_goes_on``
 (intermittent): the worker container was killed while rank 0 was in step 3's all-reduce.

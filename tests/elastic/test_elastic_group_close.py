@@ -1,6 +1,6 @@
 """Closing a generation's group never deadlocks (real torch, two processes, gloo).
 
-CI of stop 23 hung rank 0 of a 2 -> 1 scale-in in ``ElasticDDP.rebuild``: the old DDP's
+A CI run hung rank 0 of a 2 -> 1 scale-in in ``ElasticDDP.rebuild``: the old DDP's
 reducer was the last holder of the destroyed group, so gloo's destructor ran with the GIL
 held and joined a worker thread that waited for the GIL to free the vote's tensors.
 ``close_group`` keeps the group's Python object until the reducer is gone. With the old

@@ -65,7 +65,7 @@ def test_decide() -> None:
 
 
 def test_leave_requests_of_one_scale_in_settle_and_go_together() -> None:
-    """The CI failure of stop 22: a 4 -> 2 scale-in signalled its two leavers one after the
+    """A CI failure: a 4 -> 2 scale-in signalled its two leavers one after the
     other and the job ran at 3 in between. Requests wait until the oldest is rank 0's
     ``settle`` old, then all that are there go at once."""
     lead = rdv.Vote(settle=1.0)

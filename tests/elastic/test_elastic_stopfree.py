@@ -116,7 +116,7 @@ class Job:
         """Every worker that ran ``step`` waits at the gate before the next one, so each has
         voted at the boundary after ``step``: a signal sent now lands at the next boundary.
         (``at(step)`` is true once one worker wrote its record, and a signal that reached a
-        worker before its vote at that boundary landed one step early: CI at stop 23 saw
+        worker before its vote at that boundary landed one step early: a CI run saw
         4 -> 2 at step 13 instead of 14.)"""
         ran = {r["pid"] for r in self.records() if r["step"] == step}
         waiting = set()
@@ -319,7 +319,7 @@ def test_straggler_is_removed_like_a_scale_in(tmp_path: Path) -> None:
 @pytest.mark.parametrize("settle", ["2", "0"])
 def test_the_leavers_of_one_scale_in_leave_together(tmp_path: Path, settle: str) -> None:
     """4 -> 2 with the two leave signals 0.6 s apart, as an executor sends them one container
-    after another (stop 22's CI failure: the job ran at 3 in between). With a 2 s settle
+    after another (a CI failure: the job ran at 3 in between). With a 2 s settle
     window both leave at one boundary, one switch; without it (0) the job runs at 3 first,
     which is what this test would see if the window did not work."""
     iterations = 70  # 10 epochs at 0.05 s a step: the window is 40 steps

@@ -1,4 +1,5 @@
-"""Every rank of a stop-free generation takes the same decision (issue 10 scale-in stall).
+"""Every rank of a stop-free generation takes the same decision (a scale-in stalled
+when they did not).
 
 The straggler detector is rank-local state fed with gathered step times: a stayer's
 detector from an earlier generation must not differ from a joiner's new one, or a stayer

@@ -1,4 +1,4 @@
-"""A job's batch-size range, live (issue 13 item 1 on the allocator's side; issue 10 item 6):
+"""A job's batch-size range, live:
 the spec keys ``batch_size_min``/``batch_size_max``, the pick for k GPUs
 (``flowcon.alloc.batch.hybrid_batch``, Elan III), ``Executor.rescale(global_batch=)`` and the
 target that calls it. Pure: in-memory backend (``test_stopfree_exec.FakeBackend``)."""

@@ -1,4 +1,4 @@
-"""Stop-free rescale on the executor side (issue 10 item 7), pure: the job spec's
+"""Stop-free rescale on the executor side, pure: the job spec's
 ``scaling``, the rescale planning on an in-memory backend (which containers start, which
 get the leave signal, the fallback to checkpoint-restart), the measured pause, and the
 planner's per-mode overhead."""

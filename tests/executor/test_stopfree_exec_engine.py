@@ -1,4 +1,4 @@
-"""Stop-free rescale on the real engine (issue 10 item 7): the executor's side with a shell
+"""Stop-free rescale on the real engine: the executor's side with a shell
 job that keeps the contract (leaves with exit 144 on SIGUSR1), and the elastic-example job
 on flowcon.elastic's stop-free runtime when that runtime is there."""
 

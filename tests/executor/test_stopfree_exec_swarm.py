@@ -1,4 +1,4 @@
-"""Stop-free rescale on the two-node swarm (issue 10 item 7): a joiner's service lands on
+"""Stop-free rescale on the two-node swarm: a joiner's service lands on
 the other node, the leave signal reaches its container there, and the running service is
 never touched. The shell job keeps the executor's half of the contract (exit 144 on
 SIGUSR1); skips when the swarm is unavailable."""

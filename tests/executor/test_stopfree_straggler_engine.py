@@ -1,4 +1,4 @@
-"""A straggler made with the agent's own lever, on the real engine (issue 10, "Tests": "A
+"""A straggler made with the agent's own lever, on the real engine ("A
 straggler made with the agent's own lever (``docker update --cpus 0.2`` on one worker's
 container) is detected and removed; the job's step rate afterwards is at least that of the
 remaining workers alone"); EDL section 5.2 (shared/papers/edl.txt)."""

@@ -1,4 +1,4 @@
-"""The allocator is told when a stop-free worker leaves on its own (issue 10 item 4: "the
+"""The allocator is told when a stop-free worker leaves on its own ("the
 allocator is told (an event on the job and a metric), so it can re-place that share
 elsewhere"; EDL section 5.2, shared/papers/edl.txt): the reason read from the container's
 last lines, the ``worker_left`` event with it, ``flowcon_allocator_workers_left_total``."""

@@ -1,4 +1,4 @@
-"""Every baseline of issue 13 (themis, chronus, pollux, elastic-tiresias, e-fifo, e-bf)
+"""Every deadline and elastic baseline (themis, chronus, pollux, elastic-tiresias, e-fifo, e-bf)
 runs a slice of the 195-job trace in both worlds through ``flowcon simulate``'s path, and
 its outputs are sane: every job accounted for and finished, never more GPUs busy than the
 cluster has."""

@@ -1,6 +1,6 @@
 """Stop-free launchers started by the tests: each in its own session, so that a failing
 test kills the launcher's workers too (killing the launcher alone left a hung worker
-running after the test, stop 23's CI), and waits that fail with every log's tail."""
+running after a CI run), and waits that fail with every log's tail."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def kill_all(procs: Mapping[str, subprocess.Popen[bytes]]) -> None:
 def json_lines(path: Path) -> list[dict[str, Any]]:
     """The JSON records a launcher has written to ``path`` so far: complete lines only. A
     test polls the log while the launcher writes it, and a read can end inside a line
-    (stop 28: a record cut after 140 characters failed a run); that unfinished last line is
+    (a record cut after 140 characters once failed a run); that unfinished last line is
     read on the next poll. A broken line before it is still an error."""
     text = path.read_text(errors="replace") if path.exists() else ""
     done = text[: text.rfind("\n") + 1]  # up to the last newline ('' when there is none)
