@@ -17,7 +17,8 @@ from flowcon.allocator.planner import Planner, charged_overhead
 from flowcon.allocator.records import spec_from_dict, spec_to_dict
 from flowcon.allocator.store import Store
 from flowcon.executor.backend import LogLine, Worker, WorkerRequest
-from flowcon.executor.lifecycle import Executor, ExecutorOptions, JobState
+from flowcon.executor.executor_base import JobState
+from flowcon.executor.lifecycle import Executor, ExecutorOptions
 from flowcon.executor.stopfree_plan import StepLine, plan_stopfree, step_lines, switch_gap
 from flowcon.executor.workers import master_port_for
 from flowcon.jobspec.spec import JobSpecError, parse_jobspec

@@ -20,7 +20,8 @@ import pytest
 from flowcon.contract import EXIT_LEFT
 from flowcon.core.limits import CpuLimit
 from flowcon.engine.docker_engine import CpuSettings, DockerEngine
-from flowcon.executor.lifecycle import Executor, ReconcileEvent
+from flowcon.executor.lifecycle import Executor
+from flowcon.executor.reconcile import ReconcileEvent
 
 pytest.register_assert_rewrite("support.swarm_fixtures")  # it is also loaded as a plugin below
 from support.swarm_fixtures import step_job_spec  # noqa: E402

@@ -15,7 +15,7 @@ from flowcon import contract
 from flowcon.allocator.metrics import AllocatorMetrics
 from flowcon.allocator.store import JobRecord, Store
 from flowcon.allocator.target import ExecutorTarget
-from flowcon.executor.lifecycle import ReconcileEvent
+from flowcon.executor.reconcile import ReconcileEvent
 from flowcon.executor.stopfree_plan import left_reason
 from flowcon.jobspec.spec import JobSpec
 

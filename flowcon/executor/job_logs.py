@@ -1,0 +1,58 @@
+"""A job's output as the executor reads it: its containers' log and metric lines.
+
+``logs`` and ``points`` read the rank-0 container (where ``flowcon.elastic`` reports),
+``switch_gap`` a stop-free event's no-progress pause from every container's step lines, and
+``job_logs`` every worker's lines in time order (the API's and the CLI's job logs).
+"""
+
+from __future__ import annotations
+
+from flowcon.executor import stopfree_plan as stopfree
+from flowcon.executor.backend import LogLine, Worker
+from flowcon.executor.executor_base import ExecutorBase
+from flowcon.executor.profiling import worker_points
+from flowcon.jobspec.keys import MetricSpec
+
+
+class JobLogsMixin(ExecutorBase):
+    """The ``Executor``'s reading of job output."""
+
+    def logs(self, job: str) -> list[str]:
+        """Output lines of the job's rank-0 container (where flowcon.elastic reports)."""
+        ws = self.backend.list_workers(self._selector(job))
+        ws.sort(key=lambda w: w.node_rank)
+        return self.backend.logs(ws[0]) if ws else []
+
+    def points(self, job: str, metric: MetricSpec | None = None) -> list[tuple[float, float]]:
+        """(step, ts) of the metric lines of the job's rank-0 container, read in the job's
+        own format when its spec has ``metric.regex`` (``profiling.worker_points``)."""
+        ws = self.backend.list_workers(self._selector(job))
+        ws.sort(key=lambda w: w.node_rank)
+        return worker_points(self.backend, ws[0], metric) if ws else []
+
+    def switch_gap(self, job: str, began: float, world: int) -> float | None:
+        """The no-progress gap of a stop-free event begun at ``began`` (wall time) to
+        world size ``world``, from the metric lines of the job's containers (rank 0 reports;
+        it is the store host's worker until that one leaves) in time order
+        (``stopfree.switch_gap``); None until the job reports a step at that size."""
+        lines = {
+            (ln.step, ln.ts): ln
+            for w in self.backend.list_workers(self._selector(job))
+            for ln in stopfree.step_lines(self.backend.logs(w))
+        }
+        ordered = sorted(lines.values(), key=lambda ln: ln.ts)
+        return stopfree.switch_gap(ordered, began, world)
+
+    def job_logs(
+        self, job: str, rank: int | None = None, after_ns: int = 0, tail: int | None = None
+    ) -> tuple[list[int], list[tuple[Worker, LogLine]]]:
+        """(the node ranks of the job's workers, their output lines newer than
+        ``after_ns`` in time order); only rank ``rank``'s when given, the last ``tail``
+        lines of each worker when given."""
+        ws = sorted(self.backend.list_workers(self._selector(job)), key=lambda w: w.node_rank)
+        ranks = [w.node_rank for w in ws]
+        if rank is not None:
+            ws = [w for w in ws if w.node_rank == rank]
+        out = [(w, ln) for w in ws for ln in self.backend.read_logs(w, after_ns, tail)]
+        out.sort(key=lambda p: (p[1].ts_ns, p[0].node_rank))
+        return ranks, out
