@@ -39,37 +39,45 @@ What happens at each step boundary (``steps`` does it between two iterations):
 
 Gradients are averaged by a DDP communication hook weighted by each rank's share of the
 global batch (local / global), so uneven shares give the global-batch mean exactly.
+
+This module is the runtime (``StopFree``, one worker process: ``run_worker``) and
+``main``; its pieces: ``flowcon.elastic.replication`` (the state to the joiners),
+``flowcon.elastic.ddp`` (``ElasticDDP``, the weighted gradient hook, ``close_group``),
+``flowcon.elastic.stopfree_env`` (settings from the environment),
+``flowcon.elastic.launcher`` (the container's launcher process) and
+``flowcon.elastic.rendezvous`` (votes, decisions, the store protocol).
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import datetime as _dt
 import faulthandler
 import inspect
-import math
 import os
-import secrets
 import signal
-import socket
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
+import flowcon.elastic.rendezvous as rdv
+import flowcon.elastic.state as _state
 from flowcon import contract
-from flowcon.contract import EXIT_LEFT, EXIT_PREEMPTED
-from flowcon.elastic import rendezvous as rdv
-from flowcon.elastic import state as _state
+from flowcon.elastic.ddp import ElasticDDP, _Comm, close_group
+from flowcon.elastic.launcher import launch
+from flowcon.elastic.replication import replicate
 from flowcon.elastic.restart import Elastic, ElasticEnv
-from flowcon.elastic.straggler import StragglerDetector
+from flowcon.elastic.stopfree_env import (
+    default_worker_id,
+    leave_settle_from_env,
+    settle_seconds,
+    straggler_from_env,
+)
 from flowcon.report import report as _report
 
 _PREFIX_STORE: Any = getattr(dist, "PrefixStore")  # noqa: B009 (not in torch's typed exports)
@@ -78,218 +86,12 @@ _PREFIX_STORE: Any = getattr(dist, "PrefixStore")  # noqa: B009 (not in torch's 
 # the same on every rank: the count differs between a joiner and a worker that saw a failed
 # switch, and the name is part of the group's store keys.
 _INIT_PARAMS: Final = frozenset(inspect.signature(dist.init_process_group).parameters)
-_DDP_INIT_SYNC: Final = "init_sync" in inspect.signature(DistributedDataParallel).parameters
 
 
 def _group_naming(gen: rdv.Generation) -> dict[str, Any]:
     if "_ranks" in _INIT_PARAMS:
         return {"_ranks": list(range(gen.world_size))}
     return {"group_name": f"flowcon-{gen.gen}"}
-
-
-# ---------------------------------------------------------------- state replication
-
-
-@dataclasses.dataclass(frozen=True)
-class _TensorRef:
-    """Where a tensor of the replicated state lives in the flat per-dtype buffers."""
-
-    dtype: str
-    offset: int
-    shape: tuple[int, ...]
-
-
-def flatten(obj: Any, buffers: dict[str, list[torch.Tensor]], sizes: dict[str, int]) -> Any:
-    """``obj`` with every tensor replaced by a :class:`_TensorRef` into ``buffers``."""
-    if isinstance(obj, torch.Tensor):
-        key = str(obj.dtype).removeprefix("torch.")
-        t = obj.detach().reshape(-1).cpu()  # gloo moves host memory; restore puts it back
-        off = sizes.get(key, 0)
-        buffers.setdefault(key, []).append(t)
-        sizes[key] = off + t.numel()
-        return _TensorRef(key, off, tuple(obj.shape))
-    if isinstance(obj, dict):
-        return {k: flatten(v, buffers, sizes) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [flatten(v, buffers, sizes) for v in obj]
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(flatten(v, buffers, sizes) for v in obj)
-    return obj
-
-
-def unflatten(obj: Any, flat: Mapping[str, torch.Tensor]) -> Any:
-    """The inverse of :func:`flatten` (tensors are views into ``flat``)."""
-    if isinstance(obj, _TensorRef):
-        n = 1
-        for d in obj.shape:
-            n *= d
-        return flat[obj.dtype][obj.offset : obj.offset + n].view(obj.shape)
-    if isinstance(obj, dict):
-        return {k: unflatten(v, flat) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [unflatten(v, flat) for v in obj]
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(unflatten(v, flat) for v in obj)
-    return obj
-
-
-def chunks(n: int, parts: int) -> list[tuple[int, int]]:
-    """``[lo, hi)`` pieces of ``range(n)`` for ``parts`` senders (sizes differ by at most one)."""
-    parts = max(1, min(parts, n)) if n else 1
-    base, extra = divmod(n, parts)
-    out, lo = [], 0
-    for i in range(parts):
-        hi = lo + base + (1 if i < extra else 0)
-        out.append((lo, hi))
-        lo = hi
-    return out
-
-
-def replicate(state: dict[str, Any] | None, holders: int, sources: int = 1) -> dict[str, Any]:
-    """Every rank of the current group ends with rank 0's ``state`` (Elan section IV).
-
-    The small part (step, sampler, scheduler, RNG, ...) and the tensors' layout go from rank 0
-    by ``broadcast_object_list``; the model and optimizer tensors are packed into one flat
-    buffer per dtype, cut into ``min(sources, holders)`` pieces, and piece ``i`` is broadcast
-    from holder rank ``i`` (all holders have identical model and optimizer), concurrently.
-    Ranks ``< holders`` pass their state; the others pass None.
-    """
-    rank = dist.get_rank()
-    buffers: dict[str, list[torch.Tensor]] = {}
-    sizes: dict[str, int] = {}
-    skeleton: dict[str, Any] | None = None
-    if state is not None:
-        tensors = {k: state.get(k) for k in ("model", "optimizer")}
-        skeleton = {k: v for k, v in state.items() if k not in tensors}
-        skeleton["_flat"] = flatten(tensors, buffers, sizes)
-        skeleton["_sizes"] = dict(sizes)
-    box: list[Any] = [skeleton if rank == 0 else None]
-    dist.broadcast_object_list(box, src=0)
-    skel: dict[str, Any] = box[0]
-    dtypes: dict[str, torch.dtype] = {k: getattr(torch, k) for k in skel["_sizes"]}
-    if state is not None:
-        flat = {k: torch.cat(buffers[k]) for k in skel["_sizes"]}
-    else:
-        flat = {k: torch.empty(n, dtype=dtypes[k]) for k, n in skel["_sizes"].items()}
-    works = []
-    senders = max(1, min(sources, holders))
-    for key in sorted(flat):
-        for src, (lo, hi) in enumerate(chunks(flat[key].numel(), senders)):
-            if hi > lo:
-                works.append(dist.broadcast(flat[key][lo:hi], src=src, async_op=True))
-    for w in works:
-        if w is not None:
-            w.wait()
-    out = {k: v for k, v in skel.items() if k not in ("_flat", "_sizes")}
-    out.update(unflatten(skel["_flat"], flat))
-    return out
-
-
-# ---------------------------------------------------------------- DDP across generations
-
-
-class _Comm:
-    """What the DDP communication hook needs: this step's weight, the failure flag, timing."""
-
-    def __init__(self) -> None:
-        self.weight = 1.0
-        self.failed: BaseException | None = None
-        # this step's time that is not the rank's own work (the gradient all-reduce, the
-        # checkpoint's gather): there it waits for the slowest rank (EDL 5.2 measures
-        # each worker's own time; see ``StopFree.steps``)
-        self.seconds = 0.0
-
-
-def weighted_allreduce_hook(comm: _Comm, bucket: Any) -> torch.futures.Future[torch.Tensor]:
-    """DDP comm hook: ``sum_r (n_r / N) * grad_r``, the global-batch mean when each rank's loss
-    is the mean over its ``n_r`` samples (DDP's own hook divides by the world size instead,
-    wrong when shares are uneven). A failed all-reduce (a peer died) does not raise into the
-    training script's ``backward``: it marks ``comm.failed`` and the step boundary recovers."""
-    buf: torch.Tensor = bucket.buffer()
-    if comm.weight == 0.0:
-        buf.zero_()  # an empty share: its mean loss is NaN, its gradient must count 0
-    else:
-        buf.mul_(comm.weight)
-    if comm.failed is None:
-        t0 = time.perf_counter()
-        try:
-            dist.all_reduce(buf)
-        except Exception as exc:  # a peer died: recover at the boundary
-            comm.failed = exc
-        comm.seconds += time.perf_counter() - t0
-    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
-    fut.set_result(buf)
-    return fut
-
-
-# DDP checks the hook's annotations as objects (this module's are strings)
-_GRAD_BUCKET: Any = getattr(dist, "GradBucket")  # noqa: B009 (not in torch's typed exports)
-weighted_allreduce_hook.__annotations__.update(
-    {"bucket": _GRAD_BUCKET, "comm": _Comm, "return": torch.futures.Future[torch.Tensor]}
-)
-
-
-class ElasticDDP(torch.nn.Module):
-    """The module the training script calls: DDP over the current generation's group.
-
-    The runtime rebuilds the ``DistributedDataParallel`` inside at every generation (a new
-    process group, a new world size); the script keeps this one object. With one worker the
-    plain module runs. The parameters are the wrapped module's (``.module``).
-    """
-
-    _ddp: Any
-    _comm: _Comm
-    _kwargs: dict[str, Any]
-
-    def __init__(self, module: torch.nn.Module, comm: _Comm, **ddp_kwargs: Any) -> None:
-        super().__init__()
-        self.module = module
-        object.__setattr__(self, "_ddp", None)
-        object.__setattr__(self, "_comm", comm)
-        object.__setattr__(self, "_kwargs", ddp_kwargs)
-
-    def release(self) -> None:
-        """Drop the inner DDP (its reducer holds the generation's process group)."""
-        object.__setattr__(self, "_ddp", None)
-
-    def rebuild(self, world_size: int, device_ids: list[int] | None) -> None:
-        self.release()
-        if world_size > 1:
-            # init_sync=False: the state was replicated already (torch 1.13 has no such
-            # option and broadcasts rank 0's parameters once more)
-            kwargs = {"init_sync": False, **self._kwargs} if _DDP_INIT_SYNC else self._kwargs
-            ddp = DistributedDataParallel(self.module, device_ids=device_ids, **kwargs)
-            ddp.register_comm_hook(self._comm, weighted_allreduce_hook)
-            object.__setattr__(self, "_ddp", ddp)
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        ddp = self._ddp
-        if ddp is None or self._comm.failed is not None:
-            return self.module(*args, **kwargs)
-        try:
-            return ddp(*args, **kwargs)
-        except Exception as exc:  # a collective in DDP's forward failed: recover at boundary
-            self._comm.failed = exc
-            return self.module(*args, **kwargs)
-
-
-def close_group(wrapped: ElasticDDP | None) -> None:
-    """Destroy the default process group and release ``wrapped``'s DDP, without a deadlock.
-
-    The DDP's reducer holds the group too. Were the reducer its last holder, dropping the DDP
-    would run gloo's destructor with the GIL held; that destructor joins gloo's worker threads,
-    and one of them may be freeing a finished collective's tensor whose Python object it must
-    decref under the GIL: both wait for ever (torch issue 56297; CI, stop 23: rank 0 of a
-    2 -> 1 scale-in hung in ``ElasticDDP.rebuild``). So the group's own Python object is kept
-    until the reducer is gone; dropped last, torch's binding destroys the group with the GIL
-    released, and the worker thread finishes.
-    """
-    group = dist.group.WORLD
-    with contextlib.suppress(Exception):
-        dist.destroy_process_group()
-    if wrapped is not None:
-        wrapped.release()
-    del group  # the last holder: destroyed with the GIL released
 
 
 # ---------------------------------------------------------------- the runtime
@@ -309,57 +111,9 @@ def process_start_time() -> float:
 
 # A switch that has not finished after this plus 3 group timeouts dumps the stacks.
 SWITCH_WATCHDOG_S: Final = 30.0
-STRAGGLER_DEFAULT: Final = (1.2, 10)
 # Step times under this count as this: on a shared host, a 1 ms step that takes 1.3 ms ten
 # times running is noise, not a straggler worth a scale-in.
 STRAGGLER_FLOOR_S: Final = 0.01
-
-
-def straggler_from_env(env: Mapping[str, str] | None = None) -> StragglerDetector[str] | None:
-    """``FLOWCON_STRAGGLER``: "RATIO,CONSECUTIVE" (default 1.2,10, EDL 5.2); "0"/"off": none."""
-    raw = (os.environ if env is None else env).get(contract.ENV_STRAGGLER, "").strip().lower()
-    if raw in ("0", "off", "false", "no"):
-        return None
-    ratio, consecutive = STRAGGLER_DEFAULT
-    if raw:
-        try:
-            parts = [p.strip() for p in raw.split(",")]
-            ratio = float(parts[0])
-            consecutive = int(parts[1]) if len(parts) > 1 else consecutive
-        except (ValueError, IndexError):
-            raise ValueError(
-                f"environment {contract.ENV_STRAGGLER}={raw!r}: expected RATIO,CONSECUTIVE or 0"
-            ) from None
-    return StragglerDetector(ratio=ratio, consecutive=consecutive)
-
-
-LEAVE_SETTLE_DEFAULT_S: Final = 1.0
-
-
-def leave_settle_from_env(env: Mapping[str, str] | None = None) -> float:
-    """``FLOWCON_LEAVE_SETTLE_S``: seconds leave requests settle (rendezvous.decide)."""
-    raw = (os.environ if env is None else env).get(contract.ENV_LEAVE_SETTLE_S, "").strip()
-    if not raw:
-        return LEAVE_SETTLE_DEFAULT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    return settle_seconds(value, f"environment {contract.ENV_LEAVE_SETTLE_S}={raw!r}")
-
-
-def settle_seconds(value: float, what: str) -> float:
-    """``value`` as a leave-settle time: finite seconds >= 0, else a ValueError naming
-    ``what`` (the variable or the parameter it came from)."""
-    if not 0 <= value < math.inf:
-        raise ValueError(f"{what}: expected seconds >= 0")
-    return float(value)
-
-
-def default_worker_id() -> str:
-    """A worker id when the executor gave none: containers on host networking share the
-    hostname, and each may be PID 1, so a random part keeps the ids apart."""
-    return f"{socket.gethostname()}-{secrets.token_hex(3)}"
 
 
 def connect_store(host: str, port: int, timeout_s: float) -> Any:
@@ -968,118 +722,6 @@ def run_worker(train: Callable[[StopFree], None], **kwargs: Any) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(run.exit_code)
-
-
-# ---------------------------------------------------------------- the launcher
-
-
-LEAVE_REPEAT_S: Final = 0.5
-
-
-def container_exit(codes: Sequence[int]) -> int:
-    """A container's exit code from its workers' (executor contract, docs/elastic.md).
-
-    A crash (any other code, or a signal: 128 + n) wins; then 143 (the job was stopped after
-    a checkpoint); 144 when every worker left; 0 when they finished (or some finished and
-    some left at the very end).
-    """
-    bad = [c if c > 0 else 128 - c for c in codes if c not in (0, EXIT_PREEMPTED, EXIT_LEFT)]
-    if bad:
-        return bad[0]
-    if EXIT_PREEMPTED in codes:
-        return EXIT_PREEMPTED
-    if codes and all(c == EXIT_LEFT for c in codes):
-        return EXIT_LEFT
-    return 0
-
-
-def host_store(host: str, port: int) -> Any:
-    """The job's TCPStore, served by this (launcher) process for the job's lifetime."""
-    tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 (not in torch's typed exports)
-    return tcp_store(
-        host,
-        port,
-        is_master=True,
-        wait_for_workers=False,
-        timeout=_dt.timedelta(seconds=60),
-    )
-
-
-def launch(env: ElasticEnv, argv: Sequence[str] | None = None) -> int:
-    """The launcher of one container of a stop-free job (``elastic.main`` when not a worker).
-
-    It hosts the job's TCPStore when ``FLOWCON_STORE_HOST=1`` (on MASTER_PORT, all
-    interfaces), starts LOCAL_WORLD_SIZE worker processes (this program again, with
-    LOCAL_RANK, RANK = RANK + local rank, FLOWCON_WORKER_ID = "<id>/<local rank>"), forwards
-    SIGTERM, SIGINT and SIGUSR1 to them, and never stops the others when one fails (the job
-    recovers without it). The store host stays up after its workers left, until the job is
-    done or it gets SIGTERM, since the job's other workers still need the store.
-    """
-    cmd = (
-        list(argv)
-        if argv is not None
-        else [
-            sys.executable,
-            *getattr(sys, "orig_argv", [sys.executable, *sys.argv])[1:],
-        ]
-    )
-    hosting = os.environ.get(contract.ENV_STORE_HOST, "") not in ("", "0")
-    store = host_store(env.master_addr, env.master_port) if hosting else None
-    base_id = os.environ.get(contract.ENV_WORKER_ID) or default_worker_id()
-    # A worker ignores SIGUSR1 (inherited) until its runtime handles it: one that arrives
-    # while it imports torch must not kill it; the launcher repeats a leave request below.
-    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
-    children: list[subprocess.Popen[bytes]] = []
-    for local in range(env.local_world_size):
-        child_env = dict(os.environ)
-        child_env.update(
-            {
-                contract.ENV_RANK: str(env.rank + local),
-                contract.ENV_LOCAL_RANK: str(local),
-                contract.ENV_GROUP_RANK: str(env.node_rank),
-                contract.ENV_WORKER_ID: f"{base_id}/{local}",
-            }
-        )
-        children.append(subprocess.Popen(cmd, env=child_env))
-    stopping = False
-    leaving = False
-
-    def forward(signum: int, frame: Any) -> None:
-        nonlocal stopping, leaving
-        if signum == signal.SIGUSR1:
-            leaving = True
-        else:
-            stopping = True
-        for c in children:
-            if c.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    c.send_signal(signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
-        signal.signal(sig, forward)
-    # from here on SIGUSR1 / SIGTERM to this container are handled (not before: imports)
-    _report(
-        event="launcher_started",
-        worker=base_id,
-        store_host=hosting,
-        join=os.environ.get(contract.ENV_JOIN, "") not in ("", "0"),
-        local_world_size=env.local_world_size,
-    )
-    last_leave = time.monotonic()
-    while any(c.poll() is None for c in children):
-        time.sleep(0.05)
-        if leaving and time.monotonic() - last_leave >= LEAVE_REPEAT_S:
-            last_leave = time.monotonic()
-            forward(signal.SIGUSR1, None)  # idempotent: reaches workers still starting
-    codes = [int(c.returncode) for c in children]
-    code = container_exit(codes)
-    if store is not None and code not in (0, EXIT_PREEMPTED):
-        # our workers left or died, the job goes on elsewhere: keep serving its store
-        _report(event="store_host_only", worker=base_id, exit_codes=codes)
-        while not stopping and not rdv.job_done(store):
-            time.sleep(0.2)
-        return EXIT_PREEMPTED if stopping else 0
-    return code
 
 
 def main(train: Callable[[StopFree], None], checkpoint_every: int | None = None) -> None:

@@ -30,7 +30,7 @@ WORKER = textwrap.dedent(
     """
     import datetime, sys
     import torch, torch.distributed as dist
-    from flowcon.elastic.stopfree import ElasticDDP, _Comm, close_group
+    from flowcon.elastic.ddp import ElasticDDP, _Comm, close_group
 
     rank, port, generations = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     torch.set_num_threads(1)

@@ -88,7 +88,7 @@ def _until(what: str, cond: Any, procs: dict[str, subprocess.Popen[bytes]], logs
 
 
 def _worker_pid(launcher: int) -> int:
-    """The launcher's one worker process (flowcon.elastic.stopfree.launch's child)."""
+    """The launcher's one worker process (flowcon.elastic.launcher.launch's child)."""
     (child,) = Path(f"/proc/{launcher}/task/{launcher}/children").read_text().split()
     return int(child)
 

@@ -91,7 +91,7 @@ def test_leave_requests_of_one_scale_in_settle_and_go_together() -> None:
 
 def test_leave_settle_from_the_environment() -> None:
     pytest.importorskip("torch")
-    from flowcon.elastic.stopfree import LEAVE_SETTLE_DEFAULT_S, leave_settle_from_env
+    from flowcon.elastic.stopfree_env import LEAVE_SETTLE_DEFAULT_S, leave_settle_from_env
 
     assert leave_settle_from_env({}) == LEAVE_SETTLE_DEFAULT_S == 1.0
     assert leave_settle_from_env({contract.ENV_LEAVE_SETTLE_S: "0"}) == 0.0

@@ -377,7 +377,7 @@ def test_global_batch_changes_with_a_scale_out(tmp_path: Path) -> None:
 
 
 def test_container_exit_code() -> None:
-    from flowcon.elastic.stopfree import container_exit
+    from flowcon.elastic.launcher import container_exit
 
     left, stopped = contract.EXIT_LEFT, contract.EXIT_PREEMPTED
     assert container_exit([0, 0]) == 0
