@@ -36,8 +36,6 @@ import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "flowcon"
 
@@ -106,6 +104,9 @@ def imports_of(source: str, module: str, is_package: bool, modules: set[str]) ->
                 anchor = here[: len(here) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
             targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            if base == module and is_package:
+                # a package's __init__ importing its own submodules: no edge to itself
+                targets = targets[1:]
             targets = [t for t in targets if t in modules] or [base]
         for t in targets:
             found = _resolve(t, modules)
@@ -277,15 +278,6 @@ def test_executor_modules_import_neither_each_other_back() -> None:
         assert not graph[m] & (backends | {"flowcon.executor.factory"}), m
 
 
-# Cycles being removed elsewhere: the modules of each, and why it is still here. The test
-# below fails on any other cycle; the xfail one turns green (XPASS) when these are gone.
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"flowcon.elastic", "flowcon.elastic.stopfree"}): (
-        "flowcon.elastic <-> flowcon.elastic.stopfree: being split in its own change"
-    ),
-}
-
-
 def _cycle_report(graph: Graph, skip: frozenset[frozenset[str]] = frozenset()) -> list[str]:
     comps = {c[0]: c for c in strongly_connected(graph)}
     return [
@@ -296,14 +288,31 @@ def _cycle_report(graph: Graph, skip: frozenset[frozenset[str]] = frozenset()) -
 
 
 def test_no_import_cycle_in_flowcon() -> None:
-    lines = _cycle_report(import_graph(), frozenset(KNOWN_CYCLES))
-    assert not lines, "import cycles:\n" + "\n".join(lines)
-
-
-@pytest.mark.xfail(reason="; ".join(KNOWN_CYCLES.values()), strict=False)
-def test_no_known_import_cycle_left() -> None:
     lines = _cycle_report(import_graph())
     assert not lines, "import cycles:\n" + "\n".join(lines)
+
+
+def test_elastic_submodules_never_import_the_package() -> None:
+    """``flowcon.elastic``'s ``__init__`` imports its submodules (``main``, the re-exports);
+    a submodule imports the module that defines a name (``import flowcon.elastic.state``),
+    never ``from flowcon.elastic import ...`` or ``from flowcon import elastic``, so the
+    package and its submodules do not import each other."""
+    bad = []
+    for path in sorted((ROOT / "flowcon" / "elastic").glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = {a.name for a in node.names}
+                if node.module == "flowcon.elastic" or (
+                    node.module == "flowcon" and "elastic" in names
+                ):
+                    bad.append(f"{path.name}:{node.lineno}")
+            elif isinstance(node, ast.Import) and any(
+                a.name == "flowcon.elastic" for a in node.names
+            ):
+                bad.append(f"{path.name}:{node.lineno}")
+    assert not bad, bad
 
 
 # ---------------------------------------------------------------- the layers
