@@ -1,4 +1,4 @@
-"""Issue 15, "Inputs": every file of the malformed corpus (tests/data/malformed/) goes through
+"""Inputs: every file of the malformed corpus (tests/data/malformed/) goes through
 the real loader and is refused with that loader's error, whose message names the file and
 the field or line; never a traceback-type exception (KeyError, TypeError, AttributeError,
 IndexError, UnicodeDecodeError, RecursionError, csv.Error). The loaders return a value or

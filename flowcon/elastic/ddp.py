@@ -113,8 +113,8 @@ def close_group(wrapped: ElasticDDP | None) -> None:
     The DDP's reducer holds the group too. Were the reducer its last holder, dropping the DDP
     would run gloo's destructor with the GIL held; that destructor joins gloo's worker threads,
     and one of them may be freeing a finished collective's tensor whose Python object it must
-    decref under the GIL: both wait for ever (torch issue 56297; CI, stop 23: rank 0 of a
-    2 -> 1 scale-in hung in ``ElasticDDP.rebuild``). So the group's own Python object is kept
+    decref under the GIL: both wait for ever (pytorch/pytorch#56297; seen in CI: rank 0 of
+    a 2 -> 1 scale-in hung in ``ElasticDDP.rebuild``). So the group's own Python object is kept
     until the reducer is gone; dropped last, torch's binding destroys the group with the GIL
     released, and the worker thread finishes.
     """

@@ -500,7 +500,7 @@ class StopFree(Elastic):
             return "go"
         # a switch is store round trips, the old group's teardown and bounded collectives:
         # one that takes far longer than the group timeout prints every thread's stack to
-        # stderr (the container's log), so a hang there can be located (issue 10 stall)
+        # stderr (the container's log), so a hang there can be located
         faulthandler.dump_traceback_later(SWITCH_WATCHDOG_S + 3 * self._timeout_s)
         try:
             return self._switch(d, step, votes)

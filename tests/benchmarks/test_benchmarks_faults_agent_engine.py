@@ -1,4 +1,4 @@
-"""Issue 15, "Agent": benchmarks/faults_agent.py's agent-kill scenario on the real engine,
+"""benchmarks/faults/agent.py's agent-kill scenario on the real engine,
 a few kills, and that its checks catch what they are there for (real agent, real
 containers; the test label marks them)."""
 

@@ -1,4 +1,4 @@
-"""Issue 15, "Allocator and executor": benchmarks/faults_allocator.py's allocator-kill
+"""benchmarks/faults/allocator.py's allocator-kill
 scenario on the real engine (a real allocator subprocess, real rate-job containers with the
 test label), and that its checks catch what they are there for."""
 

@@ -1,4 +1,4 @@
-"""Issue 15, "Allocator and executor": benchmarks/faults_allocator.py's
+"""benchmarks/faults/allocator.py's
 allocator-swarm-node-restart scenario on the two-node swarm (node 2's dockerd stopped and
 started under a running allocator with the swarm executor)."""
 

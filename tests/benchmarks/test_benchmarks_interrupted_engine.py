@@ -1,4 +1,4 @@
-"""Issue 15, "Interrupted commands": bench_rescale.py, bench_agent.py, bench_allocator.py and
+"""Interrupted commands: bench_rescale.py, bench_agent.py, bench_allocator.py and
 faults.py stopped mid-run by SIGTERM
 (what ``timeout`` sends) or SIGINT (Ctrl-C), once it has created its job's containers,
 removes its containers, network and checkpoint volume before it exits (real engine)."""

@@ -1,4 +1,4 @@
-"""Issue 10 item 8: a checkpoint-restart resumes *exactly* (model, optimizer, step, LR
+"""A checkpoint-restart resumes *exactly* (model, optimizer, step, LR
 scheduler, random generators, data position): stopping at step k and resuming, in fresh
 objects or a fresh process, ends with the same parameters as an uninterrupted run."""
 

@@ -1,4 +1,4 @@
-"""Issue 10's test "Hybrid scaling on the example job: loss after the same number of samples
+"""The test "Hybrid scaling on the example job: loss after the same number of samples
 within 5% of the fixed-batch run" (Elan III: weak scaling with the progressive linear LR
 rule keeps model performance).
 

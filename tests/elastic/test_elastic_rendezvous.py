@@ -194,7 +194,7 @@ def test_a_survivor_counted_but_not_yet_written_is_waited_for() -> None:
 
 
 def test_a_straggler_removal_never_empties_the_job() -> None:
-    """Issue 10 scale-in stall: the stayer removed as a straggler in the vote where the other
+    """A scale-in stall: the stayer removed as a straggler in the vote where the other
     rank leaves must stay (the job would end with the store host still waiting)."""
     leaving = [rdv.Vote(), rdv.Vote(leave=True)]
     assert rdv.decide(leaving, removed=[0]).leavers == (1,)

@@ -577,7 +577,7 @@ def test_a_joiner_told_to_leave_before_its_switch_withdraws(tmp_path: Path) -> N
 def test_a_stayer_whose_peer_went_silent_recovers_within_the_group_timeout(
     tmp_path: Path,
 ) -> None:
-    """Issue 10 scale-in stall: a rank that stops answering without closing its sockets (a
+    """A scale-in stall: a rank that stops answering without closing its sockets (a
     frozen process, a container whose network vanished) must not hold the others in a
     collective for longer than the group's gloo timeout (SF_TIMEOUT_S here, the runtime's
     ``timeout_s``, 10 s by default): they recover without it and go on."""

@@ -165,7 +165,7 @@ def _events(ex: Executor, job: str, kind: str) -> list[dict]:  # type: ignore[ty
 def test_a_killed_worker_container_is_replaced_while_the_job_goes_on(
     executor: Executor, docker_client, example_image: str
 ) -> None:  # type: ignore[no-untyped-def]
-    """Issue 10's ``kill -9`` of one worker on the engine: one of three containers of the
+    """The ``kill -9`` of one worker on the engine: one of three containers of the
     example job is killed (SIGKILL to its launcher and worker). The two others re-form from
     their in-memory state and go on training without a restart (same containers, rank 0's
     step counter repeats at most the steps since the last agreed state), ``reconcile``

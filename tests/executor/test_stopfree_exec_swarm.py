@@ -114,7 +114,7 @@ def _reference(client, labels: dict[str, str], out: Path) -> dict[str, Any]:  # 
 def test_example_job_1_2_4_2_1_across_the_nodes(
     swarm, swarm_executor, labeled, tmp_path: Path
 ) -> None:  # type: ignore[no-untyped-def]
-    """Issue 10's scale test on the engine: the elastic-example job (its own stop-free
+    """The scale test on the engine: the elastic-example job (its own stop-free
     runtime, torch in the image) goes 1 -> 2 -> 4 -> 2 -> 1 containers mid-epoch, joining
     and leaving on both swarm nodes. The step counter of rank 0 (the store host, never
     restarted) goes on without a gap or a repeat, each epoch's samples are used exactly
