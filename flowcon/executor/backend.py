@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from flowcon.contract import (
     EXIT_LEFT,
@@ -25,6 +25,14 @@ from flowcon.contract import (
 from flowcon.executor.container_spec import ContainerSettings
 from flowcon.executor.workers import WorkerSlot
 
+if TYPE_CHECKING:
+    from docker import DockerClient
+    from docker.models.resource import Model
+
+# The engine's JSON before it is read (a Swarm task): read field by field with ``.get``
+# and checked where a value is used (the SDK's stubs type models' ``attrs`` the same).
+EngineJson = dict[str, Any]
+
 # Labels that describe one worker, not the job: kept off the job's checkpoint volume.
 PER_WORKER_LABELS = (LABEL_NODE, LABEL_GPUS, LABEL_RANK, LABEL_WORLD_SIZE)
 
@@ -37,7 +45,7 @@ class EngineConnectError(ExecutorError):
     """No Docker engine answers where the environment (DOCKER_HOST) points."""
 
 
-def connect_engine(timeout: int = 60) -> Any:
+def connect_engine(timeout: int = 60) -> DockerClient:
     """A Docker SDK client for the engine DOCKER_HOST names (the local socket by default),
     speaking the API version the engine negotiates (``version="auto"``);
     ``EngineConnectError`` naming the engine when none answers there."""
@@ -71,7 +79,7 @@ def volume_labels(labels: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in labels.items() if k not in PER_WORKER_LABELS}
 
 
-def jobs_labelled(items: Iterable[Any]) -> set[str]:
+def jobs_labelled(items: Iterable[Model]) -> set[str]:
     """The ``flowcon.job`` labels of engine objects (networks, volumes)."""
     jobs = ((item.attrs.get("Labels") or {}).get(LABEL_JOB) for item in items)
     return {str(job) for job in jobs if job}

@@ -14,18 +14,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from flowcon import contract
 from flowcon.jobspec.keys import default_shm
 from flowcon.jobspec.spec import JobSpec
+
+# Keyword arguments of a docker-py ``create`` call: values of many types (mounts, limits,
+# ``docker.types`` objects) that the SDK checks, so the dict is as loose as its signature.
+SdkKwargs = dict[str, Any]
+
+_N = TypeVar("_N", int, float)  # a spec's CPUs (float) or memory (int bytes)
 
 
 @dataclass(frozen=True)
 class ContainerSettings:
     """What one worker container gets from its job's spec."""
 
-    mounts: tuple[dict[str, Any], ...] = ()  # Engine API Mount objects (Target, Source...)
+    mounts: tuple[dict[str, str | bool], ...] = ()  # Engine API Mount objects (Target...)
     shm_size: int = default_shm(None)
     nano_cpus: int | None = None
     memory: int | None = None
@@ -34,7 +40,7 @@ class ContainerSettings:
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
-def _scaled(per_worker: Any, per_gpu: Any, gpus: int) -> Any:
+def _scaled(per_worker: _N | None, per_gpu: _N | None, gpus: int) -> _N | None:
     if per_worker is not None:
         return per_worker
     return None if per_gpu is None else per_gpu * max(1, gpus)
@@ -55,7 +61,7 @@ def settings_for(spec: JobSpec, gpus: int) -> ContainerSettings:
     """Settings of a worker container holding ``gpus`` GPUs of ``spec``."""
     cpus = _scaled(spec.cpus, spec.cpus_per_gpu, gpus)
     memory = _scaled(spec.memory, spec.memory_per_gpu, gpus)
-    mounts = tuple(
+    mounts: tuple[dict[str, str | bool], ...] = tuple(
         {
             "Target": v.target,
             "Source": v.source,
@@ -75,10 +81,10 @@ def settings_for(spec: JobSpec, gpus: int) -> ContainerSettings:
     )
 
 
-def engine_kwargs(s: ContainerSettings) -> dict[str, Any]:
+def engine_kwargs(s: ContainerSettings) -> SdkKwargs:
     """Keyword arguments of docker-py's ``containers.create`` for these settings (the
     checkpoint mount is the backend's: it goes first, these after it)."""
-    out: dict[str, Any] = {"mounts": [dict(m) for m in s.mounts], "shm_size": s.shm_size}
+    out: SdkKwargs = {"mounts": [dict(m) for m in s.mounts], "shm_size": s.shm_size}
     if s.nano_cpus is not None:
         out["nano_cpus"] = s.nano_cpus
     if s.memory is not None:
@@ -90,12 +96,12 @@ def engine_kwargs(s: ContainerSettings) -> dict[str, Any]:
     return out
 
 
-def swarm_kwargs(s: ContainerSettings) -> dict[str, Any]:
+def swarm_kwargs(s: ContainerSettings) -> SdkKwargs:
     """Keyword arguments of docker-py's ``services.create``. A service has no shm size:
     /dev/shm is a tmpfs mount of that size (what ``docker service create --mount
     type=tmpfs,dst=/dev/shm,tmpfs-size=...`` does)."""
     shm = {"Target": "/dev/shm", "Type": "tmpfs", "TmpfsOptions": {"SizeBytes": s.shm_size}}
-    out: dict[str, Any] = {"mounts": [dict(m) for m in s.mounts] + [shm]}
+    out: SdkKwargs = {"mounts": [dict(m) for m in s.mounts] + [shm]}
     limits: dict[str, int] = {}
     if s.nano_cpus is not None:
         limits["NanoCPUs"] = s.nano_cpus

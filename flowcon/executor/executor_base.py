@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from flowcon.contract import (
     LABEL_ELASTIC,
@@ -50,6 +50,9 @@ from flowcon.executor.workers import (
     world_size,
 )
 from flowcon.jobspec.spec import JobSpec
+
+if TYPE_CHECKING:
+    from flowcon.engine.gpus import Inventory
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +123,7 @@ class ExecutorBase:
     def __init__(
         self,
         backend: Backend,
-        inventory: Any | None = None,
+        inventory: Inventory | None = None,
         options: ExecutorOptions | None = None,
     ) -> None:
         self.backend = backend

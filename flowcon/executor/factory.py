@@ -7,15 +7,25 @@ imports a backend and the backends never import the executor.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from flowcon.executor.backend import Backend
 from flowcon.executor.backends.engine import EngineBackend
 from flowcon.executor.backends.swarm import SwarmBackend
 from flowcon.executor.lifecycle import Executor, ExecutorOptions
 
+if TYPE_CHECKING:
+    from docker import DockerClient
 
-def make_backend(config: Mapping[str, Any] | None = None, client: Any | None = None) -> Backend:
+    from flowcon.engine.gpus import Inventory
+
+# The config's ``executor`` section as the YAML gave it, read key by key below.
+ExecutorConfig = Mapping[str, Any]
+
+
+def make_backend(
+    config: ExecutorConfig | None = None, client: DockerClient | None = None
+) -> Backend:
     """``engine`` (default; ``network``: auto|host|<network name>) or ``swarm``."""
     cfg = dict(config or {})
     kind = str(cfg.get("backend", "engine"))
@@ -27,9 +37,9 @@ def make_backend(config: Mapping[str, Any] | None = None, client: Any | None = N
 
 
 def make_executor(
-    config: Mapping[str, Any] | None = None,
-    inventory: Any | None = None,
-    client: Any | None = None,
+    config: ExecutorConfig | None = None,
+    inventory: Inventory | None = None,
+    client: object | None = None,  # a docker.DockerClient (build_target holds it as object)
     extra_labels: Mapping[str, str] | None = None,
 ) -> Executor:
     """Build an executor from the ``executor`` config section.
@@ -47,4 +57,4 @@ def make_executor(
         extra_labels={**dict(cfg.get("labels") or {}), **dict(extra_labels or {})},
         leave_timeout_s=float(cfg.get("leave_timeout_s", 60.0)),
     )
-    return Executor(make_backend(cfg, client), inventory, opts)
+    return Executor(make_backend(cfg, cast("DockerClient | None", client)), inventory, opts)

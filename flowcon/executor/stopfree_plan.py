@@ -27,7 +27,6 @@ import json
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from flowcon import contract
 from flowcon.executor.backend import Worker
@@ -156,7 +155,7 @@ class StepLine:
     world: int | None
 
 
-def json_objects(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+def json_objects(lines: Iterable[str]) -> Iterator[dict[str, object]]:
     """The lines that are JSON objects, parsed (others skipped)."""
     for ln in lines:
         text = ln.strip()

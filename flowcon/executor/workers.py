@@ -50,7 +50,9 @@ def plan_workers(placement: Placement) -> list[WorkerSlot]:
 
 
 def pack_placement(
-    inventory: Any, gpus: int, busy: Iterable[str] = ()
+    inventory: Any,  # flowcon.engine.gpus.Inventory: the allocator's port lists no GPUs
+    gpus: int,
+    busy: Iterable[str] = (),
 ) -> dict[str, list[str]] | None:
     """A simple placement of ``gpus`` free GPUs (UUIDs not in ``busy``): one node if any has
     room (the fullest such node, to keep big holes free), else nodes in inventory order.

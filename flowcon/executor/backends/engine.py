@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from flowcon.contract import CHECKPOINT_MOUNT, LABEL_GPUS, LABEL_JOB, LABEL_NODE, LABEL_RANK
 from flowcon.executor.backend import (
@@ -31,8 +31,12 @@ from flowcon.executor.backend import (
     log_lines_of,
     volume_labels,
 )
-from flowcon.executor.container_spec import engine_kwargs
+from flowcon.executor.container_spec import SdkKwargs, engine_kwargs
 from flowcon.executor.workers import DEFAULT_MASTER_PORT, WorkerSlot, master_port_for
+
+if TYPE_CHECKING:
+    from docker import DockerClient
+    from docker.models.containers import Container
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +55,7 @@ def network_name(job: str) -> str:
     return f"flowcon-net-{job}"
 
 
-def worker_from_container(c: Any) -> Worker:
+def worker_from_container(c: Container) -> Worker:
     """A Worker from a docker-py container (labels carry node, rank and GPUs)."""
     attrs = c.attrs or {}
     labels = dict((attrs.get("Config") or {}).get("Labels") or c.labels or {})
@@ -65,8 +69,8 @@ def worker_from_container(c: Any) -> Worker:
     except ValueError:
         rank = 0
     return Worker(
-        id=c.id,
-        name=c.name,
+        id=cast(str, c.id),  # None only for a model built without the engine's attrs
+        name=cast(str, c.name),
         job=labels.get(LABEL_JOB, ""),
         node=labels.get(LABEL_NODE, ""),
         node_rank=rank,
@@ -81,7 +85,7 @@ def worker_from_container(c: Any) -> Worker:
 class EngineBackend:
     kind = "engine"
 
-    def __init__(self, client: Any | None = None, network: str = "auto") -> None:
+    def __init__(self, client: DockerClient | None = None, network: str = "auto") -> None:
         if client is None:
             client = connect_engine(timeout=60)
         self.client = client
@@ -133,7 +137,7 @@ class EngineBackend:
             self._ensure_volume(req.checkpoint_volume, req.labels)
             mount = Mount(CHECKPOINT_MOUNT, req.checkpoint_volume, type="volume")
         spec_kwargs = engine_kwargs(req.settings)
-        kwargs: dict[str, Any] = {
+        kwargs: SdkKwargs = {
             **spec_kwargs,
             "image": req.image,
             "command": list(req.command),
@@ -183,7 +187,7 @@ class EngineBackend:
         except docker.errors.NotFound:
             self.client.volumes.create(name, labels=volume_labels(labels))
 
-    def _get(self, worker: Worker) -> Any | None:
+    def _get(self, worker: Worker) -> Container | None:
         import docker.errors
 
         try:
@@ -244,7 +248,7 @@ class EngineBackend:
             self._quiet_remove(c)
 
     @staticmethod
-    def _quiet_remove(c: Any) -> None:
+    def _quiet_remove(c: Container) -> None:
         import docker.errors
 
         try:
@@ -273,14 +277,14 @@ class EngineBackend:
         c = self._get(worker)
         if c is None:
             return []
-        kwargs: dict[str, Any] = {"stdout": True, "stderr": True, "timestamps": True}
+        kwargs: SdkKwargs = {"stdout": True, "stderr": True, "timestamps": True}
         since = engine_since(after_ns)
         if since is not None:
             kwargs["since"] = since
         if tail is not None:
             kwargs["tail"] = max(0, int(tail))
         try:
-            raw = c.logs(**kwargs)
+            raw = cast(bytes, c.logs(**kwargs))  # stream=False: the bytes, not a stream
         except engine_errors() as exc:
             if getattr(exc, "status_code", None) in (404, 409):
                 return []  # removed, or being removed (the job ended), since the look-up

@@ -21,10 +21,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from flowcon.contract import CHECKPOINT_MOUNT, LABEL_GPUS, LABEL_JOB, LABEL_NODE, LABEL_RANK
 from flowcon.executor.backend import (
+    EngineJson,
     ExecutorError,
     LogLine,
     Worker,
@@ -36,8 +37,14 @@ from flowcon.executor.backend import (
     log_lines_of,
     volume_labels,
 )
-from flowcon.executor.container_spec import swarm_kwargs
+from flowcon.executor.container_spec import SdkKwargs, swarm_kwargs
 from flowcon.executor.workers import WorkerSlot, master_port_for
+
+# types-docker leaves most methods of ``Service`` and ``ServiceCollection`` unannotated:
+# calls of those carry ``type: ignore[no-untyped-call]``.
+if TYPE_CHECKING:
+    from docker import DockerClient
+    from docker.models.services import Service
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +52,7 @@ NODE_LABEL = "flowcon.node"  # the swarm node label scripts/swarm-up.sh sets
 _STARTING = {"new", "pending", "assigned", "accepted", "preparing", "ready", "starting"}
 
 
-def worker_from_service(svc: Any, tasks: list[dict[str, Any]]) -> Worker:
+def worker_from_service(svc: Service, tasks: list[EngineJson]) -> Worker:
     spec = svc.attrs.get("Spec") or {}
     labels = dict(spec.get("Labels") or {})
     replicas = ((spec.get("Mode") or {}).get("Replicated") or {}).get("Replicas", 1)
@@ -80,7 +87,7 @@ def worker_from_service(svc: Any, tasks: list[dict[str, Any]]) -> Worker:
         rank = 0
     image = str(((spec.get("TaskTemplate") or {}).get("ContainerSpec") or {}).get("Image", ""))
     return Worker(
-        id=svc.id,
+        id=cast(str, svc.id),  # None only for a model built without the engine's attrs
         name=svc.name,
         job=labels.get(LABEL_JOB, ""),
         node=labels.get(LABEL_NODE, ""),
@@ -99,8 +106,8 @@ class SwarmBackend:
 
     def __init__(
         self,
-        client: Any | None = None,
-        node_clients: Mapping[str, Any] | None = None,
+        client: DockerClient | None = None,
+        node_clients: Mapping[str, DockerClient] | None = None,
         stop_poll_s: float = 0.1,
     ) -> None:
         """``client`` talks to a manager; ``node_clients`` (optional, by flowcon.node name)
@@ -111,9 +118,9 @@ class SwarmBackend:
         self.node_clients = dict(node_clients or {})
         self.stop_poll_s = stop_poll_s
 
-    def _tasks(self, svc: Any) -> list[dict[str, Any]]:
+    def _tasks(self, svc: Service) -> list[EngineJson]:
         try:
-            return list(svc.tasks())
+            return list(svc.tasks())  # type: ignore[no-untyped-call]
         except engine_errors():
             return []
 
@@ -212,7 +219,7 @@ class SwarmBackend:
             env["NVIDIA_VISIBLE_DEVICES"] = ",".join(req.gpus)
         spec_kwargs = swarm_kwargs(req.settings)
         labels = {**dict(req.settings.labels), **dict(req.labels)}
-        kwargs: dict[str, Any] = {
+        kwargs: SdkKwargs = {
             **spec_kwargs,
             "name": req.name,
             "command": list(req.command),
@@ -231,7 +238,7 @@ class SwarmBackend:
         if req.network:
             kwargs["networks"] = [req.network]
         try:
-            svc = self.client.services.create(req.image, **kwargs)
+            svc = self.client.services.create(req.image, **kwargs)  # type: ignore[no-untyped-call]
         except docker.errors.APIError as exc:
             if exc.status_code == 409:
                 raise ExecutorError(
@@ -242,11 +249,12 @@ class SwarmBackend:
         svc.reload()
         return worker_from_service(svc, [])
 
-    def _get(self, worker: Worker) -> Any | None:
+    def _get(self, worker: Worker) -> Service | None:
         import docker.errors
 
         try:
-            return self.client.services.get(worker.id)
+            svc = self.client.services.get(worker.id)  # type: ignore[no-untyped-call]
+            return cast("Service", svc)
         except docker.errors.NotFound:
             return None
 
@@ -277,7 +285,7 @@ class SwarmBackend:
             if replicas == 0:
                 svc.scale(1)
             else:
-                svc.force_update()
+                svc.force_update()  # type: ignore[no-untyped-call]
         except engine_errors() as exc:
             raise ExecutorError(f"restarting {worker.name}: {exc}") from exc
 
@@ -288,7 +296,7 @@ class SwarmBackend:
         if svc is None:
             return
         try:
-            svc.remove()
+            svc.remove()  # type: ignore[no-untyped-call]
         except docker.errors.NotFound:
             pass
         except docker.errors.APIError as exc:
@@ -314,7 +322,7 @@ class SwarmBackend:
         svc = self._get(worker)
         if svc is None:
             return []
-        kwargs: dict[str, Any] = {
+        kwargs: SdkKwargs = {
             "stdout": True,
             "stderr": True,
             "timestamps": True,
