@@ -98,15 +98,12 @@ def _windows(steps: list[dict[str, Any]], n: int) -> list[list[dict[str, Any]]]:
 def _wait(pred: Callable[[], Any], timeout: float, what: Callable[[], str]) -> Any:
     """``wait_for`` that says what did not happen, with the host's load (a 2-core host
     at a load of 30 slows every worker alike: none is a straggler then)."""
-    end = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > end:
-            load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-            pytest.fail(f"{what()} within {timeout:.0f} s (load average {load})")
-        time.sleep(0.5)
+
+    def said() -> str:
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        return f"{what()} (load average {load})"
+
+    return wait_for(pred, timeout, 0.5, said)
 
 
 def _at_least(lines: Callable[[], list[Any]], n: int) -> bool:

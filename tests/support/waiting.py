@@ -13,15 +13,17 @@ def wait_for(
     pred: Callable[[], Any],
     timeout: float = 30.0,
     every: float = 0.25,
-    what: str = "the condition",
+    what: str | Callable[[], str] = "the condition",
 ) -> Any:
     """Poll ``pred()`` every ``every`` s until it is truthy and return its value; past
-    ``timeout`` s, fail the test naming ``what``."""
+    ``timeout`` s, fail the test naming ``what`` (a callable is asked at that moment, so
+    the message can say what the state was then)."""
     end = time.monotonic() + timeout
     while True:
         value = pred()
         if value:
             return value
         if time.monotonic() > end:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+            said = what() if callable(what) else what
+            pytest.fail(f"timed out after {timeout}s waiting for {said}")
         time.sleep(every)
