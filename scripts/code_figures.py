@@ -48,10 +48,14 @@ def imports_of(path: Path, package: str) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith(package))
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.startswith(package):
-                found.add(node.module)
-                found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.level == 0
+            and node.module.startswith(package)
+        ):
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
     return found
 
 
@@ -123,8 +127,10 @@ def main() -> None:
     args = parser.parse_args()
 
     sizes = sorted(
-        ((len(p.read_text(encoding="utf-8").splitlines()), str(p.relative_to(ROOT)))
-         for p in python_files("flowcon")),
+        (
+            (len(p.read_text(encoding="utf-8").splitlines()), str(p.relative_to(ROOT)))
+            for p in python_files("flowcon")
+        ),
         reverse=True,
     )
     any_per_package: dict[str, int] = defaultdict(int)
@@ -138,7 +144,9 @@ def main() -> None:
     }
     found_cycles = cycles()
     history = history_references()
-    code_lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in python_files("flowcon"))
+    code_lines = sum(
+        len(p.read_text(encoding="utf-8").splitlines()) for p in python_files("flowcon")
+    )
     test_lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in python_files("tests"))
 
     print(f"lines: flowcon {code_lines}, tests {test_lines}")
@@ -158,15 +166,19 @@ def main() -> None:
     print(f"development-history references: {len(history)}")
     for hit in history[:20]:
         print(f"  {hit}")
-    print(json.dumps({
-        "code_lines": code_lines,
-        "test_lines": test_lines,
-        "largest_modules": {name: lines for lines, name in sizes[: args.top]},
-        "any_per_package": dict(sorted(any_per_package.items())),
-        "docs_words": words,
-        "cycles": len(found_cycles),
-        "history_references": len(history),
-    }))
+    print(
+        json.dumps(
+            {
+                "code_lines": code_lines,
+                "test_lines": test_lines,
+                "largest_modules": {name: lines for lines, name in sizes[: args.top]},
+                "any_per_package": dict(sorted(any_per_package.items())),
+                "docs_words": words,
+                "cycles": len(found_cycles),
+                "history_references": len(history),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":
