@@ -1,26 +1,33 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine, in two lanes.
 #
-#   1. Fast lane (a few minutes, no engine): install the Python side, then ruff, mypy
-#      --strict and the pure tests (-m "not docker and not swarm"; the long calibration,
-#      -m calibration, in a second pytest beside them). Any failure stops here, before the
-#      engine is installed or an image is built.
+#   1. Fast lane (a few minutes, no engine): install the Python side into .venv from the
+#      lock (scripts/install.sh), then ruff, mypy --strict and the pure tests
+#      (-m "not docker and not swarm") on two cores with pytest-xdist, the minutes-long
+#      calibration (-m calibration) first. Any failure stops here, before the engine is
+#      installed or an image is built.
 #   2. Engine lane: start the engine, build the local images (cached), run the tests that
 #      need it (-m "docker or swarm").
 #
 # Extra arguments go to pytest: with arguments, the fast lane's lint and type check run and
 # then `pytest "$@"` runs once after the engine is up (your selection decides what runs).
-# FLOWCON_FAST_ONLY=1 stops after the fast lane.
+# FLOWCON_FAST_ONLY=1 stops after the fast lane; FLOWCON_TEST_WORKERS sets the number of
+# pytest-xdist workers of the pure tests (default: the cores, at most 2).
+#
+# Every tool runs from the project virtualenv .venv (scripts/install.sh), which is put first
+# on PATH: `python3`, `flowcon`, `ruff`, `mypy` and `pytest` below and in what they start are
+# the locked ones, not the machine's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_ROOT_USER_ACTION=ignore
+VENV="$PWD/.venv"
 
 # pytest exit 5 ("no tests collected") is not a failure when a lane's marker selects nothing.
 run_pytest() {
     local lane="$1"
     shift
     set +e
-    python3 -m pytest "$@"
+    "$VENV/bin/python" -m pytest "$@"
     local rc=$?
     set -e
     if [ "$rc" -eq 5 ]; then
@@ -33,37 +40,21 @@ run_pytest() {
 lane_start=$(date +%s)
 echo "== fast lane: install (Python side only)" >&2
 bash scripts/install.sh
+export VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH"
 echo "== fast lane: ruff" >&2
-ruff check .
-ruff format --check .
+"$VENV/bin/ruff" check .
+"$VENV/bin/ruff" format --check .
 echo "== fast lane: mypy --strict" >&2
-mypy
+"$VENV/bin/mypy"
 if [ "$#" -eq 0 ]; then
-    echo "== fast lane: pure tests (the minutes-long published-world calibration beside them)" >&2
+    workers="${FLOWCON_TEST_WORKERS:-$(($(nproc) < 2 ? $(nproc) : 2))}"
+    echo "== fast lane: pure tests ($workers xdist workers, the calibration first)" >&2
     # No engine may be reached from here: a pure test that needs one fails (tests/conftest.py).
-    # The calibration (-m calibration) is one long single-threaded simulation: it runs on
-    # the second core while the other pure tests run on the first.
-    calib_log=$(mktemp)
+    # The calibration (-m calibration) is one single-threaded simulation of minutes:
+    # tests/conftest.py puts it first, so one worker starts on it while the other takes the
+    # rest, and --dist worksteal evens out what is left.
     DOCKER_HOST=unix:///nonexistent/flowcon-fast-lane.sock FLOWCON_PURE_LANE=1 \
-        run_pytest "calibration" -m "calibration and not docker and not swarm" >"$calib_log" 2>&1 &
-    calib_pid=$!
-    stop_calibration() { kill "$calib_pid" 2>/dev/null || true; }
-    trap stop_calibration EXIT
-    trap 'stop_calibration; exit 143' TERM
-    trap 'stop_calibration; exit 130' INT
-    fast_rc=0
-    DOCKER_HOST=unix:///nonexistent/flowcon-fast-lane.sock FLOWCON_PURE_LANE=1 \
-        run_pytest "fast lane" -m "not docker and not swarm and not calibration" || fast_rc=$?
-    calib_rc=0
-    wait "$calib_pid" || calib_rc=$?
-    trap - EXIT TERM INT
-    echo "== fast lane: calibration (ran beside the pure tests)" >&2
-    cat "$calib_log" >&2
-    rm -f "$calib_log"
-    if [ "$fast_rc" -ne 0 ] || [ "$calib_rc" -ne 0 ]; then
-        echo "== fast lane failed (pure tests rc $fast_rc, calibration rc $calib_rc)" >&2
-        exit 1
-    fi
+        run_pytest "fast lane" -m "not docker and not swarm" -n "$workers" --dist worksteal
 fi
 echo "== fast lane passed in $(($(date +%s) - lane_start)) s" >&2
 if [ "${FLOWCON_FAST_ONLY:-0}" = 1 ]; then
@@ -86,7 +77,7 @@ else
     echo "== pytest $*" >&2
     # Exit 5 is reported as is here: a selection that matches nothing is the caller's mistake.
     set +e
-    python3 -m pytest "$@"
+    "$VENV/bin/python" -m pytest "$@"
     rc=$?
     set -e
     if [ "$rc" -eq 5 ]; then

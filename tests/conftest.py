@@ -155,6 +155,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     wrong = [f"{item.nodeid} ({why})" for item in items if (why := misnamed(item))]
     if wrong:
         raise pytest.UsageError("tests in the wrong file: " + ", ".join(wrong))
+    # The minutes-long calibration first: under pytest-xdist (scripts/test.sh) one worker
+    # starts on it at once while the others share the rest, so it does not end the run alone.
+    items.sort(key=lambda item: item.get_closest_marker("calibration") is None)
 
 
 @pytest.fixture(autouse=True)

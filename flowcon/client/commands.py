@@ -156,7 +156,7 @@ def submit(
     import json
 
     if spec == "-":
-        data = read_spec_text(click.get_text_stream("stdin").read(), Path.cwd(), "<stdin>")
+        data = read_spec_text(sys.stdin.read(), Path.cwd(), "<stdin>")
     else:
         path = Path(spec)
         if not path.is_file():

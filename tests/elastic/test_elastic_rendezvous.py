@@ -6,8 +6,10 @@ import threading
 
 import pytest
 
-from flowcon import contract
-from flowcon.elastic import rendezvous as rdv
+pytest.importorskip("torch")
+
+from flowcon import contract  # noqa: E402
+from flowcon.elastic import rendezvous as rdv  # noqa: E402
 
 
 class DictStore:

@@ -406,7 +406,9 @@ def _launcher_env(tmp_path: Path, iterations: int) -> dict[str, str]:
         "FLOWCON_CHECKPOINT_DIR": str(tmp_path / "ck"),
         "FLOWCON_ADAPT_THREADS": "0",
         "OMP_NUM_THREADS": "1",
-        "STEP_SLEEP": "0.02",  # 400 steps >= 8 s: a joiner (2-3 s to start) joins mid-run
+        # 400 steps >= 20 s: a joiner (2-5 s to start, longer beside other tests on a busy
+        # machine) joins mid-run; at 0.02 s the job could end before it joined.
+        "STEP_SLEEP": "0.05",
         contract.ENV_STRAGGLER: "0",
     }
 

@@ -236,6 +236,7 @@ def test_the_target_picks_the_batch_for_range_jobs_only(tmp_path) -> None:  # ty
 
 def test_hybrid_scaling_takes_the_submitted_batch_as_its_reference(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A range job launched at 32 (2 GPUs) but submitted at 16: its LR is meant for 16."""
+    pytest.importorskip("torch")
     from flowcon.elastic.lr import HybridScaling, reference_batch_from_env
 
     assert reference_batch_from_env({}) is None
