@@ -233,10 +233,8 @@ def check_target(res: dict[str, Any]) -> dict[str, Any] | None:
     comp = sx["completed"] / rb["completed"] if rb["completed"] else None
     drops = rb["drop_ratio"] / sx["drop_ratio"] if sx["drop_ratio"] else None
     ok = (comp is not None and comp >= TARGET["completed_ratio"]) and (
-        drops is None
-        and rb["drop_ratio"] > 0
-        or drops is not None
-        and drops >= TARGET["drop_ratio"]
+        (drops is None and rb["drop_ratio"] > 0)
+        or (drops is not None and drops >= TARGET["drop_ratio"])
     )
     return {
         **TARGET,

@@ -151,7 +151,8 @@ def test_weights_mode_applied_and_restored(docker_client, agent) -> None:  # typ
     # nothing throttled: the quota lifted (the whole host, or -1 in quota form)
     assert cgroup(plain)["quota"] in (None, pytest.approx(cores))
     assert cgroup(limited)["quota"] == pytest.approx(cores)
-    assert cgroup(quota)["quota"] is None and host_config(quota)["CpuQuota"] == -1
+    assert cgroup(quota)["quota"] is None
+    assert host_config(quota)["CpuQuota"] == -1
     views = {v["name"].rsplit("-", 1)[1]: v for v in ctl.views()}
     assert (views["a"]["control"], views["a"]["shares"]) == ("weights", shares)
 

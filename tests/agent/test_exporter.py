@@ -108,7 +108,8 @@ def test_list_change_replaces_the_series_and_counts_per_list() -> None:
     exp.update([view(container_id="d" * 64, name="watched", list=None, cpus=None, g=None)], 20.0)
     fams = families(exp)
     (s,) = fams["flowcon_container_cpu_limit_cpus"].samples  # type: ignore[attr-defined]
-    assert s.labels["list"] == "none" and s.value == 0.0
+    assert s.labels["list"] == "none"
+    assert s.value == 0.0
     assert fams["flowcon_container_growth_efficiency"].samples == []  # type: ignore[attr-defined]
 
 
@@ -133,5 +134,7 @@ def test_error_and_update_counters_and_build_info() -> None:
     ]
     assert upd.value == 1
     (info,) = fams["flowcon_build_info"].samples  # type: ignore[attr-defined]
-    assert info.value == 1 and info.labels["component"] == "agent"
-    assert info.labels["version"] and info.labels["python"].startswith("3.")
+    assert info.value == 1
+    assert info.labels["component"] == "agent"
+    assert info.labels["version"]
+    assert info.labels["python"].startswith("3.")

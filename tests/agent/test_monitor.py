@@ -60,5 +60,6 @@ def test_backtracking_regex_is_switched_off(monkeypatch: pytest.MonkeyPatch, cap
 def test_a_good_regex_reads_samples() -> None:
     mon = _monitor({"flowcon.metric.regex": r"loss (?P<value>[0-9.]+)"})
     engine = cast(Engine, Lines(["loss 0.9", "noise", "loss 0.5"]))
-    assert mon.read_logs(engine) == 2 and not mon.regex_off
+    assert mon.read_logs(engine) == 2
+    assert not mon.regex_off
     assert mon.progress.value == 0.5

@@ -70,7 +70,8 @@ def test_scenario_admission_env_adoption_completion(env, docker_client):
         assert sorted(int(e["RANK"]) for e in envs)[0] == 0
         assert all(e["FLOWCON_JOB"] == n for e in envs)
         gpus = [g for e in envs for g in e["FLOWCON_GPUS"].split(",")]
-        assert len(gpus) == jobs[n]["gpus"] and all(g.startswith("FAKE-node") for g in gpus)
+        assert len(gpus) == jobs[n]["gpus"]
+        assert all(g.startswith("FAKE-node") for g in gpus)
         assert all(
             e["FLOWCON_ITERATIONS"] == str(dict((t[0], t[1]) for t in trace)[n]) for e in envs
         )
@@ -124,7 +125,7 @@ def test_scenario_admission_env_adoption_completion(env, docker_client):
 
 
 def test_dead_container_is_restarted_from_its_checkpoint(env, docker_client):
-    cfg, start, rid = env
+    _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)
     name = f"k{rid}"

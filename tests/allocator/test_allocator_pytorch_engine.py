@@ -50,7 +50,7 @@ def metric_lines(container) -> list[dict]:  # type: ignore[no-untyped-def]
 
 
 def test_pytorch_job_rescales_from_its_checkpoint_and_completes(env, docker_client):
-    cfg, start, rid = env
+    _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)
     fillers = {f"f4{rid}": 4, f"f2{rid}": 2, f"f1{rid}": 1}
@@ -73,15 +73,18 @@ def test_pytorch_job_rescales_from_its_checkpoint_and_completes(env, docker_clie
             "scaling": "restart",  # this test is about checkpoint-restart
         }
     )
-    assert out["admitted"] is True and out["gpus"] == 1, out
+    assert out["admitted"] is True, out
+    assert out["gpus"] == 1, out
     assert {n: client.job(n)["gpus"] for n in fillers} == fillers
 
     # one container, one worker: torchrun's environment and the batch split
     (c1,) = wait_for(lambda: containers(docker_client, rid, torch_job), 30)
     e = env_of(c1)
     assert (e["WORLD_SIZE"], e["RANK"], e["LOCAL_WORLD_SIZE"]) == ("1", "0", "1")
-    assert e["MASTER_ADDR"] == "127.0.0.1" and int(e["MASTER_PORT"]) > 0
-    assert e["FLOWCON_GLOBAL_BATCH_SIZE"] == "64" and e["FLOWCON_LOCAL_BATCH_SIZE"] == "64"
+    assert e["MASTER_ADDR"] == "127.0.0.1"
+    assert int(e["MASTER_PORT"]) > 0
+    assert e["FLOWCON_GLOBAL_BATCH_SIZE"] == "64"
+    assert e["FLOWCON_LOCAL_BATCH_SIZE"] == "64"
     assert e["FLOWCON_CHECKPOINT_DIR"] == "/flowcon/checkpoint"
     assert e["FLOWCON_ITERATIONS"] == str(ITERATIONS)
 
@@ -130,14 +133,17 @@ def test_pytorch_job_rescales_from_its_checkpoint_and_completes(env, docker_clie
         return None
 
     done = wait_for(finished, 120, every=1)
-    assert done["progress"] == 1.0 and done["done_iterations"] == ITERATIONS
+    assert done["progress"] == 1.0
+    assert done["done_iterations"] == ITERATIONS
     # rank 0 of the 2-worker container resumed after the checkpointed step (at least the
     # 30 steps seen before the rescale) and counted on without a gap
     assert seen, "no metric line after the rescale"
     assert seen[0] > 30, seen[:5]
     assert seen == list(range(seen[0], seen[0] + len(seen)))
     kinds = [e.kind for e in alloc.store.events(job=torch_job)]
-    assert kinds[-1] == "completed" and "failed" not in kinds and "restarted" not in kinds
+    assert kinds[-1] == "completed"
+    assert "failed" not in kinds
+    assert "restarted" not in kinds
     wait_for(lambda: not containers(docker_client, rid, torch_job), 30)
     for n in (f"f4{rid}", f"f2{rid}"):
         client.cancel(n)

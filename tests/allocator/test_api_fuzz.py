@@ -28,7 +28,8 @@ def test_200_generated_requests_fixed_seed_no_violation() -> None:
     summary = faults.run_scenario(api, 200, seed=15)
     assert summary.runs == 200
     assert summary.violations == 0, summary.messages[:10]
-    assert summary.recovery and summary.to_json()["recovery_p95_s"] is not None
+    assert summary.recovery
+    assert summary.to_json()["recovery_p95_s"] is not None
 
 
 @pytest.mark.parametrize(
@@ -49,7 +50,8 @@ def test_deeply_nested_body_is_400_not_500(fuzz, body: bytes, ctype: str) -> Non
     result = fuzz.one(req)
     assert result.violations == []
     ans = faults.call(fuzz.port, req)
-    assert ans.status == 400 and "nested too deeply" in ans.body["error"]
+    assert ans.status == 400
+    assert "nested too deeply" in ans.body["error"]
 
 
 def test_concurrent_submits_and_cancels_add_up(fuzz) -> None:  # type: ignore[no-untyped-def]
@@ -120,5 +122,6 @@ def test_framework_reports_not_implemented_and_not_run_honestly() -> None:
         "implemented": False,
     }
     failed = faults.run_scenario(faults.Scenario("y", "engine", 5, broken), 5, seed=1)
-    assert failed.to_json()["violations"] is None and "no engine" in failed.error
+    assert failed.to_json()["violations"] is None
+    assert "no engine" in failed.error
     assert faults.main(["--scenario", "inputs", "--runs", "3"]) == 0

@@ -77,7 +77,7 @@ def own_spec(name: str, fmt: str, metric: dict[str, Any] | None) -> dict[str, An
 
 @pytest.mark.parametrize("fmt", ["step", "epoch", "lines"])
 def test_own_format_is_measured_through_metric_regex(env, fmt: str) -> None:  # type: ignore[no-untyped-def]
-    cfg, start, rid = env
+    _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)
     name = f"o{fmt[0]}{rid}"
@@ -105,10 +105,11 @@ def test_own_format_is_measured_through_metric_regex(env, fmt: str) -> None:  # 
 
 
 def test_without_the_regex_nothing_is_measured(env) -> None:  # type: ignore[no-untyped-def]
-    cfg, start, rid = env
+    _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)
     name = f"on{rid}"
     client.submit(own_spec(name, "step", None))
     job = wait_for(lambda: (j := client.job(name))["state"] != "profiling" and j, 60)
-    assert job["state"] == "dropped" and "no GPU count produced metric lines" in job["reason"]
+    assert job["state"] == "dropped"
+    assert "no GPU count produced metric lines" in job["reason"]

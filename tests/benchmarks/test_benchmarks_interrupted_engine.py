@@ -88,7 +88,8 @@ def test_interrupted_bench_rescale_leaves_nothing(docker_client, test_run_id, si
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=90)
         assert proc.returncode == 130, (out, err)
-        assert "interrupted" in err and "Traceback" not in err, err
+        assert "interrupted" in err, err
+        assert "Traceback" not in err, err
         assert docker_client.containers.list(all=True, sparse=True, filters=selector) == []
         with pytest.raises(docker.errors.NotFound):
             docker_client.volumes.get(Executor.volume_name(job))
@@ -137,7 +138,8 @@ def test_interrupted_bench_agent_leaves_nothing(docker_client, test_run_id, sig)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=90)
         assert proc.returncode == 130, (out, err)
-        assert "interrupted" in err and "Traceback" not in err, err
+        assert "interrupted" in err, err
+        assert "Traceback" not in err, err
         assert docker_client.containers.list(all=True, sparse=True, filters=selector) == []
     finally:
         if proc.poll() is None:
@@ -169,7 +171,8 @@ def test_interrupted_command_leaves_nothing(labeled, command: str, seed: int) ->
     with faults.interrupted_session(random.Random(seed), labeled()) as run:
         result = run(index)
     assert result.violations == [], result.violations
-    assert result.recovery_s is not None and result.recovery_s < 60
+    assert result.recovery_s is not None
+    assert result.recovery_s < 60
 
 
 def test_bench_allocator_interrupted_between_submits_prints_no_traceback(labeled) -> None:  # type: ignore[no-untyped-def]

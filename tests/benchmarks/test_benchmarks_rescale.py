@@ -41,11 +41,11 @@ def test_exactly_once_needs_recorded_ids() -> None:
         jl(4, 4.0, 2, epoch=2, sample_ids=[1]),
     ]
     assert bench.exactly_once(bench.parse_lines("a", good)) is True
-    twice = good[:2] + [jl(3, 3.0, 2, epoch=1, sample_ids=[3, 2])] + good[3:]
+    twice = [*good[:2], jl(3, 3.0, 2, epoch=1, sample_ids=[3, 2]), *good[3:]]
     assert bench.exactly_once(bench.parse_lines("a", twice)) is False
     repeated = [*good[:3], jl(3, 3.5, 2, epoch=1, sample_ids=[1, 2]), good[3]]
     assert bench.exactly_once(bench.parse_lines("a", repeated)) is False  # step 3 twice
-    missing = good[:2] + [jl(3, 3.0, 2, epoch=1, sample_ids=[1])] + good[3:]
+    missing = [*good[:2], jl(3, 3.0, 2, epoch=1, sample_ids=[1]), *good[3:]]
     assert bench.exactly_once(bench.parse_lines("a", missing)) is False
 
 
@@ -55,16 +55,17 @@ def test_report_last_line_is_json_with_both_modes(capsys: pytest.CaptureFixture[
         "restart": [
             Row("restart", 1, 2, 0.4, 0.3, 5.0, 4.0, 10, 11, None),
             Row("restart", 2, 1, 0.4, 0.3, 7.0, 6.0, 20, 21, None),
-        ],  # fmt: skip
+        ],
         "stopfree": [
             Row("stopfree", 1, 2, 0.0, 0.3, 0.5, 3.0, 30, 31, None),
             Row("stopfree", 2, 1, 0.1, 0.0, 0.25, 0.1, 40, 41, None),
-        ],  # fmt: skip
+        ],
     }
     assert bench.report("img", 30.0, rows, {"restart": [], "stopfree": []}) == 0
     out = capsys.readouterr().out.splitlines()
     last = json.loads(out[-1])
-    assert last["restart_gap_p95_s"] == 7.0 and last["stopfree_gap_p95_s"] == 0.5
+    assert last["restart_gap_p95_s"] == 7.0
+    assert last["stopfree_gap_p95_s"] == 0.5
     assert last["events"] == {"restart": 2, "stopfree": 2}
     assert last["exactly_once"] is False  # the job recorded no sample ids
     assert any("not recorded by the job" in ln for ln in out)

@@ -75,7 +75,8 @@ def test_logs_of_a_job_on_two_swarm_nodes(swarm, labeled, test_run_id, tmp_path:
         one = run(main, ["logs", name, "--rank", "1", *auth])
         assert one.exit_code == 0, one.output
         lines = one.output.splitlines()
-        assert "rank 1 out 1" in lines and "rank 1 err 1" in lines
+        assert "rank 1 out 1" in lines
+        assert "rank 1 err 1" in lines
         assert all(ln.startswith("rank 1 ") for ln in lines), lines
 
         def cancel_when_done() -> None:

@@ -237,7 +237,8 @@ def test_errors_never_break_reporting(
     fail["on"] = True
     clock.now = 10
     second = line_of(a, step=2)
-    assert second["step"] == 2 and second["threads"] == 1  # the last size in use
+    assert second["step"] == 2
+    assert second["threads"] == 1  # the last size in use
 
     def broken(n: int) -> None:
         raise RuntimeError("no pool")

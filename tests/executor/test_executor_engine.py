@@ -65,18 +65,23 @@ def test_env_labels_network_and_no_device_requests(executor: Executor, docker_cl
     assert (e0["LOCAL_WORLD_SIZE"], e1["LOCAL_WORLD_SIZE"]) == ("2", "1")
     assert e0["FLOWCON_GPUS"] == "FAKE-node1-0,FAKE-node1-1"
     assert e1["FLOWCON_GPUS"] == "FAKE-node2-3"
-    assert e0["FLOWCON_LOCAL_BATCH_SIZE"] == "21" and e0["FLOWCON_JOB"] == "exenv"
-    assert e1["MASTER_ADDR"] == c0.name and e0["FLOWCON_CHECKPOINT_DIR"] == "/flowcon/checkpoint"
+    assert e0["FLOWCON_LOCAL_BATCH_SIZE"] == "21"
+    assert e0["FLOWCON_JOB"] == "exenv"
+    assert e1["MASTER_ADDR"] == c0.name
+    assert e0["FLOWCON_CHECKPOINT_DIR"] == "/flowcon/checkpoint"
     labels = c1.labels
-    assert labels[LABEL_JOB] == "exenv" and labels[LABEL_RANK] == "1"
-    assert labels[LABEL_NODE] == "node2" and labels[LABEL_GPUS] == "FAKE-node2-3"
-    assert labels[LABEL_MANAGED_BY] == MANAGED_BY_ALLOCATOR and "flowcon.test" in labels
+    assert labels[LABEL_JOB] == "exenv"
+    assert labels[LABEL_RANK] == "1"
+    assert labels[LABEL_NODE] == "node2"
+    assert labels[LABEL_GPUS] == "FAKE-node2-3"
+    assert labels[LABEL_MANAGED_BY] == MANAGED_BY_ALLOCATOR
+    assert "flowcon.test" in labels
     assert not c0.attrs["HostConfig"].get("DeviceRequests")  # no real GPUs here
     nets = c0.attrs["NetworkSettings"]["Networks"]
     assert network_name("exenv") in nets
     # both ranks resolve the master on the job network
     wait_for(lambda: "start rank=2" in c1.logs().decode())
-    rc, out = c1.exec_run(["sh", "-c", f"busybox ping -c1 -W2 {c0.name} >/dev/null && echo ok"])
+    _rc, out = c1.exec_run(["sh", "-c", f"busybox ping -c1 -W2 {c0.name} >/dev/null && echo ok"])
     assert b"ok" in out, out
 
 
@@ -110,7 +115,9 @@ def test_rescale_checkpoints_and_resumes(executor: Executor) -> None:
     assert resumed >= 3  # continues from the checkpoint written on SIGTERM
     wait_for(lambda: _steps(executor, "exscale") > resumed)
     job = executor.job("exscale")
-    assert job is not None and job.gpus == 2 and len(job.workers) == 1
+    assert job is not None
+    assert job.gpus == 2
+    assert len(job.workers) == 1
 
 
 @pytest.mark.docker
@@ -144,7 +151,8 @@ def test_restart_limit_reports_failed(docker_client, labeled, test_run_id) -> No
         assert ex.reconcile()[0].kind == "restarted"
         wait_for(lambda: ex.job("excrash").status == "failed")  # type: ignore[union-attr]
         (event,) = ex.reconcile()
-        assert event.kind == "failed" and "exit 3" in event.detail
+        assert event.kind == "failed"
+        assert "exit 3" in event.detail
     finally:
         sweep(docker_client, f"flowcon.test={test_run_id}")
 
@@ -202,6 +210,9 @@ def test_profile_prerun_reads_step_rate(executor: Executor) -> None:
 
     prof = executor.profile(spec, placement_for, counts=[1, 2, 4, 8], max_seconds=30, min_points=5)
     rates = prof.as_dict()
-    assert tried == [1, 2, 4] and sorted(rates) == [1, 2, 4], (tried, rates)
-    assert 1.0 < rates[1] < 2.7 and rates[2] > 1.5 * rates[1] and rates[4] < rates[2], rates
+    assert tried == [1, 2, 4], (tried, rates)
+    assert sorted(rates) == [1, 2, 4], (tried, rates)
+    assert 1.0 < rates[1] < 2.7, rates
+    assert rates[2] > 1.5 * rates[1], rates
+    assert rates[4] < rates[2], rates
     assert executor.backend.list_workers(executor._selector(None, None)) == []  # all removed

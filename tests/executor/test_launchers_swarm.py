@@ -62,7 +62,10 @@ def test_plain_ddp_script_over_two_nodes(ddp_executor, launcher, workers) -> Non
 
     def done():  # type: ignore[no-untyped-def]
         state = ex.job(name)
-        assert state is not None and state.status != "failed", [
+        assert state is not None, [
+            (w.name, w.state, w.exit_code, ex.backend.logs(w)[-5:]) for w in state.workers
+        ]
+        assert state.status != "failed", [
             (w.name, w.state, w.exit_code, ex.backend.logs(w)[-5:]) for w in state.workers
         ]
         return state if state.status == "completed" else None

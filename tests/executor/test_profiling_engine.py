@@ -38,7 +38,7 @@ def auto_spec(name: str, iterations: int, deadline: float, **extra: object) -> d
 
 
 def test_profile_auto_prerun_then_admission(env, docker_client, tmp_path):
-    cfg, start, rid = env
+    _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)
     fits, huge = f"p{rid}", f"q{rid}"
@@ -47,7 +47,8 @@ def test_profile_auto_prerun_then_admission(env, docker_client, tmp_path):
     t0 = time.monotonic()
     out = client.submit(auto_spec(huge, 100000, 40, max_gpus=2))
     assert time.monotonic() - t0 < 5
-    assert out["decision"] == "profiling" and out["admitted"] is None
+    assert out["decision"] == "profiling"
+    assert out["admitted"] is None
     assert out["counts"] == [1, 2]
     assert client.job(huge)["state"] == "profiling"
 
@@ -101,7 +102,7 @@ def test_profile_auto_prerun_then_admission(env, docker_client, tmp_path):
 
 
 def test_cancel_while_profiling_and_restart_resumes(env, docker_client):
-    cfg, start, rid = env
+    _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)
     name = f"c{rid}"
@@ -120,5 +121,6 @@ def test_cancel_while_profiling_and_restart_resumes(env, docker_client):
     wait_for(lambda: not containers(docker_client, rid), 20)
     time.sleep(1)
     job = client.job(name)
-    assert job["state"] == "cancelled" and not job["admissions"]
+    assert job["state"] == "cancelled"
+    assert not job["admissions"]
     assert "profiled" not in [e["kind"] for e in job["events"]]

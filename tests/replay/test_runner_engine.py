@@ -72,8 +72,10 @@ def check_completed(result, iterations: int) -> None:  # type: ignore[no-untyped
     assert [j.name for j in result.jobs] == ["conv", "lin"]
     for j in result.jobs:
         assert j.ok, j
-        assert j.submitted is not None and j.finished is not None
-        assert j.jct is not None and 0 < j.jct < 300
+        assert j.submitted is not None
+        assert j.finished is not None
+        assert j.jct is not None
+        assert 0 < j.jct < 300
         assert j.steps == iterations
     lin = result.jobs[1]
     assert lin.submitted >= 1.5
@@ -127,7 +129,8 @@ def test_replay_flowcon_agent_acts(docker_client, labeled, cleanup_containers, t
     assert result.agent["exit_code"] == 0, Path(result.agent["log"]).read_text()[-2000:]
     assert result.agent["died_at"] is None
     cfg = yaml.safe_load((tmp_path / "flowcon" / "agent.yaml").read_text())
-    assert cfg["alpha"] == 0.05 and cfg["itval"] == 2
+    assert cfg["alpha"] == 0.05
+    assert cfg["itval"] == 2
     assert leftovers(docker_client, result.run_id) == []
 
     none = Replay(
@@ -136,7 +139,8 @@ def test_replay_flowcon_agent_acts(docker_client, labeled, cleanup_containers, t
     cmp = comparison(none, result)
     assert [r["job"] for r in cmp["jobs"]] == ["conv", "lin"]
     assert all(r["change_pct"] is not None for r in cmp["jobs"])
-    assert cmp["flowcon_limits_changed"] and not cmp["none_limits_changed"]
+    assert cmp["flowcon_limits_changed"]
+    assert not cmp["none_limits_changed"]
     paths = write_comparison(cmp, tmp_path)
     assert "(makespan)" in paths["csv"].read_text()
 
@@ -145,7 +149,7 @@ def test_missing_image_is_a_clear_error(docker_client, labeled, tmp_path) -> Non
     data = tiny()
     data["jobs"][1]["image"] = "flowcon/no-such-image:latest"  # type: ignore[index]
     run = Replay(docker_client, parse_scenario(data), "none", tmp_path, labels=labeled())
-    with pytest.raises(ReplayError, match="no-such-image.*never pull"):
+    with pytest.raises(ReplayError, match=r"no-such-image.*never pull"):
         run.run()
     assert leftovers(docker_client, run.run_id) == []
 

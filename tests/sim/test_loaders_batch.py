@@ -26,7 +26,8 @@ def test_range_columns(tmp_path: Path) -> None:
         tmp_path, ",batch_size_min,batch_size_max", "a,0,10,m,,64,1,32,128\nb,0,10,m,,64,1,,\n"
     )
     a, b = jobs
-    assert a.batch_range.batches == (32, 64, 128) and a.batch_range.submitted == 64
+    assert a.batch_range.batches == (32, 64, 128)
+    assert a.batch_range.submitted == 64
     assert b.batch_range is None
 
 
@@ -48,4 +49,5 @@ def test_no_range_columns(tmp_path: Path) -> None:
 def test_bad_range_names_the_column(tmp_path: Path, cells: str, column: str) -> None:
     with pytest.raises(InputError) as exc:
         _load(tmp_path, ",batch_size_min,batch_size_max", f"a,0,10,m,,64,1,{cells}\n")
-    assert exc.value.column == column and exc.value.row == 2
+    assert exc.value.column == column
+    assert exc.value.row == 2
