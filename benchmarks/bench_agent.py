@@ -115,7 +115,7 @@ def run_size(
             itval=20,
             state_file=str(workdir / f"state-{run}-{source}.json"),
             match_labels={"flowcon.bench": run},
-            cpu_source=source,
+            cpu_source=source,  # type: ignore[arg-type]
         )
         eng = DockerEngine(cgroup_root=cfg.cgroup_root if source == "auto" else None)
         ctls[source] = Controller(eng, cfg, host_cpus, StateStore(cfg.state_file))
@@ -123,14 +123,14 @@ def run_size(
     engine = ctl.engine
     first_update: dict[str, float] = {}
     start_event: dict[str, float] = {}
-    real_update = engine.update_cpu
+    real_update = engine.update_cpu  # type: ignore[attr-defined]
 
     def update(cid: str, body: dict[str, int]) -> None:
         real_update(cid, body)
         first_update.setdefault(cid, time.time())
 
-    engine.update_cpu = update  # type: ignore[method-assign]
-    listener = EventListener(engine, ctl.on_start, ctl.on_finish, lambda: None)
+    engine.update_cpu = update  # type: ignore[attr-defined]
+    listener = EventListener(engine, ctl.on_start, ctl.on_finish, lambda: None)  # type: ignore[arg-type]
     real_dispatch = listener.dispatch
 
     def dispatch(event: dict[str, Any]) -> None:
@@ -185,7 +185,7 @@ def run_size(
                 with contextlib.suppress(docker.errors.APIError):
                     c.remove(force=True)
             for c in ctls.values():
-                c.engine.close()
+                c.engine.close()  # type: ignore[attr-defined]
 
 
 def main() -> None:

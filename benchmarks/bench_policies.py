@@ -226,7 +226,7 @@ def print_saxena(res: dict[str, Any], world: str = "tables") -> None:
 
 
 def check_target(res: dict[str, Any]) -> dict[str, Any] | None:
-    got = res.get(TARGET["workload"])
+    got = res.get(TARGET["workload"])  # type: ignore[call-overload]
     if not got:
         return None
     sx, rb = got["saxena-dp"], got["random-bs"]

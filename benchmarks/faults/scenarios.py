@@ -1004,7 +1004,7 @@ def interrupted_session(
             end = time.monotonic() + 120
             sel = {"label": label}
             while time.monotonic() < end and proc.poll() is None:
-                if client.containers.list(all=True, sparse=True, filters=sel):
+                if client.containers.list(all=True, sparse=True, filters=sel):  # type: ignore[arg-type]
                     break
                 time.sleep(0.2)
             time.sleep(rng.uniform(0.0, 4.0))

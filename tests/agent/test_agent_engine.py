@@ -107,7 +107,7 @@ def tmp_agent(tmp_path: Path) -> Iterator[list[AgentProc]]:
         a.stop()
 
 
-def test_agent_on_the_engine(docker_client, labeled, cleanup_containers, tmp_agent, tmp_path):  # type: ignore[no-untyped-def]
+def test_agent_on_the_engine(docker_client, labeled, cleanup_containers, tmp_agent, tmp_path):
     host_cpus = docker_client.info()["NCPU"]
     run_id = labeled()["flowcon.test"]
 
@@ -205,7 +205,7 @@ def test_agent_on_the_engine(docker_client, labeled, cleanup_containers, tmp_age
     assert "restored container=" in log
 
 
-def test_cgroup_cpu_agrees_with_engine_stats(docker_client, labeled, cleanup_containers):  # type: ignore[no-untyped-def]
+def test_cgroup_cpu_agrees_with_engine_stats(docker_client, labeled, cleanup_containers):
     """The agent reads CPU time from the cgroup files; the engine's stats must agree."""
     from flowcon.engine.docker_engine import DockerEngine
 
@@ -260,7 +260,7 @@ def private_engine(tmp_path: Path) -> Iterator[PrivateEngine]:
         teardown_private(eng, created_bridge)
 
 
-def test_agent_survives_engine_restart(private_engine, tmp_agent, tmp_path):  # type: ignore[no-untyped-def]
+def test_agent_survives_engine_restart(private_engine, tmp_agent, tmp_path):
     import docker
 
     client = docker.DockerClient(base_url=PRIVATE_HOST, timeout=30)

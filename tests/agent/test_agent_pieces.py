@@ -6,6 +6,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -124,7 +125,7 @@ def test_state_round_trip_of_control_fields_and_old_records(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     "text", ["{not json", '{"version": 99}', '{"version": 1, "containers": {"a": 3}}']
 )
-def test_corrupt_state_is_kept_aside(tmp_path: Path, text: str, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_corrupt_state_is_kept_aside(tmp_path: Path, text: str, caplog) -> None:
     path = tmp_path / "state.json"
     path.write_text(text)
     state = StateStore(path).load()
@@ -161,7 +162,7 @@ def test_config_defaults_and_errors(tmp_path: Path) -> None:
 
 
 def test_allocator_report_contract() -> None:
-    got: list[tuple[str, str | None, dict]] = []  # type: ignore[type-arg]
+    got: list[tuple[str, str | None, dict[str, Any]]] = []
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:

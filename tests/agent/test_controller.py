@@ -501,7 +501,7 @@ def test_hybrid_quota_once_the_lines_say_threads(tmp_path: Path) -> None:
     eng.emit("plain", '{"step": 1, "loss": 3.0}')
     ctl.round()
     assert ctl.tracked["aware"].monitor.thread_aware
-    assert ctl.tracked["aware"].applied_mode == "quota"
+    assert ctl.tracked["aware"].applied_mode == "quota"  # type: ignore[comparison-overlap]
     assert eng.c["aware"].cpu == CpuSettings(nano_cpus=2 * 10**9, cpu_shares=1024)
     assert ctl.tracked["plain"].applied_mode == "weights"
     # the agent restarts: the job is still known to be thread-aware

@@ -39,7 +39,7 @@ def _monitor(labels: dict[str, str]) -> ContainerMonitor:
 
 def test_backtracking_regex_is_switched_off(monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:
     calls: list[float] = []
-    real = monitor_mod.parse_line
+    real = monitor_mod.parse_line  # type: ignore[attr-defined]
 
     def parse(line: str, metric: str | None = None, regex: Any = None) -> Any:
         calls.append(1)

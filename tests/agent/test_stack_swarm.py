@@ -217,11 +217,11 @@ def test_stack_deploys_manages_both_nodes_and_is_removed_cleanly(
         assert res["Reservations"]["MemoryBytes"]
         # the agent on both nodes, each healthy by its own HEALTHCHECK (/healthz)
         agents = {
-            label: wait_for(lambda c=client: _agent_container(c, stack), timeout=120)
+            label: wait_for(lambda c=client: _agent_container(c, stack), timeout=120)  # type: ignore[misc]
             for label, client in (("node1", swarm.manager), ("node2", swarm.node2))
         }
         for label, c in agents.items():
-            wait_for(lambda c=c: _health(c) == "healthy", timeout=90)
+            wait_for(lambda c=c: _health(c) == "healthy", timeout=90)  # type: ignore[misc]
             probe = c.exec_run(["python3", "-m", "flowcon.web.probe"])
             assert probe.exit_code == 0, (label, probe)
             assert b'"status": "ok"' in probe.output, (label, probe)
@@ -243,14 +243,14 @@ def test_stack_deploys_manages_both_nodes_and_is_removed_cleanly(
             return bool(c.attrs["HostConfig"]["NanoCpus"])
 
         for c in jobs:
-            wait_for(lambda c=c: limited(c), timeout=60)
+            wait_for(lambda c=c: limited(c), timeout=60)  # type: ignore[misc]
         for label, c in agents.items():
             out = c.exec_run(["python3", "-m", "flowcon.cli", "status", "--json", "--no-engine"])
             assert out.exit_code == 0, out.output
             names = {x["name"] for x in json.loads(out.output)["containers"]}
             assert names == {f"{stack}-{label}-0", f"{stack}-{label}-1"}, (label, names)
             # the series appear after the agent's next periodic round (itval 2 s)
-            wait_for(lambda c=c, label=label: _series(c, f"{stack}-{label}-0"), timeout=60)
+            wait_for(lambda c=c, label=label: _series(c, f"{stack}-{label}-0"), timeout=60)  # type: ignore[misc]
         # the allocator: one task on the manager, /healthz answers on the host network
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
             body = json.loads(r.read())

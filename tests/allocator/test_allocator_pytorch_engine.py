@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from typing import Any
 
 import pytest
 from support.allocator_daemon import CONFIG, containers, daemon_env, env_of, wait_for
@@ -27,7 +28,7 @@ LINEAR = {1: 10.0, 2: 20.0, 4: 40.0}
 
 
 @pytest.fixture
-def env(tmp_path, docker_client, labeled, test_run_id):  # type: ignore[no-untyped-def]
+def env(tmp_path, docker_client, labeled, test_run_id):
     try:
         docker_client.images.get(IMAGE)
     except Exception:
@@ -38,7 +39,7 @@ def env(tmp_path, docker_client, labeled, test_run_id):  # type: ignore[no-untyp
     yield from daemon_env(tmp_path, docker_client, labeled, test_run_id, CONFIG, IMAGE)
 
 
-def metric_lines(container) -> list[dict]:  # type: ignore[no-untyped-def]
+def metric_lines(container) -> list[dict[str, Any]]:
     out = []
     for line in container.logs().decode(errors="replace").splitlines():
         if line.startswith("{"):
@@ -88,10 +89,10 @@ def test_pytorch_job_rescales_from_its_checkpoint_and_completes(env, docker_clie
     assert e["FLOWCON_CHECKPOINT_DIR"] == "/flowcon/checkpoint"
     assert e["FLOWCON_ITERATIONS"] == str(ITERATIONS)
 
-    def steps(c):  # type: ignore[no-untyped-def]
+    def steps(c):
         return [m["step"] for m in metric_lines(c) if "step" in m and "loss" in m]
 
-    def trained(n: int):  # type: ignore[no-untyped-def]
+    def trained(n: int):
         c1.reload()
         assert c1.status == "running", c1.logs().decode()[-2000:]
         s = steps(c1)
@@ -119,7 +120,7 @@ def test_pytorch_job_rescales_from_its_checkpoint_and_completes(env, docker_clie
 
     seen: list[int] = []
 
-    def finished():  # type: ignore[no-untyped-def]
+    def finished():
         j = client.job(torch_job)
         assert j["state"] in ("running", "admitted", "completed"), j
         if j["state"] == "completed":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ from flowcon.client.http import AllocatorClient, ClientError
 PROFILE = {1: 10.0, 2: 18.0, 4: 32.0, 8: 50.0}
 
 
-def spec(name: str, iterations: int, deadline: float | str | None, **kw: object) -> dict:
+def spec(name: str, iterations: int, deadline: float | str | None, **kw: object) -> dict[str, Any]:
     out: dict[str, object] = {
         "name": name,
         "image": "flowcon/testbox:latest",
@@ -229,7 +230,7 @@ def test_measurements_refine_the_curve_through_http(daemon, client):
 
 
 def test_measurement_body_must_have_node_and_list(daemon):
-    for body in ({"measurements": []}, {"node": "n", "measurements": {}}):
+    for body in ({"measurements": []}, {"node": "n", "measurements": {}}):  # type: ignore[var-annotated]
         req = urllib.request.Request(
             daemon.url + "/api/v1/measurements",
             data=json.dumps(body).encode(),

@@ -45,7 +45,7 @@ def job(name: str, **kw: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory):  # type: ignore[no-untyped-def]
+def daemon(tmp_path_factory):
     cfg = AllocatorConfig(
         state_dir=tmp_path_factory.mktemp("auth") / "state",
         slot_seconds=1.0,
@@ -166,10 +166,10 @@ def test_hmac_compare_and_header_forms(daemon: Allocator) -> None:
         TOKENS["read"],  # no scheme
         f"Basic {TOKENS['read']}",
         f"Bearer {TOKENS['read']}x",
-        f"Bearer {TOKENS['read'][:-1]}",
+        f"Bearer {TOKENS['read'][:-1]}",  # type: ignore[index]
         "Bearer ",
     ):
-        req = urllib.request.Request(daemon.url + "/api/v1/jobs", headers={"Authorization": header})
+        req = urllib.request.Request(daemon.url + "/api/v1/jobs", headers={"Authorization": header})  # type: ignore[dict-item]
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(req, timeout=10)
         assert err.value.code == 401, header
@@ -260,7 +260,7 @@ def test_bad_bodies_are_400(daemon: Allocator, data: bytes, ctype: str) -> None:
     assert status == 400
 
 
-def test_env_values_never_leave_the_api(daemon: Allocator, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_env_values_never_leave_the_api(daemon: Allocator, monkeypatch) -> None:
     name = next(_names)
     status, out = call(
         daemon, "POST", "/api/v1/jobs", "user", job(name, env={"API_KEY": "hunter2", "N": 3})
@@ -280,7 +280,7 @@ def test_env_values_never_leave_the_api(daemon: Allocator, monkeypatch) -> None:
     for var in ("FLOWCON_ALLOCATOR_CONFIG", "FLOWCON_ALLOCATOR_TOKEN", "FLOWCON_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     for args in (["jobs", "--json"], ["jobs"]):
-        res = CliRunner().invoke(main, [*args, "--url", daemon.url, "--token", TOKENS["read"]])
+        res = CliRunner().invoke(main, [*args, "--url", daemon.url, "--token", TOKENS["read"]])  # type: ignore[list-item]
         assert res.exit_code == 0, res.output
         assert name in res.output
         assert "hunter2" not in res.output
@@ -332,7 +332,7 @@ def test_bad_names_and_paths_are_400_naming_the_field(
 
 def test_cli_with_a_read_token_lists_but_cannot_submit(
     daemon: Allocator, tmp_path, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from flowcon.cli import main
 
     for var in ("FLOWCON_ALLOCATOR_CONFIG", "FLOWCON_ALLOCATOR_TOKEN", "FLOWCON_ALLOCATOR_URL"):

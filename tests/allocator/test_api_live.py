@@ -32,7 +32,7 @@ def get(url: str, token: str | None = None) -> tuple[int, Any]:
 
 
 @pytest.fixture
-def daemon(tmp_path):  # type: ignore[no-untyped-def]
+def daemon(tmp_path):
     cfg = AllocatorConfig(state_dir=tmp_path / "state", slot_seconds=1.0, listen="127.0.0.1:0")
     alloc = Allocator(cfg, target=None, total_gpus=4)
     alloc.start(port=0)
@@ -57,7 +57,7 @@ def job(name: str, iterations: int, deadline: float | None) -> dict[str, Any]:
     return out
 
 
-def test_history_has_jobs_gpus_over_time_and_decisions(daemon) -> None:  # type: ignore[no-untyped-def]
+def test_history_has_jobs_gpus_over_time_and_decisions(daemon) -> None:
     client = AllocatorClient(daemon.url, daemon.token, timeout=10)
     client.submit(job("fits", 3000, 600))
     client.submit(job("impossible", 10**7, 60))
@@ -93,7 +93,7 @@ def test_history_has_jobs_gpus_over_time_and_decisions(daemon) -> None:  # type:
     assert get(daemon.url + "/static/allocator.js")[0] == 200
 
 
-def test_healthz_503_when_the_loop_is_stuck(daemon) -> None:  # type: ignore[no-untyped-def]
+def test_healthz_503_when_the_loop_is_stuck(daemon) -> None:
     status, body = get(daemon.url + "/healthz")
     assert status == 200
     assert body["status"] == "ok"
@@ -105,7 +105,7 @@ def test_healthz_503_when_the_loop_is_stuck(daemon) -> None:  # type: ignore[no-
     assert "no round completed" in body["problems"][0]
 
 
-def test_healthz_503_and_error_counter_when_rounds_fail(daemon) -> None:  # type: ignore[no-untyped-def]
+def test_healthz_503_and_error_counter_when_rounds_fail(daemon) -> None:
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("cannot connect to the Docker engine at unix:///gone.sock")
 

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 import yaml
@@ -45,12 +46,12 @@ CONFIG = engine_config(min_measurements=2, agent_token=AGENT_TOKEN, user_token=U
 
 
 @pytest.fixture
-def env(tmp_path, docker_client, labeled, test_run_id):  # type: ignore[no-untyped-def]
+def env(tmp_path, docker_client, labeled, test_run_id):
     yield from daemon_env(tmp_path, docker_client, labeled, test_run_id, CONFIG)
 
 
 @pytest.fixture
-def agent(tmp_path, test_run_id):  # type: ignore[no-untyped-def]
+def agent(tmp_path, test_run_id):
     """Start ``flowcon agent`` against an allocator; stopped (SIGTERM) after the test."""
     procs: list[subprocess.Popen[bytes]] = []
 
@@ -91,7 +92,7 @@ def agent(tmp_path, test_run_id):  # type: ignore[no-untyped-def]
                 p.wait()
 
 
-def core_decision(rec, curve: dict[int, float], b_spec: dict, now: float) -> bool:  # type: ignore[no-untyped-def]
+def core_decision(rec, curve: dict[int, float], b_spec: dict[str, Any], now: float) -> bool:
     """admit() of B next to A (its recorded progress) with A's curve set to ``curve``."""
     a = Job(
         rec["name"],
@@ -120,7 +121,7 @@ def test_agent_measurements_refine_the_curve_and_drive_admission(env, agent, doc
     assert out["gpus"] == A_MAX_GPUS, out
 
     # the agent's rows arrive, and A's curve converges to the measured speed
-    def refined():  # type: ignore[no-untyped-def]
+    def refined():
         assert proc.poll() is None, log_path.read_text()[-3000:]
         job = client.job(a_name)
         m = job["measured"].get(str(A_MAX_GPUS))

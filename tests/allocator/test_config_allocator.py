@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _load(
     tmp_path: Path, text: str, env: dict[str, str] | None = None, secrets: Path | None = None
-):  # type: ignore[no-untyped-def]
+):
     p = tmp_path / "allocator.yaml"
     p.write_text(text)
     return load_config(p, env or {}, secrets or tmp_path / "no-secrets")

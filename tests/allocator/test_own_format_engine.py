@@ -54,7 +54,7 @@ CONFIG = engine_config(profile_seconds=12, profile_min_lines=6)
 
 
 @pytest.fixture
-def env(tmp_path, docker_client, labeled, test_run_id):  # type: ignore[no-untyped-def]
+def env(tmp_path, docker_client, labeled, test_run_id):
     yield from daemon_env(tmp_path, docker_client, labeled, test_run_id, CONFIG)
 
 
@@ -76,7 +76,7 @@ def own_spec(name: str, fmt: str, metric: dict[str, Any] | None) -> dict[str, An
 
 
 @pytest.mark.parametrize("fmt", ["step", "epoch", "lines"])
-def test_own_format_is_measured_through_metric_regex(env, fmt: str) -> None:  # type: ignore[no-untyped-def]
+def test_own_format_is_measured_through_metric_regex(env, fmt: str) -> None:
     _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)
@@ -104,7 +104,7 @@ def test_own_format_is_measured_through_metric_regex(env, fmt: str) -> None:  # 
     client.cancel(name)
 
 
-def test_without_the_regex_nothing_is_measured(env) -> None:  # type: ignore[no-untyped-def]
+def test_without_the_regex_nothing_is_measured(env) -> None:
     _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)

@@ -103,8 +103,8 @@ def test_cancel_frees_gpus_and_is_logged(planner):
     planner.cancel("a", now=5.0)
     plan = planner.plan(6.0)
     assert "a" not in plan.allocation
-    assert planner.store.get_job("a").state == "cancelled"  # type: ignore[union-attr]
-    assert planner.store.get_job("b").gpus > 0  # type: ignore[union-attr]
+    assert planner.store.get_job("a").state == "cancelled"
+    assert planner.store.get_job("b").gpus > 0
     with pytest.raises(PlanError):
         planner.cancel("a", now=7.0)
     with pytest.raises(PlanError) as err:
@@ -148,11 +148,11 @@ def _ingest_slow(pl: Planner, job: str, factor: float, times: list[float]) -> li
     return [
         pl.ingest(
             "node1",
-            {
+            {  # type: ignore[typeddict-item, typeddict-unknown-key]
                 "container_id": "c1",
                 "job": job,
                 "iterations_per_s": speed,
-                "step": speed * t,
+                "step": speed * t,  # type: ignore[typeddict-item]
                 "ts": t,
             },
             now=t,
@@ -209,7 +209,7 @@ def test_one_measurement_is_not_trusted_and_bad_values_are_skipped(tmp_path):
         {"container_id": "c", "job": "a", "iterations_per_s": -4},
         {"container_id": "c", "job": "ghost", "iterations_per_s": 4},
     ]
-    out = [pl.ingest("n", m, now=6.0) for m in bad]
+    out = [pl.ingest("n", m, now=6.0) for m in bad]  # type: ignore[arg-type]
     assert out[0].startswith("skipped")
     assert out[1:] == ["stored", "stored", "stored"]
     rec = st.get_job("a")
@@ -223,9 +223,9 @@ def test_measurement_from_an_old_container_is_ignored(tmp_path):
     pl.submit(_spec("a", 2400, 100, 0.0), now=0.0)
     pl.intake.set_containers("a", {"newcontainer123": 1})
     m = {"container_id": "oldcontainer", "job": "a", "iterations_per_s": 1.0, "ts": 1.0}
-    assert pl.ingest("n", m, now=1.0) == "stored"
+    assert pl.ingest("n", m, now=1.0) == "stored"  # type: ignore[arg-type]
     m["container_id"] = "newcontainer"  # short id prefix of the current container
-    assert pl.ingest("n", m, now=2.0) == "refined"
+    assert pl.ingest("n", m, now=2.0) == "refined"  # type: ignore[arg-type]
 
 
 def test_state_survives_a_planner_restart(tmp_path):
@@ -260,7 +260,7 @@ def test_slot_tick_keeps_the_allocation_while_it_still_guarantees(tmp_path):
     # remain, so its minimum share in the current slot is 8 GPUs, more than it holds
     a = st.get_job("a")
     assert a is not None
-    pl.ingest("n", {"container_id": "c", "job": "a", "step": 10.0, "ts": 50.0}, now=50.0)
+    pl.ingest("n", {"container_id": "c", "job": "a", "step": 10.0, "ts": 50.0}, now=50.0)  # type: ignore[typeddict-item]
     plan = pl.plan(50.0, force=False)
     assert [c.job for c in plan.changes if c.job == "a"] == ["a"]
     assert st.get_job("a").gpus > a.gpus  # type: ignore[union-attr]
@@ -329,10 +329,10 @@ def test_agent_rows_count_at_their_containers_gpu_count_once(tmp_path):
     assert rec.gpus == 4
     pl.intake.set_containers("a", {"old4": 4, "new2": 2})
     row = {"container_id": "old4", "job": "a", "iterations_per_second": 16.0, "ts": 1.0}
-    assert pl.ingest("n", row, now=1.0) == "refined"
-    assert pl.ingest("n", dict(row), now=2.0) == "stored"  # same ts: a repeated rate
+    assert pl.ingest("n", row, now=1.0) == "refined"  # type: ignore[arg-type]
+    assert pl.ingest("n", dict(row), now=2.0) == "stored"  # type: ignore[arg-type]  # same ts: a repeated rate
     row2 = {"container_id": "new2", "job": "a", "iterations_per_second": 9.0, "ts": 3.0}
-    assert pl.ingest("n", row2, now=3.0) == "refined"
+    assert pl.ingest("n", row2, now=3.0) == "refined"  # type: ignore[arg-type]
     rec = st.get_job("a")
     assert rec is not None
     assert rec.measured == {4: 16.0, 2: 9.0}

@@ -148,10 +148,10 @@ def test_write_failures_are_told_apart_from_bugs() -> None:
     assert write_failure(ValueError("x")) is None
     status, body, _ = _failure("POST", "/api/v1/jobs", full)
     assert status == 507
-    assert "nothing was changed" in body["error"]
+    assert "nothing was changed" in body["error"]  # type: ignore[index]
     status, body, _ = _failure("POST", "/api/v1/jobs", OSError(errno.EROFS, "Read-only"))
     assert status == 503
-    assert body["store"] == "Read-only"
+    assert body["store"] == "Read-only"  # type: ignore[index]
     status, body, _ = _failure("GET", "/x", KeyError("boom"))
     assert status == 500
-    assert body["error"].startswith("internal error")
+    assert body["error"].startswith("internal error")  # type: ignore[index]

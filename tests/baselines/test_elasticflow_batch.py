@@ -36,7 +36,7 @@ def test_envelope_by_hand() -> None:
 def _run(policy: str, deadline: float, world: str = "ours") -> tuple[bool, float | None]:
     w = published_world(policy) if world == "published" else None
     kw = {"world": w} if w is not None else {}
-    res = Simulator([_job(deadline)], Topology(1, 1), make_policy(policy), slot=60.0, **kw).run()
+    res = Simulator([_job(deadline)], Topology(1, 1), make_policy(policy), slot=60.0, **kw).run()  # type: ignore[arg-type]
     r = res.results[0]
     return r.admitted, r.finish
 

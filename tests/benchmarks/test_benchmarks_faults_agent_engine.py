@@ -20,7 +20,7 @@ def _module() -> ModuleType:
     return agent
 
 
-def test_agent_kill_keeps_originals_limits_and_gives_back(labeled, cleanup_containers):  # type: ignore[no-untyped-def]
+def test_agent_kill_keeps_originals_limits_and_gives_back(labeled, cleanup_containers):
     faults = _module()
     with faults.agent_kill_session(random.Random(3), labeled()) as (run, final):
         for i in range(3):
@@ -53,7 +53,7 @@ def test_agent_kill_keeps_originals_limits_and_gives_back(labeled, cleanup_conta
         assert steady.attrs["HostConfig"]["NanoCpus"] == 770_000_000
 
 
-def test_foreign_update_pause_and_removal_are_survived(labeled, cleanup_containers):  # type: ignore[no-untyped-def]
+def test_foreign_update_pause_and_removal_are_survived(labeled, cleanup_containers):
     faults = _module()
     with faults.agent_foreign_change_session(random.Random(11), labeled()) as (run, final):
         for i in range(len(faults.FOREIGN_FAULTS)):  # update, pause, remove
@@ -66,7 +66,7 @@ def test_foreign_update_pause_and_removal_are_survived(labeled, cleanup_containe
         assert final() == []
 
 
-def test_hostile_output_is_read_to_the_end_with_bounded_memory(labeled, cleanup_containers):  # type: ignore[no-untyped-def]
+def test_hostile_output_is_read_to_the_end_with_bounded_memory(labeled, cleanup_containers):
     faults = _module()
     with faults.agent_hostile_session(random.Random(0), labeled()) as run:
         problems, took, peak_mb = run(0)
@@ -75,7 +75,7 @@ def test_hostile_output_is_read_to_the_end_with_bounded_memory(labeled, cleanup_
     assert peak_mb <= faults.RSS_LIMIT_MB
 
 
-def test_engine_restart_under_the_agent(labeled):  # type: ignore[no-untyped-def]
+def test_engine_restart_under_the_agent(labeled):
     """On a private dockerd with --live-restore (never the shared engine)."""
     faults = _module()
     from flowcon.testing.private_engine import EngineUnavailable

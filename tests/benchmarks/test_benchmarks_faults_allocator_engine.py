@@ -18,7 +18,7 @@ def _module() -> ModuleType:
     return allocator
 
 
-def test_allocator_kill_mid_submit_and_mid_rescale(labeled, docker_client):  # type: ignore[no-untyped-def]
+def test_allocator_kill_mid_submit_and_mid_rescale(labeled, docker_client):
     faults = _module()
     with faults.allocator_kill_session(random.Random(2), labeled()) as (run, final):
         for i in range(len(faults.KINDS)):  # submit, rescale
@@ -43,7 +43,7 @@ def test_allocator_kill_mid_submit_and_mid_rescale(labeled, docker_client):  # t
             twin.remove(force=True)
 
 
-def test_engine_restarts_under_the_allocator_use_no_restart_budget(labeled):  # type: ignore[no-untyped-def]
+def test_engine_restarts_under_the_allocator_use_no_restart_budget(labeled):
     """On a private dockerd (never the shared engine). With max_restarts 1, the second
     restart without --live-restore failed the jobs before the fix ("exit 143; 1 restarts
     used"): an engine stopping the containers is a preemption, not a failure."""
@@ -64,7 +64,7 @@ def test_engine_restarts_under_the_allocator_use_no_restart_budget(labeled):  # 
         pytest.skip(str(exc))
 
 
-def test_a_corrupted_checkpoint_fails_its_job_with_a_clear_reason(labeled):  # type: ignore[no-untyped-def]
+def test_a_corrupted_checkpoint_fails_its_job_with_a_clear_reason(labeled):
     faults = _module()
     with faults.allocator_corrupt_checkpoint_session(random.Random(0), labeled()) as run:
         problems, took = run(0)

@@ -19,7 +19,7 @@ def _module() -> ModuleType:
     return allocator
 
 
-def test_a_node_restart_resumes_its_job_and_leaves_the_other_alone(swarm, labeled):  # type: ignore[no-untyped-def]
+def test_a_node_restart_resumes_its_job_and_leaves_the_other_alone(swarm, labeled):
     """Before the fix the job on node 2 was reported completed ("all workers exited 0":
     its failed task kept the running status's exit code 0) and its services removed."""
     faults = _module()

@@ -17,7 +17,7 @@ def bench() -> ModuleType:
     return bench_replay
 
 
-def parse(mod: ModuleType, monkeypatch: pytest.MonkeyPatch, *argv: str):  # type: ignore[no-untyped-def]
+def parse(mod: ModuleType, monkeypatch: pytest.MonkeyPatch, *argv: str):
     monkeypatch.setattr(sys, "argv", ["bench_replay.py", *argv])
     return mod.parse_args()
 

@@ -21,14 +21,14 @@ def test_gap_by_world_size_and_by_new_container() -> None:
     old = bench.parse_lines("a", [jl(1, 1.0, 1), jl(2, 2.0, 1), '{"event":"x","ts":2.5}'])
     new = bench.parse_lines("a", [jl(3, 4.5, 2), jl(4, 5.0, 2)])
     lines = sorted(old + new, key=lambda ln: ln.ts)
-    prev, first = bench.event_gap(lines, 1.5, 2, set())
+    prev, first = bench.event_gap(lines, 1.5, 2, set())  # type: ignore[misc]
     assert (prev.step, first.step, first.ts - prev.ts) == (2, 3, 2.5)
     assert bench.event_gap(lines, 1.5, 4, set()) is None
     # lines without a world size (a shell job): the first line of a new container
     shell = bench.parse_lines("old", [jl(1, 1.0), jl(2, 2.0)]) + bench.parse_lines(
         "new", [jl(3, 3.5)]
     )
-    prev, first = bench.event_gap(shell, 1.5, 2, {"new"})
+    prev, first = bench.event_gap(shell, 1.5, 2, {"new"})  # type: ignore[misc]
     assert (prev.step, first.step) == (2, 3)
 
 
@@ -87,5 +87,5 @@ def test_kept_lines_belong_to_their_job() -> None:
 
     be = bench.KeepingBackend(object())
     be.kept = {"c1": ("bench-a", [jl(1, 1.0, 1)]), "c2": ("bench-a-st", [jl(1, 5.0, 1)])}
-    lines = bench.job_lines(NoJob(), be, "bench-a-st")
+    lines = bench.job_lines(NoJob(), be, "bench-a-st")  # type: ignore[arg-type]
     assert [(ln.cid, ln.step) for ln in lines] == [("c2", 1)]

@@ -15,7 +15,7 @@ from support.session import REPO, SESSION_ID, SESSION_LABEL, TEST_LABEL, TESTBOX
 pytestmark = pytest.mark.docker
 
 
-def test_quick_run_on_the_engine(docker_client, test_run_id) -> None:  # type: ignore[no-untyped-def]
+def test_quick_run_on_the_engine(docker_client, test_run_id) -> None:
     """A smoke run with the shell job (restart mode: no torch, a few seconds)."""
     run = f"q{uuid.uuid4().hex[:6]}"
     env = {

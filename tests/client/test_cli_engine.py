@@ -13,6 +13,7 @@ import contextlib
 import json
 import threading
 import time
+from typing import Any
 
 import pytest
 import yaml
@@ -38,20 +39,20 @@ TABLES = ("jobs", "admissions", "allocations", "events", "measurements")
 
 
 @pytest.fixture
-def env(tmp_path, docker_client, labeled, test_run_id, monkeypatch):  # type: ignore[no-untyped-def]
+def env(tmp_path, docker_client, labeled, test_run_id, monkeypatch):
     for var in ("FLOWCON_ALLOCATOR_CONFIG", "FLOWCON_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
     yield from daemon_env(tmp_path, docker_client, labeled, test_run_id)
 
 
-def cli(alloc, *args: str, input: str | None = None):  # type: ignore[no-untyped-def]
+def cli(alloc, *args: str, input: str | None = None):
     return CliRunner().invoke(
         main, [*args, "--url", alloc.url, "--token", alloc.token], input=input
     )
 
 
-def engine_objects(docker_client, rid: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def engine_objects(docker_client, rid: str) -> dict[str, int]:
     """What a job could have made on the engine: this test's containers (any state),
     volumes, networks and services (none when the engine is no swarm manager; other
     tests on a shared engine may run services of their own, so only ours count)."""
@@ -77,7 +78,7 @@ def engine_objects(docker_client, rid: str) -> dict[str, int]:  # type: ignore[n
     }
 
 
-def store_rows(alloc) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def store_rows(alloc) -> dict[str, int]:
     return {t: alloc.store.count(t) for t in TABLES}
 
 
@@ -150,7 +151,7 @@ sleep 600 & wait $!
 """
 
 
-def chatty_spec(name: str, n: int) -> dict:
+def chatty_spec(name: str, n: int) -> dict[str, Any]:
     return {
         "name": name,
         "image": "flowcon/testbox:latest",
@@ -173,7 +174,7 @@ def test_logs_rank_tail_and_follow(env, docker_client):
     n = 12
     assert client.submit(chatty_spec(name, n))["admitted"]
 
-    def both_talking():  # type: ignore[no-untyped-def]
+    def both_talking():
         page = client.logs(name)
         texts = [ln["text"] for ln in page["lines"]]
         ok = page["ranks"] == [0, 1] and all(f"rank {r} out 3" in texts for r in (0, 1))

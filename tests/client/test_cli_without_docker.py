@@ -34,7 +34,7 @@ def test_allocator_without_engine_is_one_line(tmp_path: Path) -> None:
     ], out.stderr
 
 
-def test_connect_engine_names_the_engine(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_connect_engine_names_the_engine(tmp_path: Path, monkeypatch) -> None:
     import docker
 
     def refuse(**kwargs: object) -> None:

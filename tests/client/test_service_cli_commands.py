@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from typing import Any
 
 import pytest
 import yaml
@@ -28,7 +29,7 @@ PROFILE = {1: 10.0, 2: 18.0, 4: 32.0, 8: 50.0}
 TABLES = ("jobs", "admissions", "allocations", "events", "measurements")
 
 
-def spec(name: str, its: int = 3000, deadline: object = "10m", **kw: object) -> dict:
+def spec(name: str, its: int = 3000, deadline: object = "10m", **kw: object) -> dict[str, Any]:
     return {
         "name": name,
         "image": "flowcon/testbox:latest",
@@ -65,7 +66,7 @@ def run(*args: str, input: str | None = None):
     return CliRunner().invoke(main, list(args), input=input)
 
 
-def write(tmp_path, data: dict) -> str:
+def write(tmp_path, data: dict[str, Any]) -> str:
     p = tmp_path / f"{data['name']}.yaml"
     p.write_text(yaml.safe_dump(data))
     return str(p)
@@ -107,7 +108,7 @@ def test_submit_reads_the_spec_from_stdin(env):
     res = run("submit", "-", input=text)  # the profile file is read relative to the cwd
     assert res.exit_code == CLI_EXIT_ADMITTED, res.output
     assert res.output.startswith("admitted piped:")
-    assert alloc.store.get_job("piped").profile == PROFILE  # type: ignore[union-attr]
+    assert alloc.store.get_job("piped").profile == PROFILE
     bad = run("submit", "-", input="name: x\n")
     assert bad.exit_code == CLI_EXIT_INVALID
     assert "<stdin>" in bad.output
@@ -276,8 +277,8 @@ def test_cancel_several_names_and_say_which_failed(env):
     assert "cannot cancel dead:" in res.output
     assert "already dropped" in res.output
     assert "not cancelled: nope, dead" in res.output
-    assert alloc.store.get_job("one").state == "cancelled"  # type: ignore[union-attr]
-    assert alloc.store.get_job("two").state == "cancelled"  # type: ignore[union-attr]
+    assert alloc.store.get_job("one").state == "cancelled"
+    assert alloc.store.get_job("two").state == "cancelled"
     assert run("cancel").exit_code == 2  # a name is required
     assert run("submit", write(tmp_path, spec("three"))).exit_code == 0
     ok = run("cancel", "three")

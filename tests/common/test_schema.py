@@ -4,6 +4,7 @@ allowed), environment overrides with *_FILE secrets, and the shared path/label c
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import Field
@@ -48,7 +49,7 @@ class Outer(Strict):
         ({"inner": []}, "f.yaml: inner: [] is not allowed: a mapping"),
     ],
 )
-def test_each_error_names_file_field_value_and_rule(data: dict, line: str) -> None:  # type: ignore[type-arg]
+def test_each_error_names_file_field_value_and_rule(data: dict[str, Any], line: str) -> None:
     with pytest.raises(SchemaError) as err:
         validate(Outer, data, "f.yaml")
     assert str(err.value) == line

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,7 +72,7 @@ def _run(tmp: Path) -> elastic.Elastic:
     return elastic.Elastic(e, checkpoint_every=3, install_signal_handlers=False)
 
 
-def test_checkpoint_resume_continues_step_counter(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_checkpoint_resume_continues_step_counter(tmp_path: Path, capsys) -> None:
     run = _run(tmp_path)
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -125,7 +126,7 @@ def _python_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _steps(out: str) -> list[dict]:  # type: ignore[type-arg]
+def _steps(out: str) -> list[dict[str, Any]]:
     return [json.loads(x) for x in out.splitlines() if x.startswith("{")]
 
 

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 DATA_PY = REPO / "flowcon" / "elastic" / "data.py"
 
 
-def _load_data_module():  # type: ignore[no-untyped-def]
+def _load_data_module():
     """data.py by file, so these tests need neither torch nor the package's __init__."""
     return load_script(DATA_PY, "flowcon_elastic_data_under_test")
 

@@ -136,7 +136,7 @@ def test_hybrid_scaling_keeps_the_loss_of_the_fixed_batch_run(tmp_path: Path) ->
                     "FLOWCON_GLOBAL_BATCH_SIZE": str(2 * BATCH),
                 },
             )
-            store = dist.TCPStore(
+            store = dist.TCPStore(  # type: ignore[attr-defined]
                 "127.0.0.1",
                 int(hybrid_env["MASTER_PORT"]),
                 is_master=False,

@@ -15,7 +15,7 @@ from flowcon.elastic import state as st  # noqa: E402
 from flowcon.elastic.data import ElasticSampler  # noqa: E402
 
 
-def _objects(seed: int = 0):  # type: ignore[no-untyped-def]
+def _objects(seed: int = 0):
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 1))
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -23,7 +23,7 @@ def _objects(seed: int = 0):  # type: ignore[no-untyped-def]
     return model, opt, sched, ElasticSampler(32, seed=1)
 
 
-def _train(model, opt, sched, sampler, steps: int, x, y) -> None:  # type: ignore[no-untyped-def]
+def _train(model, opt, sched, sampler, steps: int, x, y) -> None:
     for _ in range(steps):
         idx = torch.tensor(sampler.batch(8, 0, 1))
         weight = 1 + 0.1 * random.random()  # the python generator matters too

@@ -41,7 +41,7 @@ class Job:
 
     def __init__(self, tmp: Path, iterations: int, **extra: str) -> None:
         self.out = tmp
-        self.store = dist.TCPStore(
+        self.store = dist.TCPStore(  # type: ignore[attr-defined]
             "127.0.0.1",
             0,
             is_master=True,
@@ -130,7 +130,8 @@ class Job:
 
     def joiners_ready(self, n: int) -> bool:
         return self.store.add("flowcon/joiners", 0) >= n and rdv.there(
-            self.store, f"flowcon/joiner/{n}"
+            self.store,  # type: ignore[arg-type]
+            f"flowcon/joiner/{n}",
         )
 
     def finish(self, timeout: float = 40.0) -> dict[str, int]:
@@ -231,8 +232,8 @@ def test_scale_1_2_4_2_1_mid_epoch(tmp_path: Path) -> None:
     for name, p in job.procs.items():
         mine = [r for r in records if r["worker"] == name]
         assert {r["pid"] for r in mine} == {p.pid}
-        steps = [r["step"] for r in mine]
-        assert steps == list(range(steps[0], steps[0] + len(steps))), name
+        steps = [r["step"] for r in mine]  # type: ignore[assignment]
+        assert steps == list(range(steps[0], steps[0] + len(steps))), name  # type: ignore[comparison-overlap]
     # the final model equals the uninterrupted 1-worker run's
     final = torch.load(job.out / "final.pt")
     expect = torch.load(ref.out / "final.pt")
@@ -375,7 +376,7 @@ def test_global_batch_changes_with_a_scale_out(tmp_path: Path) -> None:
     assert ref.finish() == {"ref": 0}, ref.logs()
     records = job.records()
     check_exactly_once(records, iterations, batches={5: 20})
-    assert check_exactly_once(ref.records(), iterations, batches={5: 20}) is None
+    assert check_exactly_once(ref.records(), iterations, batches={5: 20}) is None  # type: ignore[func-returns-value]
     lrs = {r["step"]: round(r["lr"], 6) for r in records}
     assert [lrs[s] for s in range(4, 11)] == [0.05, 0.05, 0.0625, 0.075, 0.0875, 0.1, 0.1]
     assert {r["step"]: r["world"] for r in records}[5] == 2

@@ -45,7 +45,7 @@ def test_a_checkpoint_is_not_counted_in_the_voted_step_time(tmp_path: Path) -> N
         checkpoints.append(step)
         time.sleep(WAIT_S)
 
-    run._boundary = boundary  # type: ignore[method-assign]
+    run._boundary = boundary  # type: ignore[assignment, method-assign]
     run._checkpoint = checkpoint  # type: ignore[method-assign]
     run._mark_done = lambda total: None  # type: ignore[method-assign]
     model = torch.nn.Linear(2, 1)

@@ -9,7 +9,7 @@ from flowcon.engine import images as img
 
 
 @pytest.mark.docker
-def test_image_build_is_cached_and_runs(docker_client, labeled, cleanup_containers) -> None:  # type: ignore[no-untyped-def]
+def test_image_build_is_cached_and_runs(docker_client, labeled, cleanup_containers) -> None:
     import docker.errors
 
     try:

@@ -222,12 +222,12 @@ def _place(store: Store, name: str, gpus: int) -> None:
     store.put_job(rec)
 
 
-def test_the_target_picks_the_batch_for_range_jobs_only(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_target_picks_the_batch_for_range_jobs_only(tmp_path) -> None:
     store = Store(tmp_path / "s.db")
     for s in (spec("ranged", batch_size_max=64), spec("fixed")):
         store.put_job(new_record(s, "running", {1: 1.0}))
     be = FakeBackend()
-    target = ExecutorTarget(executor(be), Inventory())
+    target = ExecutorTarget(executor(be), Inventory())  # type: ignore[arg-type]
     for gpus in (2, 4, 1):
         for name in ("ranged", "fixed"):
             _place(store, name, gpus)
@@ -248,7 +248,7 @@ def test_the_target_picks_the_batch_for_range_jobs_only(tmp_path) -> None:  # ty
     store.close()
 
 
-def test_hybrid_scaling_takes_the_submitted_batch_as_its_reference(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_hybrid_scaling_takes_the_submitted_batch_as_its_reference(monkeypatch) -> None:
     """A range job launched at 32 (2 GPUs) but submitted at 16: its LR is meant for 16."""
     from flowcon.elastic.lr import HybridScaling, reference_batch_from_env
 

@@ -29,7 +29,7 @@ from support.waiting import wait_for  # noqa: E402
 pytest_plugins = ("support.swarm_fixtures",)
 
 
-def _env(container) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def _env(container) -> dict[str, str]:
     return dict(e.split("=", 1) for e in container.attrs["Config"]["Env"])
 
 
@@ -52,7 +52,7 @@ def _from(executor_: Executor, job: str) -> int | None:
 
 
 @pytest.mark.docker
-def test_env_labels_network_and_no_device_requests(executor: Executor, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_env_labels_network_and_no_device_requests(executor: Executor, docker_client) -> None:
     spec = step_job_spec("exenv")
     placement = {"node1": ["0", "1"], "node2": ["FAKE-node2-3"]}  # indices map to UUIDs
     workers = executor.launch(spec, placement)
@@ -121,7 +121,7 @@ def test_rescale_checkpoints_and_resumes(executor: Executor) -> None:
 
 
 @pytest.mark.docker
-def test_killed_container_is_restarted_from_checkpoint(executor: Executor, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_killed_container_is_restarted_from_checkpoint(executor: Executor, docker_client) -> None:
     spec = step_job_spec("exkill")
     (w,) = executor.launch(spec, {"node2": ["1"]})
     wait_for(lambda: _steps(executor, "exkill") >= 6)  # a periodic checkpoint at step 5
@@ -140,7 +140,7 @@ def test_killed_container_is_restarted_from_checkpoint(executor: Executor, docke
 
 
 @pytest.mark.docker
-def test_restart_limit_reports_failed(docker_client, labeled, test_run_id) -> None:  # type: ignore[no-untyped-def]
+def test_restart_limit_reports_failed(docker_client, labeled, test_run_id) -> None:
     ex = Executor(
         EngineBackend(docker_client), None, ExecutorOptions(max_restarts=1, extra_labels=labeled())
     )
@@ -176,7 +176,7 @@ def test_completion_and_preempted_exit_code(executor: Executor) -> None:
 
 
 @pytest.mark.docker
-def test_bad_input_creates_nothing(executor: Executor, docker_client, test_run_id) -> None:  # type: ignore[no-untyped-def]
+def test_bad_input_creates_nothing(executor: Executor, docker_client, test_run_id) -> None:
     with pytest.raises(JobSpecError) as err:
         parse_jobspec({"name": "Bad_Name", "image": "x", "command": "x", "iterations": 1})
     assert err.value.field == "name"

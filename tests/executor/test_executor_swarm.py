@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,25 +18,25 @@ pytest_plugins = ("support.swarm_fixtures",)
 pytestmark = [pytest.mark.swarm, pytest.mark.docker]
 
 
-def _env(c) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def _env(c) -> dict[str, str]:
     return dict(e.split("=", 1) for e in c.attrs["Config"]["Env"])
 
 
-def _job_containers(client, job: str) -> list:  # type: ignore[no-untyped-def, type-arg]
-    return client.containers.list(
+def _job_containers(client, job: str) -> list[Any]:
+    return client.containers.list(  # type: ignore[no-any-return]
         ignore_removed=True, all=True, filters={"label": f"flowcon.job={job}"}
     )
 
 
 @pytest.fixture
-def swarm_executor(swarm, labeled, tmp_path: Path):  # type: ignore[no-untyped-def]
+def swarm_executor(swarm, labeled, tmp_path: Path):
     ex = swarm_executor_for(swarm, labeled(), str(tmp_path / "ckpt"), 10.0)
     yield ex
     for name in list(ex.jobs()):
         ex.remove(name, grace_s=1.0)
 
 
-def test_service_lands_on_requested_node_with_env(swarm, swarm_executor) -> None:  # type: ignore[no-untyped-def]
+def test_service_lands_on_requested_node_with_env(swarm, swarm_executor) -> None:
     ex: Executor = swarm_executor
     spec = step_job_spec("swone")
     (w,) = ex.launch(spec, {"node2": ["1"]})
@@ -62,7 +63,7 @@ def test_service_lands_on_requested_node_with_env(swarm, swarm_executor) -> None
     assert [x.id for x in again] == [w.id]
 
 
-def test_two_node_job_then_rescale_onto_one_node(swarm, swarm_executor) -> None:  # type: ignore[no-untyped-def]
+def test_two_node_job_then_rescale_onto_one_node(swarm, swarm_executor) -> None:
     ex: Executor = swarm_executor
     spec = step_job_spec("swtwo")
     ex.launch(spec, {"node1": ["0"], "node2": ["0", "1"]})
@@ -98,7 +99,7 @@ def test_two_node_job_then_rescale_onto_one_node(swarm, swarm_executor) -> None:
 
 
 @pytest.mark.slow
-def test_gloo_ddp_across_the_two_nodes(swarm, swarm_executor) -> None:  # type: ignore[no-untyped-def]
+def test_gloo_ddp_across_the_two_nodes(swarm, swarm_executor) -> None:
     """The elastic-example image trains with DDP over gloo with rank 0 on node 1 and rank 1
     on node 2 (host networking), then is rescaled onto 2 GPUs of node 2 and continues."""
     import json
@@ -121,7 +122,7 @@ def test_gloo_ddp_across_the_two_nodes(swarm, swarm_executor) -> None:  # type: 
         scaling="restart",  # the image declares stop-free: this test is checkpoint-restart
     )
 
-    def metrics() -> list[dict]:  # type: ignore[type-arg]
+    def metrics() -> list[dict[str, Any]]:
         return [json.loads(ln) for ln in ex.logs("swddp") if ln.startswith('{"step"')]
 
     ex.launch(spec, {"node1": ["0"], "node2": ["0"]})

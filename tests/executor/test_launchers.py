@@ -61,8 +61,8 @@ LAYOUTS = [
 ]
 
 
-def spec(launcher: str, **extra: object):  # type: ignore[no-untyped-def]
-    return step_job_spec("lj", launcher=launcher, global_batch_size=64, **extra)
+def spec(launcher: str, **extra: object):
+    return step_job_spec("lj", launcher=launcher, global_batch_size=64, **extra)  # type: ignore[arg-type]
 
 
 def slots_of(launcher: str, placement: Mapping[str, Sequence[str]]) -> list[WorkerSlot]:
@@ -70,7 +70,7 @@ def slots_of(launcher: str, placement: Mapping[str, Sequence[str]]) -> list[Work
 
 
 @pytest.mark.parametrize(("placement", "workers"), LAYOUTS)
-def test_none_is_one_single_process_worker_per_container(placement, workers) -> None:  # type: ignore[no-untyped-def]
+def test_none_is_one_single_process_worker_per_container(placement, workers) -> None:
     s = spec("none")
     slots = slots_of("none", placement)
     assert len(slots) == workers
@@ -95,7 +95,7 @@ def test_none_is_one_single_process_worker_per_container(placement, workers) -> 
 
 
 @pytest.mark.parametrize(("placement", "workers"), LAYOUTS)
-def test_torchrun_runs_the_command_under_torchrun_per_node(placement, workers) -> None:  # type: ignore[no-untyped-def]
+def test_torchrun_runs_the_command_under_torchrun_per_node(placement, workers) -> None:
     cmd = ("python3", "/opt/train.py", "10", "1", "--snapshot_path", "/flowcon/checkpoint/s.pt")
     s = spec("torchrun", command=list(cmd))
     slots = slots_of("torchrun", placement)
@@ -120,7 +120,7 @@ def test_torchrun_runs_the_command_under_torchrun_per_node(placement, workers) -
 
 
 @pytest.mark.parametrize(("placement", "workers"), LAYOUTS)
-def test_flowcon_keeps_the_node_view(placement, workers) -> None:  # type: ignore[no-untyped-def]
+def test_flowcon_keeps_the_node_view(placement, workers) -> None:
     s = spec("flowcon")
     slots = slots_of("flowcon", placement)
     assert len(slots) == len(placement)
@@ -206,7 +206,7 @@ class MemoryBackend:
     def list_workers(self, selector: Mapping[str, str]) -> list[Worker]:
         return [w for w in self.workers if all(w.labels.get(k) == v for k, v in selector.items())]
 
-    def master_addr(self, job, slots, rank0_name, labels, port=None):  # type: ignore[no-untyped-def]
+    def master_addr(self, job, slots, rank0_name, labels, port=None):
         return "127.0.0.1", port or master_port_for(job), "host"
 
     def create(self, req: WorkerRequest) -> Worker:
@@ -235,7 +235,7 @@ class MemoryBackend:
 
 def test_executor_names_and_starts_one_container_per_worker_under_none() -> None:
     be = MemoryBackend()
-    ex = Executor(be)
+    ex = Executor(be)  # type: ignore[arg-type]
     s = step_job_spec("lnone", launcher="none")
     ws = ex.launch(s, {"node1": ["0", "1"], "node2": ["0"]})
     assert [w.name for w in ws] == ["flowcon-lnone--node1-r0", "flowcon-lnone--node1-r1",
@@ -252,7 +252,7 @@ def test_executor_names_and_starts_one_container_per_worker_under_none() -> None
 def test_executor_gives_colliding_jobs_different_ports() -> None:
     a, b = colliding_names()
     be = MemoryBackend()
-    ex = Executor(be)
+    ex = Executor(be)  # type: ignore[arg-type]
     ex.launch(step_job_spec(a, launcher="torchrun", command=["python3", "t.py"]), {"n": ["0"]})
     ex.launch(step_job_spec(b, launcher="none"), {"n": ["1"]})
     ports = {w.job: w.labels[LABEL_MASTER_PORT] for w in be.workers}
@@ -289,7 +289,7 @@ class Planner:
     intake = Intake()
 
 
-def test_allocator_keeps_colliding_jobs_apart_and_the_port_across_restarts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_allocator_keeps_colliding_jobs_apart_and_the_port_across_restarts(tmp_path) -> None:
     a, b = colliding_names()
     db = tmp_path / "state.db"
     store = Store(db)
@@ -298,7 +298,7 @@ def test_allocator_keeps_colliding_jobs_apart_and_the_port_across_restarts(tmp_p
         rec.gpus, rec.placement = 1, [[0, i]]
         store.put_job(rec)
     be = MemoryBackend()
-    target = ExecutorTarget(Executor(be), Inventory())
+    target = ExecutorTarget(Executor(be), Inventory())  # type: ignore[arg-type]
     target.apply(store, Planner())  # type: ignore[arg-type]
     ports = {n: store.get_job(n).spec.master_port for n in (a, b)}  # type: ignore[union-attr]
     assert ports[a] != ports[b]
@@ -310,11 +310,11 @@ def test_allocator_keeps_colliding_jobs_apart_and_the_port_across_restarts(tmp_p
     # a restarted allocator reads the same ports back; a rescale keeps them
     store = Store(db)
     assert {n: store.get_job(n).spec.master_port for n in (a, b)} == ports  # type: ignore[union-attr]
-    rec = store.get_job(b)
+    rec = store.get_job(b)  # type: ignore[assignment]
     assert rec is not None
     rec.gpus, rec.placement = 2, [[0, 1], [0, 2]]
     store.put_job(rec)
-    target = ExecutorTarget(Executor(be), Inventory())
+    target = ExecutorTarget(Executor(be), Inventory())  # type: ignore[arg-type]
     target.apply(store, Planner())  # type: ignore[arg-type]
     assert {w.labels[LABEL_MASTER_PORT] for w in be.workers if w.labels[LABEL_JOB] == b} == {
         str(ports[b])
@@ -323,7 +323,7 @@ def test_allocator_keeps_colliding_jobs_apart_and_the_port_across_restarts(tmp_p
     store.close()
 
 
-def test_a_job_whose_workers_are_finishing_is_not_rescaled(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_job_whose_workers_are_finishing_is_not_rescaled(tmp_path) -> None:
     """Workers exit 0 one after another: a planning round between them saw the job as
     "mixed" and rescaled it, so a finished job ran again from its checkpoint."""
     store = Store(tmp_path / "state.db")
@@ -331,7 +331,7 @@ def test_a_job_whose_workers_are_finishing_is_not_rescaled(tmp_path) -> None:  #
     rec.gpus, rec.placement = 2, [[0, 0], [0, 1]]
     store.put_job(rec)
     be = MemoryBackend()
-    target = ExecutorTarget(Executor(be), Inventory())
+    target = ExecutorTarget(Executor(be), Inventory())  # type: ignore[arg-type]
     target.apply(store, Planner())  # type: ignore[arg-type]
     assert len(be.workers) == 2
     first = be.workers[0]

@@ -49,7 +49,7 @@ def command(epochs: int, sleep: float) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def ddp_image(docker_client):  # type: ignore[no-untyped-def]
+def ddp_image(docker_client):
     try:
         docker_client.images.get(IMAGE)
     except Exception:
@@ -83,7 +83,7 @@ PLACEMENTS = {
 
 @pytest.mark.parametrize("launcher", ["torchrun", "none"])
 @pytest.mark.parametrize("workers", [1, 2, 3])
-def test_plain_ddp_script_at_1_2_3_workers(executor, ddp_image, launcher, workers) -> None:  # type: ignore[no-untyped-def]
+def test_plain_ddp_script_at_1_2_3_workers(executor, ddp_image, launcher, workers) -> None:
     name = f"ddp{launcher[0]}{workers}"
     spec = parse_jobspec(
         {
@@ -102,9 +102,9 @@ def test_plain_ddp_script_at_1_2_3_workers(executor, ddp_image, launcher, worker
     containers = len(placement) if launcher == "torchrun" else workers
     assert len(ws) == containers
 
-    def done():  # type: ignore[no-untyped-def]
+    def done():
         state = executor.job(name)
-        assert state is not None, [(w.name, w.state, w.exit_code) for w in state.workers]
+        assert state is not None
         assert state.status != "failed", [(w.name, w.state, w.exit_code) for w in state.workers]
         return state if state.status == "completed" else None
 
@@ -125,7 +125,7 @@ def test_plain_ddp_script_at_1_2_3_workers(executor, ddp_image, launcher, worker
 
 
 @pytest.mark.parametrize("launcher", ["none", "torchrun"])
-def test_minimal_script_resumes_at_another_world_size(executor, ddp_image, launcher) -> None:  # type: ignore[no-untyped-def]
+def test_minimal_script_resumes_at_another_world_size(executor, ddp_image, launcher) -> None:
     """docs/jobs.md's minimal script: 3 epochs on 2 workers, then 6 on 1 from the snapshot."""
     name = f"min{launcher[0]}"
 
@@ -137,7 +137,7 @@ def test_minimal_script_resumes_at_another_world_size(executor, ddp_image, launc
 
         client = executor.backend.client
 
-        def done():  # type: ignore[no-untyped-def]
+        def done():
             state = executor.job(name)
             assert state is not None, state
             assert state.status != "failed", state
@@ -160,7 +160,7 @@ def test_minimal_script_resumes_at_another_world_size(executor, ddp_image, launc
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
-def test_flowcon_runtime_at_1_2_3_workers(executor, workers) -> None:  # type: ignore[no-untyped-def]
+def test_flowcon_runtime_at_1_2_3_workers(executor, workers) -> None:
     """``launcher: flowcon``: one container per node, flowcon.elastic's main spawning a
     worker per GPU; rank 0 reports every step at the job's world size."""
     name = f"ddpf{workers}"
@@ -181,9 +181,9 @@ def test_flowcon_runtime_at_1_2_3_workers(executor, workers) -> None:  # type: i
     ws = executor.launch(spec, placement)
     assert len(ws) == len(placement)  # one container per node
 
-    def done():  # type: ignore[no-untyped-def]
+    def done():
         state = executor.job(name)
-        assert state is not None, [(w.name, w.state, w.exit_code) for w in state.workers]
+        assert state is not None
         assert state.status != "failed", [(w.name, w.state, w.exit_code) for w in state.workers]
         return state if state.status == "completed" else None
 
@@ -274,7 +274,7 @@ EPOCHS = 30
 
 
 @pytest.fixture
-def alloc_env(tmp_path, docker_client, labeled, test_run_id, ddp_image):  # type: ignore[no-untyped-def]
+def alloc_env(tmp_path, docker_client, labeled, test_run_id, ddp_image):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     yield from daemon_env(tmp_path, docker_client, labeled, test_run_id, config(ckpt), ddp_image)
@@ -293,7 +293,7 @@ def snapshot_epochs(docker_client: Any, labels: dict[str, str], host_dir: Path) 
 @pytest.mark.parametrize("launcher", ["torchrun", "none"])
 def test_rescaled_1_2_1_under_the_allocator_and_completes(
     alloc_env, docker_client, labeled, tmp_path, launcher
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     _cfg, start, rid = alloc_env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)
@@ -375,9 +375,9 @@ def test_rescaled_1_2_1_under_the_allocator_and_completes(
         assert eps == list(range(eps[0], eps[0] + len(eps))), eps
     assert snapshot_epochs(docker_client, labeled(), tmp_path / "ckpt" / job) == EPOCHS
     # host networking: every start ran on the port the allocator keeps in the job's record
-    port = alloc.store.get_job(job).spec.master_port  # type: ignore[union-attr]
+    port = alloc.store.get_job(job).spec.master_port
     assert isinstance(port, int)
-    assert port != alloc.store.get_job(second).spec.master_port  # type: ignore[union-attr]
+    assert port != alloc.store.get_job(second).spec.master_port
     assert len(logs.config) >= 4
     flag = f"--master_port={port}" if launcher == "torchrun" else f"MASTER_PORT={port}"
     assert all(flag in conf.split() for conf in logs.config.values()), (flag, logs.config)

@@ -9,6 +9,7 @@ against the truth; nothing in the spec tells the allocator those speeds.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 import yaml
@@ -27,11 +28,11 @@ CONFIG = engine_config(profile_seconds=20, profile_min_lines=6)
 
 
 @pytest.fixture
-def env(tmp_path, docker_client, labeled, test_run_id):  # type: ignore[no-untyped-def]
+def env(tmp_path, docker_client, labeled, test_run_id):
     yield from daemon_env(tmp_path, docker_client, labeled, test_run_id, CONFIG)
 
 
-def auto_spec(name: str, iterations: int, deadline: float, **extra: object) -> dict:
+def auto_spec(name: str, iterations: int, deadline: float, **extra: object) -> dict[str, Any]:
     spec = rate_job_spec(name, iterations, deadline, {1: 1.0}, actual=TRUE_SPEED, **extra)
     spec["profile"] = "auto"
     return spec

@@ -29,11 +29,11 @@ sleep 600
 
 
 @pytest.fixture
-def env(tmp_path, docker_client, labeled, test_run_id):  # type: ignore[no-untyped-def]
+def env(tmp_path, docker_client, labeled, test_run_id):
     yield from daemon_env(tmp_path, docker_client, labeled, test_run_id)
 
 
-def test_every_spec_key_reaches_the_container(env, docker_client, labeled, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_every_spec_key_reaches_the_container(env, docker_client, labeled, tmp_path) -> None:
     _cfg, start, rid = env
     data = tmp_path / "dataset"
     data.mkdir()
@@ -118,7 +118,7 @@ def test_every_spec_key_reaches_the_container(env, docker_client, labeled, tmp_p
     wait_for(lambda: not containers(docker_client, rid, name), 30)
 
 
-def test_a_refused_key_creates_nothing(env, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_a_refused_key_creates_nothing(env, docker_client) -> None:
     _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)

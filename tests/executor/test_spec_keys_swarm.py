@@ -11,7 +11,7 @@ import pytest
 from flowcon.executor.lifecycle import Executor
 
 pytest.register_assert_rewrite("support.swarm_fixtures")  # it is also loaded as a plugin below
-from support.swarm_fixtures import TESTBOX_IMAGE, swarm_executor_for  # noqa: E402
+from support.swarm_fixtures import TESTBOX_IMAGE, swarm_executor_for  # type: ignore[attr-defined]  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 
 pytest_plugins = ("support.swarm_fixtures",)
@@ -23,14 +23,14 @@ REGEX = r"Step (?P<step>\d+) \| loss (?P<value>\S+)"
 
 
 @pytest.fixture
-def swarm_executor(swarm, labeled, tmp_path: Path):  # type: ignore[no-untyped-def]
+def swarm_executor(swarm, labeled, tmp_path: Path):
     ex = swarm_executor_for(swarm, labeled(), str(tmp_path / "ckpt"), 2.0)
     yield ex
     for name in list(ex.jobs()):
         ex.remove(name, grace_s=1.0)
 
 
-def test_every_spec_key_reaches_the_service(swarm, swarm_executor, tmp_path, test_run_id) -> None:  # type: ignore[no-untyped-def]
+def test_every_spec_key_reaches_the_service(swarm, swarm_executor, tmp_path, test_run_id) -> None:
     from flowcon.jobspec.spec import parse_jobspec
 
     ex: Executor = swarm_executor

@@ -62,7 +62,7 @@ class FakeBackend:
     def list_workers(self, selector: Mapping[str, str]) -> list[Worker]:
         return [w for w in self.workers if all(w.labels.get(k) == v for k, v in selector.items())]
 
-    def master_addr(self, job, slots, rank0_name, labels, port=None, grow=False):  # type: ignore[no-untyped-def]
+    def master_addr(self, job, slots, rank0_name, labels, port=None, grow=False):
         self.grow.append(grow)
         return rank0_name, port or master_port_for(job), "flowcon-net-" + job
 
@@ -107,7 +107,7 @@ class FakeBackend:
 
 
 def executor(be: FakeBackend, **opts: Any) -> Executor:
-    return Executor(be, None, ExecutorOptions(poll_s=0.0, **opts))
+    return Executor(be, None, ExecutorOptions(poll_s=0.0, **opts))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- the job spec
@@ -250,7 +250,7 @@ def test_the_store_host_never_leaves_a_checkpoint_restart_instead() -> None:
     assert env(be.requests[-1])[contract.ENV_STORE_HOST] == "1"
 
 
-def test_leave_timeout_falls_back_to_checkpoint_restart(caplog) -> None:  # type: ignore[no-untyped-def]
+def test_leave_timeout_falls_back_to_checkpoint_restart(caplog) -> None:
     be, ex, s = launched(2, leave_timeout_s=0.05)
     be.leave_code = None  # the runtime never lets it go
     res = ex.rescale(s, {"node1": ["0"]})
@@ -438,7 +438,7 @@ def test_charged_overhead_is_the_largest_mode_in_use() -> None:
     assert charged_overhead({}, ["stopfree"]) == 0.0
 
 
-def test_planner_tracks_restart_and_stopfree_overheads_apart(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_planner_tracks_restart_and_stopfree_overheads_apart(tmp_path) -> None:
     store = Store(tmp_path / "s.db")
     pl = Planner(store, total_gpus=4, slot_seconds=10.0, ewma_alpha=0.5)
     pl.observe_overhead(8.0)  # a checkpoint-restart
@@ -456,7 +456,7 @@ def test_planner_tracks_restart_and_stopfree_overheads_apart(tmp_path) -> None: 
     store.close()
 
 
-def test_target_charges_the_stopfree_gap_and_a_restarted_daemon_reads_it_back(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_target_charges_the_stopfree_gap_and_a_restarted_daemon_reads_it_back(tmp_path) -> None:
     from flowcon.allocator.daemon import overhead_costs, restart_costs
     from flowcon.allocator.target import ExecutorTarget
 
@@ -470,7 +470,7 @@ def test_target_charges_the_stopfree_gap_and_a_restarted_daemon_reads_it_back(tm
     store = Store(tmp_path / "s.db")
     pl = Planner(store, total_gpus=4, slot_seconds=10.0)
     ex = Gaps()
-    target = ExecutorTarget(ex, None)
+    target = ExecutorTarget(ex, None)  # type: ignore[arg-type]
     target._resuming["j"] = (100.0, "rescale", None, "stopfree", 2)
     target.note_resumed(store, pl, "j", None, now=101.0)
     assert "j" in target._resuming
@@ -499,7 +499,7 @@ def test_target_sees_a_stopfree_job_whose_gpus_came_in_another_order_as_placed()
             return self.Node()
 
     be, ex, _s = launched(2)
-    target = ExecutorTarget(ex, Inventory())
+    target = ExecutorTarget(ex, Inventory())  # type: ignore[arg-type]
     assert target._same(ex.job("sf"), {"node1": ["0", "1"]})
     # the store host ended up on GPU 1, a joiner on GPU 0 (after a move): no reason to
     # rescale a stop-free job

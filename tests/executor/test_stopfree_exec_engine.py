@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,14 +32,14 @@ while true; do sleep 0.1 & wait $!; done
 """
 
 
-def _env(c) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def _env(c) -> dict[str, str]:
     return dict(e.split("=", 1) for e in c.attrs["Config"]["Env"])
 
 
 @pytest.mark.docker
 def test_stopfree_rescale_never_restarts_the_running_container(
     executor: Executor, docker_client
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     spec = step_job_spec("sfx", command=["sh", "-c", LEAVER], scaling="stopfree")
     (host,) = executor.launch(spec, {"node1": ["0"]})
     c0 = docker_client.containers.get(host.id)
@@ -85,7 +86,7 @@ def test_stopfree_rescale_never_restarts_the_running_container(
 @pytest.mark.docker
 def test_a_container_that_will_not_leave_is_checkpoint_restarted(
     executor: Executor, docker_client
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     stubborn = LEAVER.replace("trap 'echo left; exit 144' USR1", "trap 'echo stay' USR1")
     spec = step_job_spec("sfy", command=["sh", "-c", stubborn], scaling="stopfree")
     executor.launch(spec, {"node1": ["0", "1"]})
@@ -118,7 +119,7 @@ def example_image() -> str:
 @pytest.mark.slow
 def test_example_job_scales_1_2_1_without_restarting(
     executor: Executor, docker_client, example_image: str
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The elastic-example image (label flowcon.elastic=stopfree, no ``scaling`` key) on
     flowcon.elastic's stop-free runtime: 1 -> 2 -> 1 containers; the first container's id
     and processes stay, the step counter goes on without a restart."""
@@ -136,7 +137,7 @@ def test_example_job_scales_1_2_1_without_restarting(
     pids = host_pids(c0)
     started = c0.attrs["State"]["StartedAt"]
 
-    def at(world: int) -> list[dict]:  # type: ignore[type-arg]
+    def at(world: int) -> list[dict[str, Any]]:
         return [m for m in step_metrics(executor, "sfex") if m.get("world_size") == world]
 
     out = executor.rescale(spec, {"node1": ["0", "1"]})
@@ -168,7 +169,7 @@ def test_example_job_scales_1_2_1_without_restarting(
     assert [c.name for c in found] == [c0.name]
 
 
-def _events(ex: Executor, job: str, kind: str) -> list[dict]:  # type: ignore[type-arg]
+def _events(ex: Executor, job: str, kind: str) -> list[dict[str, Any]]:
     """The job's ``"event"`` lines of ``kind`` from every container it has now."""
     return [
         obj
@@ -182,7 +183,7 @@ def _events(ex: Executor, job: str, kind: str) -> list[dict]:  # type: ignore[ty
 @pytest.mark.slow
 def test_a_killed_worker_container_is_replaced_while_the_job_goes_on(
     executor: Executor, docker_client, example_image: str
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The ``kill -9`` of one worker on the engine: one of three containers of the
     example job is killed (SIGKILL to its launcher and worker). The two others re-form from
     their in-memory state and go on training without a restart (same containers, rank 0's
@@ -212,7 +213,7 @@ def test_a_killed_worker_container_is_replaced_while_the_job_goes_on(
     docker_client.containers.get(victim).kill()  # SIGKILL
 
     def at_two() -> bool:
-        return sum(m.get("world_size") == 2 for m in step_metrics(executor, "sfk")[seen:]) >= 10
+        return sum(m.get("world_size") == 2 for m in step_metrics(executor, "sfk")[seen:]) >= 10  # type: ignore[no-any-return]
 
     wait_for(at_two, 60)
     (rec,) = _events(executor, "sfk", "recovered")

@@ -37,20 +37,20 @@ while true; do sleep 0.1 & wait $!; done
 
 
 @pytest.fixture
-def swarm_executor(swarm, labeled, tmp_path: Path):  # type: ignore[no-untyped-def]
+def swarm_executor(swarm, labeled, tmp_path: Path):
     ex = swarm_executor_for(swarm, labeled(), str(tmp_path / "ckpt"), 10.0)
     yield ex
     for name in list(ex.jobs()):
         ex.remove(name, grace_s=1.0)
 
 
-def _containers(client, job: str) -> list:  # type: ignore[no-untyped-def, type-arg]
-    return client.containers.list(
+def _containers(client, job: str) -> list[Any]:
+    return client.containers.list(  # type: ignore[no-any-return]
         ignore_removed=True, all=True, filters={"label": f"flowcon.job={job}"}
     )
 
 
-def test_join_on_node2_and_leave_keep_the_first_service(swarm, swarm_executor) -> None:  # type: ignore[no-untyped-def]
+def test_join_on_node2_and_leave_keep_the_first_service(swarm, swarm_executor) -> None:
     ex: Executor = swarm_executor
     spec = step_job_spec("swsf", command=["sh", "-c", LEAVER], scaling="stopfree")
     (host,) = ex.launch(spec, {"node1": ["0"]})
@@ -88,7 +88,7 @@ GBS = 32
 SAMPLES = 4096  # images/elastic-example/train.py: 128 steps an epoch at GBS 32
 
 
-def _reference(client, labels: dict[str, str], out: Path) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def _reference(client, labels: dict[str, str], out: Path) -> dict[str, Any]:
     """An uninterrupted 1-worker run of the same job (same image, same global batch): its
     final checkpoint."""
     out.mkdir()
@@ -118,7 +118,7 @@ def _reference(client, labels: dict[str, str], out: Path) -> dict[str, Any]:  # 
 @pytest.mark.slow
 def test_example_job_1_2_4_2_1_across_the_nodes(
     swarm, swarm_executor, labeled, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The scale test on the engine: the elastic-example job (its own stop-free
     runtime, torch in the image) goes 1 -> 2 -> 4 -> 2 -> 1 containers mid-epoch, joining
     and leaving on both swarm nodes. The step counter of rank 0 (the store host, never

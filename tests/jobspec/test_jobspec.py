@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,7 +106,7 @@ def test_deadline_forms() -> None:
         ({"deadlne": "1h"}, "deadlne"),  # typo: unknown field
     ],
 )
-def test_errors_name_the_field(patch: dict, field: str, tmp_path: Path) -> None:  # type: ignore[type-arg]
+def test_errors_name_the_field(patch: dict[str, Any], field: str, tmp_path: Path) -> None:
     import yaml
 
     data = yaml.safe_load(GOOD)

@@ -38,7 +38,7 @@ def scenario() -> dict[str, object]:
     }
 
 
-def test_compare_repeat_alternates_and_pins_threads(  # type: ignore[no-untyped-def]
+def test_compare_repeat_alternates_and_pins_threads(
     docker_client, labeled, cleanup_containers, tmp_path
 ) -> None:
     if not agent_available():

@@ -87,7 +87,7 @@ def test_change_and_spread() -> None:
     assert change(0, 1) is None
     assert change(1, None) is None
     s = Spread.of([-0.1, None, -0.3, 0.2])
-    assert (s.median, s.low, s.high, s.n) == (pytest.approx(-0.1), -0.3, 0.2, 3)
+    assert (s.median, s.low, s.high, s.n) == (pytest.approx(-0.1), -0.3, 0.2, 3)  # type: ignore[comparison-overlap]
     assert Spread.of([None]).to_dict() == {"median": None, "min": None, "max": None, "n": 0}
 
 

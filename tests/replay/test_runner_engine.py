@@ -61,14 +61,14 @@ def tiny(iterations: int = 60, itval: float = 2) -> dict[str, object]:
     }
 
 
-def leftovers(client, run_id: str) -> list[str]:  # type: ignore[no-untyped-def]
+def leftovers(client, run_id: str) -> list[str]:
     found = client.containers.list(
         ignore_removed=True, all=True, filters={"label": f"{REPLAY_LABEL}={run_id}"}
     )
     return [c.name for c in found]
 
 
-def check_completed(result, iterations: int) -> None:  # type: ignore[no-untyped-def]
+def check_completed(result, iterations: int) -> None:
     assert [j.name for j in result.jobs] == ["conv", "lin"]
     for j in result.jobs:
         assert j.ok, j
@@ -86,7 +86,7 @@ def check_completed(result, iterations: int) -> None:  # type: ignore[no-untyped
     assert all(s.cpu >= 0 for s in result.samples)
 
 
-def test_replay_none_records_times(docker_client, labeled, cleanup_containers, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_replay_none_records_times(docker_client, labeled, cleanup_containers, tmp_path) -> None:
     sc = parse_scenario(tiny())
     run = Replay(
         docker_client, sc, "none", tmp_path, labels=labeled(), sample_interval=0.5, timeout=240
@@ -108,7 +108,7 @@ def test_replay_none_records_times(docker_client, labeled, cleanup_containers, t
     assert plot_jct({"none": result}, tmp_path / "jct.png").stat().st_size > 5000
 
 
-def test_replay_flowcon_agent_acts(docker_client, labeled, cleanup_containers, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_replay_flowcon_agent_acts(docker_client, labeled, cleanup_containers, tmp_path) -> None:
     if not agent_available():
         pytest.skip("the FlowCon agent (flowcon.agent.cli) is not installed yet")
     sc = parse_scenario(tiny(iterations=80))
@@ -145,7 +145,7 @@ def test_replay_flowcon_agent_acts(docker_client, labeled, cleanup_containers, t
     assert "(makespan)" in paths["csv"].read_text()
 
 
-def test_missing_image_is_a_clear_error(docker_client, labeled, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_missing_image_is_a_clear_error(docker_client, labeled, tmp_path) -> None:
     data = tiny()
     data["jobs"][1]["image"] = "flowcon/no-such-image:latest"  # type: ignore[index]
     run = Replay(docker_client, parse_scenario(data), "none", tmp_path, labels=labeled())
@@ -155,7 +155,7 @@ def test_missing_image_is_a_clear_error(docker_client, labeled, tmp_path) -> Non
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupt_removes_containers(docker_client, test_run_id, tmp_path, sig) -> None:  # type: ignore[no-untyped-def]
+def test_interrupt_removes_containers(docker_client, test_run_id, tmp_path, sig) -> None:
     """Ctrl-C (SIGINT) or SIGTERM in the middle: the CLI exits 130, nothing is left."""
     data = tiny()
     for job in data["jobs"]:  # type: ignore[attr-defined]

@@ -25,12 +25,12 @@ LINEAR = (
 )
 
 
-def makespan_of(result) -> float:  # type: ignore[no-untyped-def]
+def makespan_of(result) -> float:
     assert result.makespan is not None
     return float(result.makespan)
 
 
-def test_none_records_growth_with_a_dry_run_agent(  # type: ignore[no-untyped-def]
+def test_none_records_growth_with_a_dry_run_agent(
     docker_client, labeled, cleanup_containers, tmp_path
 ) -> None:
     if not agent_available():

@@ -34,7 +34,7 @@ CHROMIUM = next(
     None,
 )
 if CHROMIUM is None or os.environ.get("FLOWCON_NO_CHROMIUM") == "1":
-    pytestmark = [
+    pytestmark = [  # type: ignore[assignment]
         pytest.mark.browser,
         pytest.mark.skip(
             reason="no chromium on PATH (apt-get install chromium) or FLOWCON_NO_CHROMIUM=1"
@@ -78,7 +78,7 @@ class Cells(HTMLParser):
         a = dict(attrs)
         if tag == "tr" and a.get(self.attr):
             self._row = a[self.attr]
-            self.rows[self._row] = []
+            self.rows[self._row] = []  # type: ignore[index]
         elif tag == "td" and self._row is not None:
             self._cell = []
 
