@@ -110,6 +110,7 @@ def run_size(
     labels.update(extra_labels or {})
     host_cpus = client.info()["NCPU"]
     ctls: dict[str, Controller] = {}
+    engines: dict[str, DockerEngine] = {}  # each controller's engine, as its concrete type
     for source in sources:
         cfg = Config(
             itval=20,
@@ -119,18 +120,19 @@ def run_size(
         )
         eng = DockerEngine(cgroup_root=cfg.cgroup_root if source == "auto" else None)
         ctls[source] = Controller(eng, cfg, host_cpus, StateStore(cfg.state_file))
+        engines[source] = eng
     ctl = ctls[sources[0]]  # also handles the events
-    engine = ctl.engine
+    engine = engines[sources[0]]
     first_update: dict[str, float] = {}
     start_event: dict[str, float] = {}
-    real_update = engine.update_cpu  # type: ignore[attr-defined]
+    real_update = engine.update_cpu
 
-    def update(cid: str, body: dict[str, int]) -> None:
+    def update(cid: str, body: dict[str, int | str]) -> None:
         real_update(cid, body)
         first_update.setdefault(cid, time.time())
 
-    engine.update_cpu = update  # type: ignore[attr-defined]
-    listener = EventListener(engine, ctl.on_start, ctl.on_finish, lambda: None)  # type: ignore[arg-type]
+    engine.update_cpu = update  # type: ignore[method-assign]
+    listener = EventListener(engine, ctl.on_start, ctl.on_finish, lambda: None)
     real_dispatch = listener.dispatch
 
     def dispatch(event: dict[str, Any]) -> None:
@@ -184,8 +186,8 @@ def run_size(
             ):
                 with contextlib.suppress(docker.errors.APIError):
                     c.remove(force=True)
-            for c in ctls.values():
-                c.engine.close()  # type: ignore[attr-defined]
+            for e in engines.values():
+                e.close()
 
 
 def main() -> None:

@@ -11,7 +11,8 @@ import pytest
 from flowcon.executor.lifecycle import Executor
 
 pytest.register_assert_rewrite("support.swarm_fixtures")  # it is also loaded as a plugin below
-from support.swarm_fixtures import TESTBOX_IMAGE, swarm_executor_for  # type: ignore[attr-defined]  # noqa: E402
+from support.session import TESTBOX_IMAGE  # noqa: E402
+from support.swarm_fixtures import swarm_executor_for  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 
 pytest_plugins = ("support.swarm_fixtures",)
