@@ -118,17 +118,17 @@ def test_limits_changed_sees_each_control_lever() -> None:
 
 
 def test_stats_reading() -> None:
-    stats = {"cpu_stats": {"cpu_usage": {"total_usage": 42}}}
-    r = stats_reading(stats, {"HostConfig": {"NanoCpus": 1_500_000_000, "CpuShares": 0}})  # type: ignore[arg-type]
+    stats: dict[str, object] = {"cpu_stats": {"cpu_usage": {"total_usage": 42}}}
+    r = stats_reading(stats, {"HostConfig": {"NanoCpus": 1_500_000_000, "CpuShares": 0}})
     assert r is not None
     assert r.usage_ns == 42
     assert r.limit_cpus == 1.5
     assert r.shares is None
-    r = stats_reading(stats, {"HostConfig": {"CpuQuota": 50000, "CpuPeriod": 100000}})  # type: ignore[arg-type]
+    r = stats_reading(stats, {"HostConfig": {"CpuQuota": 50000, "CpuPeriod": 100000}})
     assert r is not None
     assert r.limit_cpus == 0.5
     assert r.cpuset is None
-    r = stats_reading(stats, {"HostConfig": {"CpusetCpus": "0"}})  # type: ignore[arg-type]
+    r = stats_reading(stats, {"HostConfig": {"CpusetCpus": "0"}})
     assert r is not None
     assert r.cpuset == "0"
     assert stats_reading({}, {}) is None
