@@ -110,22 +110,24 @@ def run_size(
     labels.update(extra_labels or {})
     host_cpus = client.info()["NCPU"]
     ctls: dict[str, Controller] = {}
+    engines: dict[str, DockerEngine] = {}  # each controller's engine, as its concrete type
     for source in sources:
         cfg = Config(
             itval=20,
             state_file=str(workdir / f"state-{run}-{source}.json"),
             match_labels={"flowcon.bench": run},
-            cpu_source=source,
+            cpu_source=source,  # type: ignore[arg-type]
         )
         eng = DockerEngine(cgroup_root=cfg.cgroup_root if source == "auto" else None)
         ctls[source] = Controller(eng, cfg, host_cpus, StateStore(cfg.state_file))
+        engines[source] = eng
     ctl = ctls[sources[0]]  # also handles the events
-    engine = ctl.engine
+    engine = engines[sources[0]]
     first_update: dict[str, float] = {}
     start_event: dict[str, float] = {}
     real_update = engine.update_cpu
 
-    def update(cid: str, body: dict[str, int]) -> None:
+    def update(cid: str, body: dict[str, int | str]) -> None:
         real_update(cid, body)
         first_update.setdefault(cid, time.time())
 
@@ -184,8 +186,8 @@ def run_size(
             ):
                 with contextlib.suppress(docker.errors.APIError):
                     c.remove(force=True)
-            for c in ctls.values():
-                c.engine.close()
+            for e in engines.values():
+                e.close()
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from flowcon.alloc.model import Job, ThroughputCurve, Topology
 from flowcon.alloc.policy import ElasticFlowPolicy
@@ -78,7 +79,7 @@ def scaled(scale: float) -> list[tuple[str, float, dict[int, float], int, float]
     ]
 
 
-def run_sim(trace, slot: float, overhead: float) -> dict[str, dict]:  # type: ignore[no-untyped-def]
+def run_sim(trace, slot: float, overhead: float) -> dict[str, dict[str, Any]]:
     jobs = [
         Job(
             job_id=n,
@@ -107,7 +108,7 @@ def run_live(
     run_id: str,
     dump: Path | None = None,
     extra_labels: dict[str, str] | None = None,
-) -> tuple[dict[str, dict], dict]:  # type: ignore[no-untyped-def]
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     import docker
 
     client_docker = docker.from_env(timeout=60)
@@ -120,7 +121,7 @@ def run_live(
     alloc.start(port=0)
     api = AllocatorClient(alloc.url, alloc.token)
     names = {n: f"b{run_id}-{n}" for n, *_ in trace}
-    answers: dict[str, dict] = {}
+    answers: dict[str, dict[str, Any]] = {}
     t0 = time.time() + 1.0
     stopping = threading.Event()  # interrupted: the submitter ends quietly
     try:
@@ -151,7 +152,7 @@ def run_live(
             if all(j["state"] not in ("admitted", "running") for j in jobs):
                 break
             time.sleep(1.0)
-        jobs = {j["name"]: j for j in api.jobs()}
+        jobs = {j["name"]: j for j in api.jobs()}  # type: ignore[assignment]
         rescales = [e for e in alloc.store.events(kind="restarted_on_new_gpus")]
         overhead = (
             sum(e.data["stop_seconds"] + e.data["start_seconds"] for e in rescales) / len(rescales)
@@ -160,7 +161,7 @@ def run_live(
         )
         out = {}
         for n, *_ in trace:
-            j = jobs[names[n]]
+            j = jobs[names[n]]  # type: ignore[call-overload]
             out[n] = {
                 "admitted": j["state"] != "dropped",
                 "finish": (j["finish_time"] - t0) if j["state"] == "completed" else None,
@@ -217,7 +218,7 @@ def _iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat()
 
 
-def _sweep(client, label: str) -> None:  # type: ignore[no-untyped-def]
+def _sweep(client, label: str) -> None:
     for c in client.containers.list(ignore_removed=True, all=True, filters={"label": label}):
         with contextlib.suppress(Exception):
             c.remove(force=True)
@@ -227,7 +228,7 @@ def _sweep(client, label: str) -> None:  # type: ignore[no-untyped-def]
                 item.remove()
 
 
-def ratio(rows: dict[str, dict]) -> float:
+def ratio(rows: dict[str, dict[str, Any]]) -> float:
     return sum(1 for r in rows.values() if r["met"]) / len(rows)
 
 

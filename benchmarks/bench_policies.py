@@ -226,17 +226,15 @@ def print_saxena(res: dict[str, Any], world: str = "tables") -> None:
 
 
 def check_target(res: dict[str, Any]) -> dict[str, Any] | None:
-    got = res.get(TARGET["workload"])
+    got = res.get(TARGET["workload"])  # type: ignore[call-overload]
     if not got:
         return None
     sx, rb = got["saxena-dp"], got["random-bs"]
     comp = sx["completed"] / rb["completed"] if rb["completed"] else None
     drops = rb["drop_ratio"] / sx["drop_ratio"] if sx["drop_ratio"] else None
     ok = (comp is not None and comp >= TARGET["completed_ratio"]) and (
-        drops is None
-        and rb["drop_ratio"] > 0
-        or drops is not None
-        and drops >= TARGET["drop_ratio"]
+        (drops is None and rb["drop_ratio"] > 0)
+        or (drops is not None and drops >= TARGET["drop_ratio"])
     )
     return {
         **TARGET,

@@ -277,13 +277,13 @@ def run_mode(
         )
         r = rows[-1]
         if r.gap is None:  # say what the job's containers last printed
-            for w in ex.job(spec.name).workers if ex.job(spec.name) is not None else ():
+            for w in ex.job(spec.name).workers if ex.job(spec.name) is not None else ():  # type: ignore[union-attr]
                 logs = be.logs(w)
                 events_ = [ln for ln in logs if '"event"' in ln or not ln.startswith("{")]
                 print(f"  {w.name} ({w.state}): {events_[-4:]} ... {logs[-3:]}",
                       file=sys.stderr, flush=True)  # fmt: skip
         gap = f"{r.gap:.2f} s" if r.gap is not None else "not seen"
-        prep = f"{r.prep:.2f} s" if r.prep is not None else "-"
+        prep = f"{r.prep:.2f} s" if r.prep is not None else "-"  # type: ignore[assignment]
         print(f"  {spec.scaling} {r.old}->{r.new} ({r.mode}): gap {gap}, prep {prep}", flush=True)
         if r.gap is None:
             print(

@@ -6,5 +6,5 @@ without installing the agent's dependencies.
 
 from flowcon.report import report
 
-__all__ = ["report", "__version__"]
+__all__ = ["__version__", "report"]
 __version__ = "0.1.0"

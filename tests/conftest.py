@@ -22,14 +22,14 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def remove_labeled(client, label: str) -> None:  # type: ignore[no-untyped-def]
+def remove_labeled(client, label: str) -> None:
     """Force-remove every container carrying ``label`` (``key`` or ``key=value``)."""
     for c in client.containers.list(ignore_removed=True, all=True, filters={"label": label}):
         with contextlib.suppress(Exception):
             c.remove(force=True)
 
 
-def _docker_client():  # type: ignore[no-untyped-def]
+def _docker_client():
     import docker
 
     try:
@@ -41,7 +41,7 @@ def _docker_client():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
-def docker_client():  # type: ignore[no-untyped-def]
+def docker_client():
     client = _docker_client()
     if client is None:
         pytest.skip("no Docker engine answers (run scripts/ensure-engine.sh)")
@@ -53,7 +53,7 @@ TRIXIE_SCRIPT = REPO / "scripts" / "engine-trixie.sh"
 
 
 @pytest.fixture(scope="session")
-def trixie_engine(docker_client) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def trixie_engine(docker_client) -> Iterator[str]:
     """Debian trixie's dockerd (Docker 26.1, API 1.45) as a private second engine
     (scripts/engine-trixie.sh); yields its DOCKER_HOST. Skips, with the reason, only
     where trixie's docker.io cannot be fetched, and never in CI (CI is set): there it
@@ -92,7 +92,7 @@ def test_run_id() -> str:
 
 
 @pytest.fixture
-def labeled(test_run_id: str):  # type: ignore[no-untyped-def]
+def labeled(test_run_id: str):
     """Label set for containers of one test: the test label plus a per-test run id."""
 
     def make(**extra: str) -> dict[str, str]:
@@ -104,7 +104,7 @@ def labeled(test_run_id: str):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def cleanup_containers(docker_client, test_run_id: str) -> Iterator[None]:  # type: ignore[no-untyped-def]
+def cleanup_containers(docker_client, test_run_id: str) -> Iterator[None]:
     """Remove every container of this test, pass or fail."""
     yield
     remove_labeled(docker_client, f"{TEST_LABEL}={test_run_id}")

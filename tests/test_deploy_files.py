@@ -90,14 +90,17 @@ def test_prometheus_scrapes_the_services_ports() -> None:
         ("flowcon-allocator", "_allocator", DEFAULT_PORT),
     ):
         (sd,) = jobs[job]["dockerswarm_sd_configs"]
-        assert sd["role"] == "tasks" and sd["port"] == port
+        assert sd["role"] == "tasks"
+        assert sd["port"] == port
         relabels = jobs[job]["relabel_configs"]
         keep = [r for r in relabels if r.get("action") == "keep"]
         assert any(re.fullmatch(k["regex"], f"flowcon{service}") for k in keep)
         addr = [r for r in relabels if r.get("target_label") == "__address__"]
-        assert addr and addr[0]["replacement"] == f"$1:{port}"
+        assert addr
+        assert addr[0]["replacement"] == f"$1:{port}"
     static = [t for c in jobs["flowcon-static"]["static_configs"] for t in c["targets"]]
-    assert f"localhost:{AGENT_PORT}" in static and f"localhost:{DEFAULT_PORT}" in static
+    assert f"localhost:{AGENT_PORT}" in static
+    assert f"localhost:{DEFAULT_PORT}" in static
 
 
 def stack() -> dict[str, Any]:
@@ -109,7 +112,9 @@ def test_stack_agent_and_allocator() -> None:
     agent, alloc = s["services"]["agent"], s["services"]["allocator"]
     assert agent["deploy"]["mode"] == "global"
     res = agent["deploy"]["resources"]
-    assert res["limits"]["cpus"] and res["reservations"]["cpus"] and res["limits"]["memory"]
+    assert res["limits"]["cpus"]
+    assert res["reservations"]["cpus"]
+    assert res["limits"]["memory"]
     mounts = {v["target"]: v for v in agent["volumes"] if isinstance(v, dict)}
     assert mounts["/var/run/docker.sock"]["type"] == "bind"
     assert mounts["/sys/fs/cgroup"]["read_only"] is True

@@ -242,7 +242,8 @@ def later():
 
 def test_the_graph_covers_the_mapped_packages() -> None:
     graph = import_graph()
-    assert "flowcon.executor.lifecycle" in graph and "flowcon.contract" in graph
+    assert "flowcon.executor.lifecycle" in graph
+    assert "flowcon.contract" in graph
     assert any(m.startswith("flowcon.agent.") for m in graph)
     assert "flowcon.agent.listeners" in graph
     assert "flowcon.executor.backend" in graph["flowcon.executor.backends.engine"]

@@ -27,5 +27,5 @@ def test_no_log_yet_and_no_complete_line_read_as_nothing(tmp_path: Path) -> None
 def test_a_broken_record_before_the_last_line_is_still_an_error(tmp_path: Path) -> None:
     log = tmp_path / "c.log"
     log.write_text('{"step": 1, "lo\n{"step": 2}\n')
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="Unterminated string"):
         launcher_procs.json_lines(log)

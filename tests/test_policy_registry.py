@@ -16,7 +16,8 @@ def test_simulate_offers_every_registered_name() -> None:
     for name in SIMULATOR_POLICIES:
         assert name in flat
     bad = CliRunner().invoke(simulate, ["--trace", "x.csv", "--policy", "fifo"])
-    assert bad.exit_code == 2 and "elasticflow-published-engine" in bad.output
+    assert bad.exit_code == 2
+    assert "elasticflow-published-engine" in bad.output
 
 
 def test_the_allocator_takes_the_live_ones() -> None:

@@ -130,7 +130,7 @@ class Agent:
 
     def read_state(self) -> tuple[dict[str, Any] | None, str]:
         """(the state as a dict, "") or (None, why it is not valid); missing = (None, "")."""
-        from agent.state import from_json
+        from flowcon.agent.state_file import from_json
 
         try:
             text = self.state.read_text()

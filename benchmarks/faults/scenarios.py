@@ -351,7 +351,7 @@ class ApiRequests:
         self.known = known  # names of jobs that exist (any state)
 
     def pick_name(self) -> str:
-        return self.rng.choice(self.known + ["fz-none"])
+        return self.rng.choice([*self.known, "fz-none"])
 
     def next(self) -> Request:
         kinds: list[Callable[[], Request]] = [
@@ -522,7 +522,7 @@ class ApiRequests:
 
     def hostile_name_body(self) -> Request:
         spec = valid_spec("x")
-        spec["name"] = self.rng.choice(HOSTILE_NAMES + [5, None, ["a"], {"a": 1}])
+        spec["name"] = self.rng.choice([*HOSTILE_NAMES, 5, None, ["a"], {"a": 1}])
         dry = self.rng.random() < 0.3
         req = _submit(spec, kind="hostile_name")
         if dry:
@@ -633,7 +633,7 @@ def snapshot(store: Store) -> dict[str, list[tuple[Any, ...]]]:
     """Every row of every table, for "a refused request changed nothing"."""
     out: dict[str, list[tuple[Any, ...]]] = {}
     for table in ("meta", "jobs", "admissions", "allocations", "events", "measurements"):
-        rows = store._qall(f"SELECT * FROM {table} ORDER BY rowid")  # noqa: SLF001
+        rows = store._qall(f"SELECT * FROM {table} ORDER BY rowid")
         out[table] = [tuple(r) for r in rows]
     return out
 
@@ -725,7 +725,7 @@ class ApiFuzz:
     def one(self, req: Request) -> RunResult:
         store = self.alloc.store
         # hold the planning round's lock: only this request may change the store
-        with self.alloc._lock:  # noqa: SLF001
+        with self.alloc._lock:
             before = snapshot(store)
             t0 = time.monotonic()
             ans = call(self.port, req)
@@ -1004,7 +1004,7 @@ def interrupted_session(
             end = time.monotonic() + 120
             sel = {"label": label}
             while time.monotonic() < end and proc.poll() is None:
-                if client.containers.list(all=True, sparse=True, filters=sel):
+                if client.containers.list(all=True, sparse=True, filters=sel):  # type: ignore[arg-type]
                     break
                 time.sleep(0.2)
             time.sleep(rng.uniform(0.0, 4.0))

@@ -122,7 +122,7 @@ class _Profile:
     computed afresh only when the cheap answer is no. ``SlotLedger._fill`` asks it whether
     every slot buys a job its top level (``_Curve.thr``)."""
 
-    __slots__ = ("keys", "vals", "hi", "nonneg", "exact")
+    __slots__ = ("exact", "hi", "keys", "nonneg", "vals")
 
     def __init__(self, keys: list[int] | None = None, vals: list[int] | None = None) -> None:
         self.keys: list[int] = keys if keys is not None else []

@@ -124,7 +124,7 @@ class _Handler(BaseHTTPRequestHandler):
     credentials: Credentials
     _length = 0  # the request body's declared size, until the route reads it
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         log.debug("%s %s", self.address_string(), format % args)
 
     # -- helpers ----------------------------------------------------------------------
@@ -285,19 +285,19 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, self.service.ingest_measurements(body), _JSON
         raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._route("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._route("POST")
 
-    def do_DELETE(self) -> None:  # noqa: N802
+    def do_DELETE(self) -> None:
         self._route("DELETE")
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         self._route("PUT")
 
-    def do_PATCH(self) -> None:  # noqa: N802
+    def do_PATCH(self) -> None:
         self._route("PATCH")
 
 

@@ -266,7 +266,7 @@ class ExecutorTarget:
         pending = self._resuming.get(name)
         if pending is None:
             return
-        began, kind, fallback, mode, world = pending
+        began, kind, fallback, mode, _world = pending
         if mode == SCALING_STOPFREE:
             self._note_switched(store, planner, name, pending, now)
             return

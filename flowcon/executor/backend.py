@@ -110,8 +110,9 @@ class WorkerRequest:
     checkpoint_host_dir: str | None
     grace_s: float
     network: str | None
-    # the spec's mounts, shm, limits, workdir, user, labels (flowcon.executor.container_spec)
-    settings: ContainerSettings = ContainerSettings()
+    # the spec's mounts, shm, limits, workdir, user, labels (flowcon.executor.container_spec);
+    # frozen, so one shared default instance is fine
+    settings: ContainerSettings = ContainerSettings()  # noqa: RUF009
     init: bool = False  # run an init as PID 1 (docker --init) that forwards signals
 
 

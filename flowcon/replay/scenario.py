@@ -213,7 +213,8 @@ def _job(chk: _Checker, where: str, raw: Any) -> Job | None:
     command = _job_command(chk, where, raw.get("command"))
     if len(chk.problems) > before:
         return None
-    assert isinstance(name, str) and start is not None
+    assert isinstance(name, str)
+    assert start is not None
     ref = image.strip() if isinstance(image, str) else image_tag(str(model))
     return Job(name, ref, start, iterations, env, command)
 
@@ -278,7 +279,9 @@ def parse_scenario(data: Any, source: str = "<scenario>", default_name: str = ""
     jobs = _jobs(chk, data.get("jobs"))
     if chk.problems:
         raise ScenarioError(source, chk.problems)
-    assert isinstance(name, str) and alpha is not None and itval is not None
+    assert isinstance(name, str)
+    assert alpha is not None
+    assert itval is not None
     ordered = tuple(sorted(jobs, key=lambda j: j.start))
     return Scenario(name, alpha, itval, ordered, str(description), dict(agent), threads, adapt)
 

@@ -19,10 +19,10 @@ class _Handler(BaseHTTPRequestHandler):
     route: Route
     server_version = "flowcon/1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s %s", self.address_string(), format % args)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         parts = urlsplit(self.path)
         try:
             status, body, ctype = self.route(parts.path, parse_qs(parts.query))

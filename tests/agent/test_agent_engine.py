@@ -107,7 +107,7 @@ def tmp_agent(tmp_path: Path) -> Iterator[list[AgentProc]]:
         a.stop()
 
 
-def test_agent_on_the_engine(docker_client, labeled, cleanup_containers, tmp_agent, tmp_path):  # type: ignore[no-untyped-def]
+def test_agent_on_the_engine(docker_client, labeled, cleanup_containers, tmp_agent, tmp_path):
     host_cpus = docker_client.info()["NCPU"]
     run_id = labeled()["flowcon.test"]
 
@@ -155,7 +155,8 @@ def test_agent_on_the_engine(docker_client, labeled, cleanup_containers, tmp_age
     )
     # ... while the steady one stays in NL with G/sumG, more than the floor.
     rec = agent.record(steady.id)
-    assert rec is not None and rec["list"] == "NL"
+    assert rec is not None
+    assert rec["list"] == "NL"
     assert rec["limit"] > 1 / 6
     steady_nano = host_cfg(steady)["NanoCpus"]
     assert steady_nano > int(floor_cpus * NANO)
@@ -183,10 +184,13 @@ def test_agent_on_the_engine(docker_client, labeled, cleanup_containers, tmp_age
     assert data["engine"]["answered"] is True
     rows = {row["container_id"]: row for row in data["containers"]}
     live = rows[steady.id]["live"]
-    assert live["running"] and live["mem_bytes"] > 0 and live["cpu_percent"] is not None
+    assert live["running"]
+    assert live["mem_bytes"] > 0
+    assert live["cpu_percent"] is not None
     assert 0 < live["cpus_limit"] <= host_cpus  # the agent limited it (it moves every second)
     table = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
-    assert table.returncode == 0 and "live from the engine" in table.stdout, table.stdout
+    assert table.returncode == 0, table.stdout
+    assert "live from the engine" in table.stdout, table.stdout
     assert f"fc-{run_id}-steady" in table.stdout
 
     # SIGTERM: every managed container gets its original settings back.
@@ -196,10 +200,12 @@ def test_agent_on_the_engine(docker_client, labeled, cleanup_containers, tmp_age
         assert host_cfg(c)["NanoCpus"] == host_cpus * NANO
     assert host_cfg(plain)["NanoCpus"] == 0
     log = agent.text()
-    assert "decision container=" in log and "reason=" in log and "restored container=" in log
+    assert "decision container=" in log
+    assert "reason=" in log
+    assert "restored container=" in log
 
 
-def test_cgroup_cpu_agrees_with_engine_stats(docker_client, labeled, cleanup_containers):  # type: ignore[no-untyped-def]
+def test_cgroup_cpu_agrees_with_engine_stats(docker_client, labeled, cleanup_containers):
     """The agent reads CPU time from the cgroup files; the engine's stats must agree."""
     from flowcon.engine.docker_engine import DockerEngine
 
@@ -223,7 +229,8 @@ def test_cgroup_cpu_agrees_with_engine_stats(docker_client, labeled, cleanup_con
             before = eng.cgroup_usage(busy.id)
             stats = eng.stats(busy.id)
             after = eng.cgroup_usage(busy.id)
-            assert before is not None and after is not None
+            assert before is not None
+            assert after is not None
             assert before.cpu_ns <= stats.cpu_ns <= after.cpu_ns
             assert after.mem_bytes is not None
             assert abs(after.mem_bytes - stats.mem_bytes) <= max(stats.mem_bytes // 10, 1 << 20)
@@ -253,7 +260,7 @@ def private_engine(tmp_path: Path) -> Iterator[PrivateEngine]:
         teardown_private(eng, created_bridge)
 
 
-def test_agent_survives_engine_restart(private_engine, tmp_agent, tmp_path):  # type: ignore[no-untyped-def]
+def test_agent_survives_engine_restart(private_engine, tmp_agent, tmp_path):
     import docker
 
     client = docker.DockerClient(base_url=PRIVATE_HOST, timeout=30)

@@ -6,6 +6,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,8 @@ TS = b"2026-11-21T19:18:06.591384983Z "
 
 def test_parse_ts() -> None:
     ns, used = parse_ts(TS + b"hello")  # type: ignore[misc]
-    assert used == len(TS) and ns % 1_000_000_000 == 591384983
+    assert used == len(TS)
+    assert ns % 1_000_000_000 == 591384983
     assert parse_ts(b"2026-11-21T19:18:06Z x")[0] % 1_000_000_000 == 0  # type: ignore[index]
     assert parse_ts(b"not a timestamp") is None
 
@@ -45,7 +47,8 @@ def test_read_lines_tty_chunks_and_since() -> None:
 def test_read_lines_drops_huge_line_and_partial_tail() -> None:
     frames = [TS + b"x" * 16384 for _ in range(640)] + [TS + b"\n", TS + b"ok\n", TS + b"half"]
     lines = list(read_lines(frames, 64 * 1024))
-    assert lines[0].text is None and lines[0].size == 640 * 16384
+    assert lines[0].text is None
+    assert lines[0].size == 640 * 16384
     assert [ln.text for ln in lines[1:]] == ["ok"]
 
 
@@ -56,7 +59,8 @@ def test_huge_line_is_dropped_with_bounded_memory() -> None:
         asm.feed(chunk)
         assert sum(len(p) for p in asm._parts) <= 64 * 1024
     line, size = asm.end_line()
-    assert line is None and size == 10 * 1024 * 1024
+    assert line is None
+    assert size == 10 * 1024 * 1024
     asm.feed(b'{"loss": 1}')
     assert asm.end_line() == (b'{"loss": 1}', 11)  # the next line is fine
 
@@ -77,7 +81,8 @@ def test_state_round_trip(tmp_path: Path) -> None:
     )
     store.save(state)
     back = store.load()
-    assert back.itval == 40.0 and back.rounds == 7
+    assert back.itval == 40.0
+    assert back.rounds == 7
     assert back.containers["abc"] == state.containers["abc"]
     assert [p.name for p in store.path.parent.iterdir()] == ["state.json"]  # no temp left
 
@@ -120,14 +125,15 @@ def test_state_round_trip_of_control_fields_and_old_records(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     "text", ["{not json", '{"version": 99}', '{"version": 1, "containers": {"a": 3}}']
 )
-def test_corrupt_state_is_kept_aside(tmp_path: Path, text: str, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_corrupt_state_is_kept_aside(tmp_path: Path, text: str, caplog) -> None:
     path = tmp_path / "state.json"
     path.write_text(text)
     state = StateStore(path).load()
     assert state.containers == {}
     assert not path.exists()
     aside = list(tmp_path.glob("state.json.corrupt-*"))
-    assert len(aside) == 1 and aside[0].read_text() == text
+    assert len(aside) == 1
+    assert aside[0].read_text() == text
     assert "corrupt" in caplog.text
 
 
@@ -156,10 +162,10 @@ def test_config_defaults_and_errors(tmp_path: Path) -> None:
 
 
 def test_allocator_report_contract() -> None:
-    got: list[tuple[str, str | None, dict]] = []  # type: ignore[type-arg]
+    got: list[tuple[str, str | None, dict[str, Any]]] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             got.append((self.path, self.headers.get("Authorization"), json.loads(body)))
             self.send_response(204)
@@ -187,7 +193,8 @@ def test_allocator_report_contract() -> None:
         }
         assert rep.send([view])
         path, auth, body = got[0]
-        assert path == "/api/v1/measurements" and auth == "Bearer s3cret"
+        assert path == "/api/v1/measurements"
+        assert auth == "Bearer s3cret"
         assert body["node"] == "node-1"
         assert body["measurements"] == [{k: v for k, v in view.items() if k != "g"}]
         # No new step line since: the same rate must not be reported as a new measurement.
@@ -199,7 +206,8 @@ def test_allocator_report_contract() -> None:
     finally:
         server.shutdown()
     dead = AllocatorReporter("http://127.0.0.1:9", None, "n", timeout=0.5)
-    assert dead.send([]) is False and dead.failures == 1  # logged, not raised
+    assert dead.send([]) is False
+    assert dead.failures == 1  # logged, not raised
 
 
 def test_status_table_and_json(tmp_path: Path) -> None:
@@ -221,7 +229,9 @@ def test_status_table_and_json(tmp_path: Path) -> None:
     store.save(state)
     out = CliRunner().invoke(status, ["--state", str(store.path), "--no-engine"])
     assert out.exit_code == 0, out.output
-    assert "trainer" in out.output and "CL" in out.output and "loss=0.42" in out.output
+    assert "trainer" in out.output
+    assert "CL" in out.output
+    assert "loss=0.42" in out.output
     assert "40.0" in out.output  # CPU %: 0.2 of 2 CPUs
     js = CliRunner().invoke(status, ["--state", str(store.path), "--json", "--no-engine"])
     assert json.loads(js.output)["containers"][0]["value"] == 0.42
@@ -229,12 +239,15 @@ def test_status_table_and_json(tmp_path: Path) -> None:
     down = {"DOCKER_HOST": f"unix://{tmp_path / 'no-engine.sock'}"}
     out = CliRunner().invoke(status, ["--state", str(store.path)], env=down)
     assert out.exit_code == 0, out.output
-    assert "engine not answering" in out.output and "40.0" in out.output
+    assert "engine not answering" in out.output
+    assert "40.0" in out.output
     js = CliRunner().invoke(status, ["--state", str(store.path), "--json"], env=down)
     data = json.loads(js.output)
-    assert data["engine"]["answered"] is False and data["containers"][0]["live"] is None
+    assert data["engine"]["answered"] is False
+    assert data["containers"][0]["live"] is None
     missing = CliRunner().invoke(status, ["--state", str(tmp_path / "none.json")])
-    assert missing.exit_code != 0 and "no agent state" in missing.output
+    assert missing.exit_code != 0
+    assert "no agent state" in missing.output
 
 
 def test_prometheus_metrics() -> None:

@@ -74,7 +74,8 @@ def test_once_on_engine_29_and_label_errors_shown(tmp_path: Path) -> None:
         assert f"/v1.45/containers/{'a' * 64}/json" in stub.paths
         assert not any(BAD in p for p in stub.paths)
         err = state["label_errors"][BAD]
-        assert err["name"] == "typo" and "flowcon.enable='yes' is not a boolean" in err["error"]
+        assert err["name"] == "typo"
+        assert "flowcon.enable='yes' is not a boolean" in err["error"]
 
         table = flowcon("status", "--no-engine", "--config", str(cfg), cwd=tmp_path)
         assert table.returncode == 0, table.stderr
@@ -92,7 +93,8 @@ def test_label_errors_counted_once(tmp_path: Path) -> None:
         stub.add(BAD, "typo", {"flowcon.enable": "on"})
         cfg = Config(docker_host=stub.url, state_file=str(tmp_path / "s.json"))
         agent = Agent(cfg)
-        assert agent.run_once() and agent.run_once()
+        assert agent.run_once()
+        assert agent.run_once()
         assert agent.exporter is not None
         value = agent.exporter.registry.get_sample_value(
             "flowcon_agent_label_errors_total", {"id": f"/docker/{BAD}", "name": "typo"}

@@ -68,7 +68,8 @@ def test_bad_values_are_refused_naming_the_field(tmp_path: Path, text: str, mess
     got = str(err.value)
     assert got.startswith(f"{tmp_path / 'flowcon.yaml'}: "), got
     assert message in got, got
-    assert "Traceback" not in got and "pydantic" not in got
+    assert "Traceback" not in got
+    assert "pydantic" not in got
 
 
 def test_several_errors_one_line_each(tmp_path: Path) -> None:
@@ -184,7 +185,7 @@ def test_token_file_env_file_variant_and_swarm_secret(
     # an inline token wins over the file
     cfg = _load(tmp_path, f"allocator: {{token: inline, token_file: {secret}}}\n")
     assert cfg.allocator.token == "inline"
-    with pytest.raises(ConfigError, match="allocator.token_file: cannot read"):
+    with pytest.raises(ConfigError, match=r"allocator.token_file: cannot read"):
         _load(tmp_path, f"allocator: {{token_file: {tmp_path / 'nope'}}}\n")
     # no token given: the Swarm secret, when it exists
     assert load(None, {}).allocator.token is None
@@ -203,7 +204,8 @@ def test_the_agent_command_prints_the_message_not_a_traceback(tmp_path: Path, te
     for args in (["agent", "--config", str(p), "--once"], ["status", "--config", str(p)]):
         res = CliRunner().invoke(main, args)
         assert res.exit_code == 1, res.output
-        assert f"{p}: {text.split(':')[0]}:" in res.output and "Traceback" not in res.output
+        assert f"{p}: {text.split(':')[0]}:" in res.output
+        assert "Traceback" not in res.output
         assert res.exception is None or isinstance(res.exception, SystemExit)
 
 

@@ -191,7 +191,8 @@ def test_opt_in_and_first_limits(tmp_path: Path, caplog: pytest.LogCaptureFixtur
     assert touched == {"a", "b"}  # never plain, jobonly or bad
     assert caplog.text.count("flowcon.cpus.max='many'") == 1  # one line, not one per round
     assert itvals == [2]  # Algorithm 2: reset on the new containers
-    assert "decision container=a" in caplog.text and "reason=" in caplog.text
+    assert "decision container=a" in caplog.text
+    assert "reason=" in caplog.text
 
 
 def test_section_5_3_through_the_controller(tmp_path: Path) -> None:
@@ -212,14 +213,16 @@ def test_section_5_3_through_the_controller(tmp_path: Path) -> None:
         ctl.round()
         seen.append(ctl.tracked["vae"].list)
     assert seen == [ListName.NL, ListName.WL, ListName.CL]
-    assert ctl.itval.value == 4 and itvals[-1] == 4  # all in CL: back-off
+    assert ctl.itval.value == 4
+    assert itvals[-1] == 4  # all in CL: back-off
     for _ in range(3):
         progress(eng, "vae", v, 0.0)
         ctl.round()
     assert ctl.itval.value == 8  # capped at itval_max
     eng.add("mnist", ON)
     ctl.on_start("mnist")
-    assert itvals[-1] == 2 and ctl.itval.value == 2  # reset, and Algorithm 1 ran at once
+    assert itvals[-1] == 2
+    assert ctl.itval.value == 2  # reset, and Algorithm 1 ran at once
     assert nano(eng, "vae") == int(0.25 * HOST * 1e9)  # max(G/sumG, 1/(2*2))
     assert ctl.tracked["mnist"].limit > 0.99  # G/sumG with its G = 1 (not measured yet)
     # Finished Cons: mnist leaves; vae alone in CL -> free competition again.
@@ -278,7 +281,8 @@ def test_bounds_dry_run_and_vanishing(tmp_path: Path) -> None:
         eng2, Config(control="quota", state_file=str(tmp_path / "d.json")), HOST, dry_run=True
     )
     dry.resync()
-    assert eng2.updates == [] and dry.tracked["x"].applied_cpus == 2.0
+    assert eng2.updates == []
+    assert dry.tracked["x"].applied_cpus == 2.0
 
 
 def test_garbage_nan_and_engine_down_are_survived(tmp_path: Path) -> None:
@@ -290,7 +294,8 @@ def test_garbage_nan_and_engine_down_are_survived(tmp_path: Path) -> None:
         eng.emit("a", text)
     ctl.round()
     p = ctl.tracked["a"].monitor.progress
-    assert p.value == 3 and p.skipped == {"non-finite": 1, "malformed": 1, "too-long": 1}
+    assert p.value == 3
+    assert p.skipped == {"non-finite": 1, "malformed": 1, "too-long": 1}
     eng.down = True
     ctl.round()  # logged and skipped
     ctl.resync()
@@ -406,7 +411,8 @@ def test_engine_state_and_counters_for_health_and_metrics(tmp_path: Path) -> Non
     ctl.on_engine = heard.append
     ctl.resync()
     errors, updates = ctl.counters.snapshot()
-    assert updates == 2 and sum(errors.values()) == 0  # a's and b's first limits
+    assert updates == 2
+    assert sum(errors.values()) == 0  # a's and b's first limits
     eng.down = True
     ctl.round()
     eng.down = False
@@ -446,7 +452,8 @@ def test_weights_equal_to_the_originals_need_no_engine_call(tmp_path: Path) -> N
     eng.add("a", ON)
     ctl = Controller(eng, Config(control="weights", state_file=str(tmp_path / "s")), 1)
     ctl.resync()  # alone on one CPU: 1024 shares, Docker's default
-    assert eng.updates == [] and ctl.tracked["a"].applied_cpus is None
+    assert eng.updates == []
+    assert ctl.tracked["a"].applied_cpus is None
 
 
 def test_cpuset_mode_pins_falls_back_once_and_restores(
@@ -460,14 +467,16 @@ def test_cpuset_mode_pins_falls_back_once_and_restores(
         ctl.resync()
         assert (eng.c["a"].cpu.cpuset_cpus, eng.c["b"].cpu.cpuset_cpus) == ("0-1", "2-3")
         assert eng.c["a"].cpu.cpu_shares == 2048
-        assert "cpuset=0-1" in caplog.text and "control=cpuset" in caplog.text
+        assert "cpuset=0-1" in caplog.text
+        assert "control=cpuset" in caplog.text
         for i in range(3):
             eng.add(f"x{i}", ON)
         ctl.resync()  # 5 containers, 4 cores: weights, every cpuset back to its original
         ctl.round()
         ctl.round()
     assert caplog.text.count("5 managed containers but 4 cores") == 1
-    assert eng.c["a"].cpu.cpuset_cpus == "0-3" and eng.c["b"].cpu.cpuset_cpus == "1-3"
+    assert eng.c["a"].cpu.cpuset_cpus == "0-3"
+    assert eng.c["b"].cpu.cpuset_cpus == "1-3"
     assert {ctl.tracked[c].applied_mode for c in ("a", "b", "x0")} == {"weights"}
     with caplog.at_level(logging.INFO, logger="flowcon.agent"):
         for i in range(3):
@@ -492,7 +501,7 @@ def test_hybrid_quota_once_the_lines_say_threads(tmp_path: Path) -> None:
     eng.emit("plain", '{"step": 1, "loss": 3.0}')
     ctl.round()
     assert ctl.tracked["aware"].monitor.thread_aware
-    assert ctl.tracked["aware"].applied_mode == "quota"
+    assert ctl.tracked["aware"].applied_mode == "quota"  # type: ignore[comparison-overlap]
     assert eng.c["aware"].cpu == CpuSettings(nano_cpus=2 * 10**9, cpu_shares=1024)
     assert ctl.tracked["plain"].applied_mode == "weights"
     # the agent restarts: the job is still known to be thread-aware
@@ -528,7 +537,8 @@ def test_state_keeps_the_mode_and_old_records_mean_quota(tmp_path: Path) -> None
     store = StateStore(tmp_path / "state.json")
     rec = store.load().containers["a"]
     assert (rec.applied_mode, rec.applied_cpuset, rec.applied_shares) == ("cpuset", "0-1", 2048)
-    assert rec.original is not None and rec.original["cpuset_cpus"] == "0,2"
+    assert rec.original is not None
+    assert rec.original["cpuset_cpus"] == "0,2"
     # a new agent, now configured for quota, still gives back what the old one set
     ctl = make(eng, tmp_path, control="quota")
     ctl.resync()
@@ -566,13 +576,16 @@ def test_a_change_by_someone_else_wins_and_is_never_reverted(
     itvals: list[float] = []
     ctl.on_itval = itvals.append
     ctl.on_update("a")  # the update event of the agent's own change: nothing happens
-    assert ctl.tracked["a"].managed and ctl.counters.foreign_total() == 0
+    assert ctl.tracked["a"].managed
+    assert ctl.counters.foreign_total() == 0
 
     foreign_update(eng, "b", cpu_shares=4096, nano_cpus=3 * 10**9)
     with caplog.at_level(logging.INFO):
         ctl.on_update("b")
     t = ctl.tracked["b"]
-    assert not t.managed and t.list is None and t.hands_off
+    assert not t.managed
+    assert t.list is None
+    assert t.hands_off
     assert "NanoCpus" in t.hands_off  # each mode sets NanoCpus (weights: the whole host)
     assert "foreign change container=b" in caplog.text
     assert ctl.counters.foreign_total() == 1
@@ -584,12 +597,14 @@ def test_a_change_by_someone_else_wins_and_is_never_reverted(
     assert eng.c["b"].cpu == after  # never overwritten by a round ...
     assert sum(1 for cid, _ in eng.updates if cid == "b") == n_b
     view = {v["name"]: v for v in ctl.views()}["b"]
-    assert view["managed"] is False and view["hands_off"] == t.hands_off
+    assert view["managed"] is False
+    assert view["hands_off"] == t.hands_off
 
     # ... nor by a restarted agent (the state file keeps the hands off) ...
     ctl2 = make(eng, tmp_path, control=control)
     ctl2.resync()
-    assert not ctl2.tracked["b"].managed and ctl2.tracked["b"].hands_off == t.hands_off
+    assert not ctl2.tracked["b"].managed
+    assert ctl2.tracked["b"].hands_off == t.hands_off
     # ... nor by the restore on exit, which gives the others back their originals
     assert ctl2.restore_all() == 2
     assert eng.c["b"].cpu == after
@@ -598,7 +613,8 @@ def test_a_change_by_someone_else_wins_and_is_never_reverted(
     # the container restarts: it is managed again, from its current settings
     ctl2.on_finish("b")
     ctl2.on_start("b")
-    assert ctl2.tracked["b"].managed and ctl2.tracked["b"].hands_off is None
+    assert ctl2.tracked["b"].managed
+    assert ctl2.tracked["b"].hands_off is None
     assert ctl2.tracked["b"].original == after
 
 
@@ -611,7 +627,8 @@ def test_changes_while_the_agent_was_away_are_found_on_resume(tmp_path: Path) ->
     foreign_update(eng, "a", nano_cpus=10**9)  # the agent is dead (no event seen)
     ctl2 = make(eng, tmp_path)
     ctl2.resync()
-    assert ctl2.tracked["a"].hands_off and not ctl2.tracked["a"].managed
+    assert ctl2.tracked["a"].hands_off
+    assert not ctl2.tracked["a"].managed
     assert ctl2.counters.foreign_total() == 1
     assert nano(eng, "a") == 10**9
     assert nano(eng, "b") == HOST * 10**9  # b alone now: the whole host
@@ -655,12 +672,14 @@ def test_an_update_sent_just_before_a_kill_is_the_agents_own(tmp_path: Path, con
     assert all(t.managed and t.hands_off is None for t in ctl2.tracked.values())
     ctl2.round()
     shares = {cid: t.limit for cid, t in ctl2.tracked.items()}
-    assert sorted(shares) == ["a", "b", "c"] and sum(shares.values()) == pytest.approx(1.0)
+    assert sorted(shares) == ["a", "b", "c"]
+    assert sum(shares.values()) == pytest.approx(1.0)
     # someone else's change while the agent is down is still someone else's
     foreign_update(eng, "a", nano_cpus=10**9 + 1)
     ctl3 = make(eng, tmp_path, control=control)
     ctl3.resync()
-    assert ctl3.tracked["a"].hands_off and ctl3.counters.foreign_total() == 1
+    assert ctl3.tracked["a"].hands_off
+    assert ctl3.counters.foreign_total() == 1
 
 
 def test_a_change_before_any_limit_becomes_the_original(tmp_path: Path) -> None:
@@ -668,10 +687,12 @@ def test_a_change_before_any_limit_becomes_the_original(tmp_path: Path) -> None:
     eng.add("a", ON)
     ctl = make(eng, tmp_path)
     ctl.resync()  # alone: unlimited, no update sent
-    assert eng.updates == [] and ctl.tracked["a"].applied_cpus is None
+    assert eng.updates == []
+    assert ctl.tracked["a"].applied_cpus is None
     foreign_update(eng, "a", cpu_shares=256)
     ctl.on_update("a")
-    assert ctl.tracked["a"].managed and ctl.counters.foreign_total() == 0
+    assert ctl.tracked["a"].managed
+    assert ctl.counters.foreign_total() == 0
     assert ctl.tracked["a"].original == CpuSettings(cpu_shares=256)
 
 
@@ -685,7 +706,8 @@ def test_a_change_to_a_field_the_agent_does_not_set_becomes_the_original(
     ctl.resync()
     foreign_update(eng, "a", cpu_shares=2048)
     ctl.on_update("a")
-    assert ctl.tracked["a"].managed and ctl.counters.foreign_total() == 0
+    assert ctl.tracked["a"].managed
+    assert ctl.counters.foreign_total() == 0
     assert ctl.restore_all() == 2
     assert eng.c["a"].cpu.cpu_shares == 2048  # the restore does not undo it
 
@@ -701,4 +723,5 @@ def test_update_events_of_gone_or_unknown_containers_are_ignored(tmp_path: Path)
     ctl.on_update("nobody")
     eng.down = True
     ctl.on_update("b")  # engine down: logged, nothing changes
-    assert ctl.tracked["b"].managed and ctl.counters.foreign_total() == 0
+    assert ctl.tracked["b"].managed
+    assert ctl.counters.foreign_total() == 0

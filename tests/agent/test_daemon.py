@@ -37,7 +37,8 @@ def test_metrics_port_serves_health_and_reports_the_missing_engine(tmp_path: Pat
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10)
         body = json.loads(err.value.read())
-        assert err.value.code == 503 and body["engine"] == "failing"
+        assert err.value.code == 503
+        assert body["engine"] == "failing"
         assert body["problems"][-1].startswith("engine: ")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
             text = r.read().decode()

@@ -124,7 +124,7 @@ def needs_cores(docker_client: Any, n: int) -> int:
     return cores
 
 
-def test_quota_mode_as_before(docker_client, agent) -> None:  # type: ignore[no-untyped-def]
+def test_quota_mode_as_before(docker_client, agent) -> None:
     cores = needs_cores(docker_client, 2)
     ctl, start = agent("quota")
     a, b = start("a"), start("b")
@@ -137,7 +137,7 @@ def test_quota_mode_as_before(docker_client, agent) -> None:  # type: ignore[no-
     assert cgroup(a)["quota"] == pytest.approx(cores)  # "no limit" goes back as the host
 
 
-def test_weights_mode_applied_and_restored(docker_client, agent) -> None:  # type: ignore[no-untyped-def]
+def test_weights_mode_applied_and_restored(docker_client, agent) -> None:
     cores = needs_cores(docker_client, 2)
     ctl, start = agent("weights")
     plain = start("a")
@@ -151,7 +151,8 @@ def test_weights_mode_applied_and_restored(docker_client, agent) -> None:  # typ
     # nothing throttled: the quota lifted (the whole host, or -1 in quota form)
     assert cgroup(plain)["quota"] in (None, pytest.approx(cores))
     assert cgroup(limited)["quota"] == pytest.approx(cores)
-    assert cgroup(quota)["quota"] is None and host_config(quota)["CpuQuota"] == -1
+    assert cgroup(quota)["quota"] is None
+    assert host_config(quota)["CpuQuota"] == -1
     views = {v["name"].rsplit("-", 1)[1]: v for v in ctl.views()}
     assert (views["a"]["control"], views["a"]["shares"]) == ("weights", shares)
 
@@ -165,7 +166,7 @@ def test_weights_mode_applied_and_restored(docker_client, agent) -> None:  # typ
     assert host_config(quota)["CpuQuota"] == 50_000
 
 
-def test_cpuset_two_pinned_three_fall_back(docker_client, agent, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_cpuset_two_pinned_three_fall_back(docker_client, agent, caplog) -> None:
     cores = needs_cores(docker_client, 2)
     if cores != 2:
         pytest.skip("written for a 2-core host (one core each for two containers)")
@@ -196,7 +197,7 @@ def test_cpuset_two_pinned_three_fall_back(docker_client, agent, caplog) -> None
         assert host_config(x)["CpuShares"] == 1024
 
 
-def test_hybrid_quota_for_thread_aware_weights_for_the_rest(docker_client, agent) -> None:  # type: ignore[no-untyped-def]
+def test_hybrid_quota_for_thread_aware_weights_for_the_rest(docker_client, agent) -> None:
     cores = needs_cores(docker_client, 2)
     ctl, start = agent("hybrid")
     aware = start("aware", threads=True)

@@ -89,7 +89,8 @@ def test_dispatch_reconnect_and_resync() -> None:
         q.put(ev("die", "a"))
         q.put(ConnectionResetError("engine went away"))  # the stream breaks
         assert resyncs.acquire(timeout=5)  # reconnected (after two refused tries) and resynced
-        assert started == ["a", "j"] and finished == ["a"]
+        assert started == ["a", "j"]
+        assert finished == ["a"]
         assert len(eng.connects) == 4
         gaps = [b - a for a, b in zip(eng.connects, eng.connects[1:], strict=False)]
         assert gaps[1] >= 0.05  # back-off between refused connections

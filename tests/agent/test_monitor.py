@@ -39,7 +39,7 @@ def _monitor(labels: dict[str, str]) -> ContainerMonitor:
 
 def test_backtracking_regex_is_switched_off(monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:
     calls: list[float] = []
-    real = monitor_mod.parse_line
+    real = monitor_mod.parse_line  # type: ignore[attr-defined]
 
     def parse(line: str, metric: str | None = None, regex: Any = None) -> Any:
         calls.append(1)
@@ -60,5 +60,6 @@ def test_backtracking_regex_is_switched_off(monkeypatch: pytest.MonkeyPatch, cap
 def test_a_good_regex_reads_samples() -> None:
     mon = _monitor({"flowcon.metric.regex": r"loss (?P<value>[0-9.]+)"})
     engine = cast(Engine, Lines(["loss 0.9", "noise", "loss 0.5"]))
-    assert mon.read_logs(engine) == 2 and not mon.regex_off
+    assert mon.read_logs(engine) == 2
+    assert not mon.regex_off
     assert mon.progress.value == 0.5

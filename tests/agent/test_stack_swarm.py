@@ -67,7 +67,8 @@ def agent_image(swarm: Any) -> str:
     load = subprocess.run(
         ["docker", "-H", NODE2_SOCK, "load", "-q"], stdin=save.stdout, capture_output=True
     )
-    assert save.wait(timeout=600) == 0 and load.returncode == 0, load.stderr[-800:]
+    assert save.wait(timeout=600) == 0, load.stderr[-800:]
+    assert load.returncode == 0, load.stderr[-800:]
     return IMAGE
 
 
@@ -212,16 +213,18 @@ def test_stack_deploys_manages_both_nodes_and_is_removed_cleanly(
         svc = swarm.manager.services.get(f"{stack}_agent")
         assert "Global" in svc.attrs["Spec"]["Mode"]
         res = svc.attrs["Spec"]["TaskTemplate"]["Resources"]
-        assert res["Limits"]["NanoCPUs"] == 250_000_000 and res["Reservations"]["MemoryBytes"]
+        assert res["Limits"]["NanoCPUs"] == 250_000_000
+        assert res["Reservations"]["MemoryBytes"]
         # the agent on both nodes, each healthy by its own HEALTHCHECK (/healthz)
         agents = {
-            label: wait_for(lambda c=client: _agent_container(c, stack), timeout=120)
+            label: wait_for(lambda c=client: _agent_container(c, stack), timeout=120)  # type: ignore[misc]
             for label, client in (("node1", swarm.manager), ("node2", swarm.node2))
         }
         for label, c in agents.items():
-            wait_for(lambda c=c: _health(c) == "healthy", timeout=90)
+            wait_for(lambda c=c: _health(c) == "healthy", timeout=90)  # type: ignore[misc]
             probe = c.exec_run(["python3", "-m", "flowcon.web.probe"])
-            assert probe.exit_code == 0 and b'"status": "ok"' in probe.output, (label, probe)
+            assert probe.exit_code == 0, (label, probe)
+            assert b'"status": "ok"' in probe.output, (label, probe)
         # two labelled training containers per node: the node's agent limits both
         for label, client in (("node1", swarm.manager), ("node2", swarm.node2)):
             for i in range(2):
@@ -240,18 +243,20 @@ def test_stack_deploys_manages_both_nodes_and_is_removed_cleanly(
             return bool(c.attrs["HostConfig"]["NanoCpus"])
 
         for c in jobs:
-            wait_for(lambda c=c: limited(c), timeout=60)
+            wait_for(lambda c=c: limited(c), timeout=60)  # type: ignore[misc]
         for label, c in agents.items():
             out = c.exec_run(["python3", "-m", "flowcon.cli", "status", "--json", "--no-engine"])
             assert out.exit_code == 0, out.output
             names = {x["name"] for x in json.loads(out.output)["containers"]}
             assert names == {f"{stack}-{label}-0", f"{stack}-{label}-1"}, (label, names)
             # the series appear after the agent's next periodic round (itval 2 s)
-            wait_for(lambda c=c, label=label: _series(c, f"{stack}-{label}-0"), timeout=60)
+            wait_for(lambda c=c, label=label: _series(c, f"{stack}-{label}-0"), timeout=60)  # type: ignore[misc]
         # the allocator: one task on the manager, /healthz answers on the host network
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
             body = json.loads(r.read())
-        assert r.status == 200 and body["status"] == "ok" and body["executor"] == "swarm"
+        assert r.status == 200
+        assert body["status"] == "ok"
+        assert body["executor"] == "swarm"
         # the agents report what they measure to the allocator with the agent secret
         wait_for(lambda: _measurements_received(port) >= 2, timeout=60)
     finally:

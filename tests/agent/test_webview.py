@@ -58,17 +58,22 @@ VIEW = {
 
 
 def test_endpoints(served: Any) -> None:
-    web, clock, url = served
+    web, _clock, url = served
     web.record_round([VIEW], 20.0)
     status, body, ctype = get(url + "/metrics")
-    assert status == 200 and ctype.startswith("text/plain")
+    assert status == 200
+    assert ctype.startswith("text/plain")
     assert 'flowcon_container_cpu_limit_cpus{id="/docker/' + "a" * 64 in body.decode()
     status, body, _ = get(url + "/healthz")
     health = json.loads(body)
-    assert status == 200 and health["status"] == "ok" and health["node"] == "n1"
+    assert status == 200
+    assert health["status"] == "ok"
+    assert health["node"] == "n1"
     status, body, _ = get(url + "/api/history")
     hist = json.loads(body)
-    assert status == 200 and hist["host_cpus"] == 4 and hist["node"] == "n1"
+    assert status == 200
+    assert hist["host_cpus"] == 4
+    assert hist["node"] == "n1"
     (point,) = hist["points"]
     assert point["itval"] == 20.0
     assert point["containers"]["a" * 64]["list"] == "WL"
@@ -77,7 +82,9 @@ def test_endpoints(served: Any) -> None:
     assert json.loads(later)["points"] == []
     assert get(url + "/api/history?since=x")[0] == 400
     status, body, ctype = get(url + "/ui")
-    assert status == 200 and ctype.startswith("text/html") and b"FlowCon agent" in body
+    assert status == 200
+    assert ctype.startswith("text/html")
+    assert b"FlowCon agent" in body
     assert get(url + "/static/agent.js")[0] == 200
     assert get(url + "/nope")[0] == 404
 
@@ -87,9 +94,11 @@ def test_healthz_503_when_stuck_or_engine_gone(served: Any) -> None:
     web.record_round([], 20.0)
     clock.t += 61  # three 20 s intervals without a round
     status, body, _ = get(url + "/healthz")
-    assert status == 503 and "no round completed" in json.loads(body)["problems"][0]
+    assert status == 503
+    assert "no round completed" in json.loads(body)["problems"][0]
     web.record_round([], 20.0)
     assert get(url + "/healthz")[0] == 200
     web.liveness.engine_failed("cannot connect to the Docker engine at unix:///gone.sock")
     status, body, _ = get(url + "/healthz")
-    assert status == 503 and json.loads(body)["engine"] == "failing"
+    assert status == 503
+    assert json.loads(body)["engine"] == "failing"

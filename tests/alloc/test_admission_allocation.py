@@ -30,9 +30,11 @@ def test_curve_is_conservative_and_refinable() -> None:
     assert c.at(64) == 5.0  # never extrapolated upwards
     assert c.max_useful_gpus == 8
     r = c.with_measurement(2, 1.5)  # job runs at half the profiled speed
-    assert r.at(2) == 1.5 and r.at(1) == pytest.approx(1.0) and r.at(8) == pytest.approx(2.5)
+    assert r.at(2) == 1.5
+    assert r.at(1) == pytest.approx(1.0)
+    assert r.at(8) == pytest.approx(2.5)
     assert r.with_measurement(8, 4.0).at(2) == 1.5  # earlier measurements are kept
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="invalid measurement"):
         c.with_measurement(2, float("nan"))
 
 
@@ -40,7 +42,7 @@ def test_topology_spec() -> None:
     t = Topology.from_spec("16x8")
     assert (t.nodes, t.gpus_per_node, t.total_gpus) == (16, 8, 128)
     assert Topology.from_spec("2x4x8").total_gpus == 64
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is not NODESxGPUS"):
         Topology.from_spec("16by8")
 
 
@@ -49,21 +51,25 @@ def test_figure4_admission_needs_t1_plus_t4() -> None:
     b = job("B", 2.0, 1.0, LINEAR4)  # 2 GPUs for the first slot
     c = job("C", 3.0, 2.0, FIG4)
     alone = admit(c, [], 0.0, 4, 1.0)
-    assert alone.admitted and alone.plans["C"].gpus == (2, 2)  # Figure 4(b)
+    assert alone.admitted
+    assert alone.plans["C"].gpus == (2, 2)  # Figure 4(b)
     d = admit(c, [a, b], 0.0, 4, 1.0)
     assert d.admitted
     assert d.plans["C"].gpus == (1, 4)  # Figure 4(c): T(1) + T(4) = 3 = M_c
     assert d.min_share == {"A": 1, "B": 2, "C": 1}
     worse = admit(job("C", 3.01, 2.0, FIG4), [a, b], 0.0, 4, 1.0)
-    assert not worse.admitted and worse.reason
+    assert not worse.admitted
+    assert worse.reason
     # a newcomer that would break an admitted job is dropped, naming the victim
     hog = admit(job("H", 4.0, 1.0, LINEAR4), [a, b], 0.0, 4, 1.0)
-    assert not hog.admitted and "admitted job" in (hog.reason or "")
+    assert not hog.admitted
+    assert "admitted job" in (hog.reason or "")
 
 
 def test_unsatisfiable_alone_reason() -> None:
     d = admit(job("X", 100.0, 2.0, FIG4), [], 0.0, 4, 1.0)
-    assert not d.admitted and "even alone" in (d.reason or "")
+    assert not d.admitted
+    assert "even alone" in (d.reason or "")
 
 
 def _theorem1_condition(jobs: list[tuple[float, float, float]], g: int) -> bool:
@@ -113,9 +119,11 @@ def test_figure3_edf_misses_while_one_gpu_each_meets_both() -> None:
         return {r.job.job_id: r.finish or math.inf for r in res.results}
 
     edf = run("edf")
-    assert edf["A"] == pytest.approx(80) and edf["B"] > 150
+    assert edf["A"] == pytest.approx(80)
+    assert edf["B"] > 150
     ef = run("elasticflow")
-    assert ef["A"] <= 120 and ef["B"] <= 150
+    assert ef["A"] <= 120
+    assert ef["B"] <= 150
 
 
 def test_allocation_min_share_then_marginal_return() -> None:
@@ -151,7 +159,9 @@ def test_best_effort_and_soft_deadline_get_spare_only() -> None:
         assert pol.on_submit(j, 0.0, state).admitted
         state.jobs[j.job_id] = j
     out = pol.schedule(0.0, state)
-    assert out["hard"] == 4 and out["be"] == 0 and out["soft"] == 0
+    assert out["hard"] == 4
+    assert out["be"] == 0
+    assert out["soft"] == 0
 
 
 @pytest.mark.parametrize("seed", range(6))

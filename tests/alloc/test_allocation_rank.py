@@ -72,7 +72,8 @@ def _check(jobs: list[Job], base: dict[str, int], alloc: dict[str, int], *, fast
             continue  # no next faster step fits in what is left
         # only the fast priority stops earlier: the step adds nothing in the next slot
         r = j.remaining
-        assert fast and min(r, j.curve.at(nxt) * SLOT) <= min(r, j.curve.at(n) * SLOT)
+        assert fast
+        assert min(r, j.curve.at(nxt) * SLOT) <= min(r, j.curve.at(n) * SLOT)
 
 
 @settings(max_examples=150, deadline=None)

@@ -40,9 +40,12 @@ def test_default_range_is_half_to_twice_within_the_table() -> None:
 
 def test_feasibility_and_rates() -> None:
     r = make_range(ROWS, 32, 128, 64, max_per_gpu=32)
-    assert r.feasible(32, 1) and not r.feasible(64, 1) and r.feasible(64, 2)
+    assert r.feasible(32, 1)
+    assert not r.feasible(64, 1)
+    assert r.feasible(64, 2)
     assert r.gpu_counts(128) == [4]
-    assert r.rate(128, 2) == 0.0 and r.rate(128, 4) == pytest.approx(11.0 * 128)
+    assert r.rate(128, 2) == 0.0
+    assert r.rate(128, 4) == pytest.approx(11.0 * 128)
     assert r.base_rate() == pytest.approx(320.0)  # only b=32 fits one GPU
 
 
@@ -73,7 +76,8 @@ def test_with_default_ranges_skips_jobs_that_have_one() -> None:
     a = Job("a", 0.0, 1.0, None, ROWS[32], model="m", batch_size=32)
     b = Job("b", 0.0, 1.0, None, ROWS[64], model="m", batch_size=64, batch_range=own)
     with_default_ranges([a, b], {"m": ROWS})
-    assert a.batch_range is not None and a.batch_range.batches == (32, 64)
+    assert a.batch_range is not None
+    assert a.batch_range.batches == (32, 64)
     assert b.batch_range is own
     with pytest.raises(ValueError, match="no batch-size range"):
         set_batch(Job("c", 0.0, 1.0, None, ROWS[32]), 64)

@@ -39,10 +39,13 @@ def test_a_job_that_cannot_meet_its_deadline_any_more_gives_up_its_guarantee() -
     # need more than the 4 GPUs there are, so no plan meets its deadline any more
     b = _job("b", 1944.0, 1200.0, submit=660.0)  # needs more than the 2 GPUs A leaves
     d = ledger.try_admit(b, {"a": a, "b": b}, 660.0)
-    assert d.admitted and d.revoked == ("a",)
-    assert "a" not in ledger and "b" in ledger
+    assert d.admitted
+    assert d.revoked == ("a",)
+    assert "a" not in ledger
+    assert "b" in ledger
     plan = ledger.plan_of("b")
-    assert plan is not None and max(plan.gpus) == 4  # the room A held
+    assert plan is not None
+    assert max(plan.gpus) == 4  # the room A held
 
 
 def test_a_job_on_track_keeps_its_guarantee_and_the_newcomer_is_declined() -> None:
@@ -50,8 +53,10 @@ def test_a_job_on_track_keeps_its_guarantee_and_the_newcomer_is_declined() -> No
     a.done_iterations = 1320.0  # 2 it/s since t=0: exactly its plan
     b = _job("b", 1944.0, 1200.0, submit=660.0)
     d = ledger.try_admit(b, {"a": a, "b": b}, 660.0)
-    assert not d.admitted and d.revoked == ()
-    assert "a" in ledger and "b" not in ledger
+    assert not d.admitted
+    assert d.revoked == ()
+    assert "a" in ledger
+    assert "b" not in ledger
 
 
 def test_a_job_behind_that_can_be_replanned_keeps_its_guarantee() -> None:
@@ -61,7 +66,8 @@ def test_a_job_behind_that_can_be_replanned_keeps_its_guarantee() -> None:
     a.done_iterations = 1000.0
     b = _job("b", 1944.0, 1200.0, submit=660.0)
     d = ledger.try_admit(b, {"a": a, "b": b}, 660.0)
-    assert not d.admitted and d.revoked == ()
+    assert not d.admitted
+    assert d.revoked == ()
     assert "a" in ledger
 
 
@@ -69,8 +75,10 @@ def test_the_guarantee_is_given_up_even_when_the_newcomer_still_does_not_fit() -
     ledger, a = _ledger_with_a()
     b = _job("b", 10_000.0, 1200.0, submit=660.0)  # impossible even alone
     d = ledger.try_admit(b, {"a": a, "b": b}, 660.0)
-    assert not d.admitted and d.revoked == ("a",)
-    assert d.reason is not None and "even alone" in d.reason
+    assert not d.admitted
+    assert d.revoked == ("a",)
+    assert d.reason is not None
+    assert "even alone" in d.reason
     assert "a" not in ledger
 
 
@@ -82,7 +90,9 @@ def test_the_policy_passes_the_revoked_jobs_on() -> None:
     state.jobs["a"] = a
     b = _job("b", 1944.0, 1200.0, submit=660.0)
     d = pol.on_submit(b, 660.0, state)
-    assert d.admitted and d.revoked == ("a",) and set(d.plans) == {"b"}
+    assert d.admitted
+    assert d.revoked == ("a",)
+    assert set(d.plans) == {"b"}
 
 
 def test_the_simulator_records_when_a_guarantee_was_lost() -> None:
@@ -95,7 +105,10 @@ def test_the_simulator_records_when_a_guarantee_was_lost() -> None:
     pol = make_policy("elasticflow", overhead=0.0)
     res = Simulator(jobs, Topology(1, 4), pol, slot=60.0, overhead=300.0).run()
     by = {r.job.job_id: r for r in res.results}
-    assert by["a"].guarantee_lost == 660.0 and by["b"].guarantee_lost is None
-    assert by["b"].admitted and not by["a"].met_deadline
+    assert by["a"].guarantee_lost == 660.0
+    assert by["b"].guarantee_lost is None
+    assert by["b"].admitted
+    assert not by["a"].met_deadline
     s = summarize(res)
-    assert s["guarantees_lost"] == 1 and s["guarantees_lost_met"] == 0
+    assert s["guarantees_lost"] == 1
+    assert s["guarantees_lost_met"] == 0

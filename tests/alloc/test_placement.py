@@ -16,11 +16,13 @@ def _check(topo: Topology, alloc: dict[str, int], placed: dict[str, Placement]) 
     assert set(placed) == {j for j, n in alloc.items() if n}
     for jid, p in placed.items():
         n = alloc[jid]
-        assert len(p) == n and len(set(p)) == n
+        assert len(p) == n
+        assert len(set(p)) == n
         assert not seen & set(p), "two jobs on one GPU"
         seen |= set(p)
         ids = sorted(node * g + gpu for node, gpu in p)
-        assert ids == list(range(ids[0], ids[0] + n)) and ids[0] % n == 0, "not a buddy block"
+        assert ids == list(range(ids[0], ids[0] + n)), "not a buddy block"
+        assert ids[0] % n == 0, "not a buddy block"
         nodes = {node for node, _ in p}
         assert len(nodes) == max(1, n // g), "workers spread over more nodes than needed"
         assert all(0 <= node < topo.nodes and 0 <= gpu < g for node, gpu in p)
@@ -66,8 +68,10 @@ def test_unchanged_jobs_stay_and_best_fit() -> None:
     placer = BuddyPlacer(topo)
     p1 = placer.place({"a": 4, "b": 2}, {})
     p2 = placer.place({"a": 4, "b": 2, "c": 2}, p1.placements)
-    assert p2.placements["a"] == p1.placements["a"] and p2.placements["b"] == p1.placements["b"]
-    assert p2.rescaled == {"c"} and not p2.migrated
+    assert p2.placements["a"] == p1.placements["a"]
+    assert p2.placements["b"] == p1.placements["b"]
+    assert p2.rescaled == {"c"}
+    assert not p2.migrated
     # best fit: c goes into the node that is already partly used
     assert {n for n, _ in p2.placements["c"]} == {n for n, _ in p1.placements["a"]}
 
@@ -80,7 +84,8 @@ def test_defragmentation_migrates() -> None:
     alloc = {k: 1 for k in cur} | {"big": 2}
     plan = placer.place(alloc, cur)
     _check(topo, alloc, plan.placements)
-    assert plan.repacked and plan.migrated
+    assert plan.repacked
+    assert plan.migrated
 
 
 def test_bad_sizes_raise() -> None:
@@ -114,7 +119,9 @@ def test_stable_allocation_never_migrates(spec: str) -> None:
             alloc.pop(rng.choice(list(alloc)))
         current = dict(placer.place(alloc, current).placements)
         again = placer.place(alloc, current)
-        assert not again.changed and not again.repacked and not again.overhead
+        assert not again.changed
+        assert not again.repacked
+        assert not again.overhead
         assert again.placements == current
         # fresh placer (no cached state, e.g. after a service restart): same answer
         assert BuddyPlacer(topo).place(alloc, current).placements == current
@@ -122,7 +129,8 @@ def test_stable_allocation_never_migrates(spec: str) -> None:
         gone = set(rng.sample(sorted(alloc), k=min(2, len(alloc))))
         fewer = {j: (0 if j in gone else n) for j, n in alloc.items()}
         shrink = placer.place(fewer, current)
-        assert not shrink.migrated and shrink.rescaled == gone
+        assert not shrink.migrated
+        assert shrink.rescaled == gone
         assert all(shrink.placements[j] == current[j] for j in alloc if j not in gone)
         current = dict(placer.place(alloc, current).placements)  # back (re-place the gone)
 
@@ -133,7 +141,9 @@ def test_defragmentation_moves_only_the_job_in_the_way() -> None:
     # one idle GPU at the end of each node: a 2-GPU job needs exactly one 1-GPU job moved
     cur = {f"x{i}": ((i // 7, i % 7),) for i in range(14)}
     plan = placer.place({k: 1 for k in cur} | {"big": 2}, cur)
-    assert plan.repacked and len(plan.migrated) == 1 and plan.rescaled == {"big"}
+    assert plan.repacked
+    assert len(plan.migrated) == 1
+    assert plan.rescaled == {"big"}
     (moved,) = plan.migrated
     assert set(plan.overhead) == {"big", moved}
     assert all(plan.placements[j] == cur[j] for j in cur if j != moved)
@@ -269,7 +279,9 @@ def test_a_placer_that_goes_on_from_its_answer_agrees_with_a_fresh_one(
                 del current[gone]
             same = BuddyPlacer(topo, overhead=5.0).place(alloc, current)
             assert same.placements == current
-            assert not same.rescaled and not same.migrated and not same.overhead
+            assert not same.rescaled
+            assert not same.migrated
+            assert not same.overhead
             continue  # the engine's shortcut: no call
         _random_step(rng, alloc, sizes, total, step)
         for jid in [j for j in current if j not in alloc]:

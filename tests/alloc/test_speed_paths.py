@@ -451,7 +451,7 @@ def _plans(draw: st.DrawFn) -> _Plan:
 def test_rise_is_the_most_a_new_plan_reserves_above_the_old(
     data: st.DataObject, floor: int
 ) -> None:
-    new, old = _plans(data.draw), _plans(data.draw)
+    new, old = _plans(data.draw), _plans(data.draw)  # type: ignore[arg-type]
     slots = range(floor, 80)
     assert _rise(new, old, floor) == max(0, *(new.at(k) - old.at(k) for k in slots))
 

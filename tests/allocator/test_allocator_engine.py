@@ -23,7 +23,7 @@ pytestmark = pytest.mark.docker
 
 
 @pytest.fixture
-def env(tmp_path, docker_client, labeled, test_run_id):  # type: ignore[no-untyped-def]
+def env(tmp_path, docker_client, labeled, test_run_id):
     yield from daemon_env(tmp_path, docker_client, labeled, test_run_id)
 
 
@@ -50,7 +50,7 @@ def test_scenario_admission_env_adoption_completion(env, docker_client):
     assert names == [f"a{rid}", f"b{rid}"], "the scenario's expected decisions changed"
 
     # every admitted job runs with its allocation in its environment
-    def running():  # type: ignore[no-untyped-def]
+    def running():
         jobs = {j["name"]: j for j in client.jobs()}
         ok = all(
             jobs[n]["state"] == "running"
@@ -70,7 +70,8 @@ def test_scenario_admission_env_adoption_completion(env, docker_client):
         assert sorted(int(e["RANK"]) for e in envs)[0] == 0
         assert all(e["FLOWCON_JOB"] == n for e in envs)
         gpus = [g for e in envs for g in e["FLOWCON_GPUS"].split(",")]
-        assert len(gpus) == jobs[n]["gpus"] and all(g.startswith("FAKE-node") for g in gpus)
+        assert len(gpus) == jobs[n]["gpus"]
+        assert all(g.startswith("FAKE-node") for g in gpus)
         assert all(
             e["FLOWCON_ITERATIONS"] == str(dict((t[0], t[1]) for t in trace)[n]) for e in envs
         )
@@ -104,7 +105,7 @@ def test_scenario_admission_env_adoption_completion(env, docker_client):
             assert cid in {c.id for c in after}, f"{job} was restarted instead of adopted"
 
     # both admitted jobs finish by their deadline; their containers go away
-    def finished():  # type: ignore[no-untyped-def]
+    def finished():
         js = {j["name"]: j for j in client.jobs()}
         return js if all(js[n]["state"] == "completed" for n in names) else None
 
@@ -124,14 +125,14 @@ def test_scenario_admission_env_adoption_completion(env, docker_client):
 
 
 def test_dead_container_is_restarted_from_its_checkpoint(env, docker_client):
-    cfg, start, rid = env
+    _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)
     name = f"k{rid}"
     out = client.submit(rate_job_spec(name, 100000, None, {1: 20.0}, max_gpus=1))
     assert out["admitted"] is True
 
-    def step():  # type: ignore[no-untyped-def]
+    def step():
         rec = alloc.store.get_job(name)
         return rec.done_iterations if rec and rec.observed_ts else 0
 
@@ -152,7 +153,7 @@ def test_dead_container_is_restarted_from_its_checkpoint(env, docker_client):
     assert alloc.store.get_job(name).state == "cancelled"
 
 
-def test_a_removal_cut_short_is_finished_at_restart(env, docker_client):  # type: ignore[no-untyped-def]
+def test_a_removal_cut_short_is_finished_at_restart(env, docker_client):
     """Regression (the interrupted-commands fault scenario left a job network behind): an
     allocator killed while removing a cancelled job, after its containers and before its
     network and checkpoint volume, left those two for good. The next allocator removes

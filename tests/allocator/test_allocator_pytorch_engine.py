@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from typing import Any
 
 import pytest
 from support.allocator_daemon import CONFIG, containers, daemon_env, env_of, wait_for
@@ -27,7 +28,7 @@ LINEAR = {1: 10.0, 2: 20.0, 4: 40.0}
 
 
 @pytest.fixture
-def env(tmp_path, docker_client, labeled, test_run_id):  # type: ignore[no-untyped-def]
+def env(tmp_path, docker_client, labeled, test_run_id):
     try:
         docker_client.images.get(IMAGE)
     except Exception:
@@ -38,7 +39,7 @@ def env(tmp_path, docker_client, labeled, test_run_id):  # type: ignore[no-untyp
     yield from daemon_env(tmp_path, docker_client, labeled, test_run_id, CONFIG, IMAGE)
 
 
-def metric_lines(container) -> list[dict]:  # type: ignore[no-untyped-def]
+def metric_lines(container) -> list[dict[str, Any]]:
     out = []
     for line in container.logs().decode(errors="replace").splitlines():
         if line.startswith("{"):
@@ -50,7 +51,7 @@ def metric_lines(container) -> list[dict]:  # type: ignore[no-untyped-def]
 
 
 def test_pytorch_job_rescales_from_its_checkpoint_and_completes(env, docker_client):
-    cfg, start, rid = env
+    _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)
     fillers = {f"f4{rid}": 4, f"f2{rid}": 2, f"f1{rid}": 1}
@@ -73,22 +74,25 @@ def test_pytorch_job_rescales_from_its_checkpoint_and_completes(env, docker_clie
             "scaling": "restart",  # this test is about checkpoint-restart
         }
     )
-    assert out["admitted"] is True and out["gpus"] == 1, out
+    assert out["admitted"] is True, out
+    assert out["gpus"] == 1, out
     assert {n: client.job(n)["gpus"] for n in fillers} == fillers
 
     # one container, one worker: torchrun's environment and the batch split
     (c1,) = wait_for(lambda: containers(docker_client, rid, torch_job), 30)
     e = env_of(c1)
     assert (e["WORLD_SIZE"], e["RANK"], e["LOCAL_WORLD_SIZE"]) == ("1", "0", "1")
-    assert e["MASTER_ADDR"] == "127.0.0.1" and int(e["MASTER_PORT"]) > 0
-    assert e["FLOWCON_GLOBAL_BATCH_SIZE"] == "64" and e["FLOWCON_LOCAL_BATCH_SIZE"] == "64"
+    assert e["MASTER_ADDR"] == "127.0.0.1"
+    assert int(e["MASTER_PORT"]) > 0
+    assert e["FLOWCON_GLOBAL_BATCH_SIZE"] == "64"
+    assert e["FLOWCON_LOCAL_BATCH_SIZE"] == "64"
     assert e["FLOWCON_CHECKPOINT_DIR"] == "/flowcon/checkpoint"
     assert e["FLOWCON_ITERATIONS"] == str(ITERATIONS)
 
-    def steps(c):  # type: ignore[no-untyped-def]
+    def steps(c):
         return [m["step"] for m in metric_lines(c) if "step" in m and "loss" in m]
 
-    def trained(n: int):  # type: ignore[no-untyped-def]
+    def trained(n: int):
         c1.reload()
         assert c1.status == "running", c1.logs().decode()[-2000:]
         s = steps(c1)
@@ -116,7 +120,7 @@ def test_pytorch_job_rescales_from_its_checkpoint_and_completes(env, docker_clie
 
     seen: list[int] = []
 
-    def finished():  # type: ignore[no-untyped-def]
+    def finished():
         j = client.job(torch_job)
         assert j["state"] in ("running", "admitted", "completed"), j
         if j["state"] == "completed":
@@ -130,14 +134,17 @@ def test_pytorch_job_rescales_from_its_checkpoint_and_completes(env, docker_clie
         return None
 
     done = wait_for(finished, 120, every=1)
-    assert done["progress"] == 1.0 and done["done_iterations"] == ITERATIONS
+    assert done["progress"] == 1.0
+    assert done["done_iterations"] == ITERATIONS
     # rank 0 of the 2-worker container resumed after the checkpointed step (at least the
     # 30 steps seen before the rescale) and counted on without a gap
     assert seen, "no metric line after the rescale"
     assert seen[0] > 30, seen[:5]
     assert seen == list(range(seen[0], seen[0] + len(seen)))
     kinds = [e.kind for e in alloc.store.events(job=torch_job)]
-    assert kinds[-1] == "completed" and "failed" not in kinds and "restarted" not in kinds
+    assert kinds[-1] == "completed"
+    assert "failed" not in kinds
+    assert "restarted" not in kinds
     wait_for(lambda: not containers(docker_client, rid, torch_job), 30)
     for n in (f"f4{rid}", f"f2{rid}"):
         client.cancel(n)

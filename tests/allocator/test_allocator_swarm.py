@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.swarm, pytest.mark.docker]
 PROFILE = {1: 2.0, 2: 3.6, 4: 6.4, 8: 10.0}
 
 
-def test_scenario_on_the_swarm(swarm, labeled, test_run_id, tmp_path: Path):  # type: ignore[no-untyped-def]
+def test_scenario_on_the_swarm(swarm, labeled, test_run_id, tmp_path: Path):
 
     (tmp_path / "a.yaml").write_text(
         "allocator: {listen: '127.0.0.1:0', state_dir: state, slot_seconds: 2}\n"
@@ -54,7 +54,7 @@ def test_scenario_on_the_swarm(swarm, labeled, test_run_id, tmp_path: Path):  # 
         names = [j.job_id for j in admitted]
         assert len(names) == 2
 
-        def running():  # type: ignore[no-untyped-def]
+        def running():
             out = {}
             for n in names:
                 st = ex.job(n)
@@ -70,7 +70,7 @@ def test_scenario_on_the_swarm(swarm, labeled, test_run_id, tmp_path: Path):  # 
             assert set(st.placement) == nodes  # one service per placed node
             assert st.gpus == rec.gpus
 
-        def finished():  # type: ignore[no-untyped-def]
+        def finished():
             js = {j["name"]: j for j in client.jobs()}
             return js if all(js[n]["state"] == "completed" for n in names) else None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,7 @@ from flowcon.client.http import AllocatorClient, ClientError
 PROFILE = {1: 10.0, 2: 18.0, 4: 32.0, 8: 50.0}
 
 
-def spec(name: str, iterations: int, deadline: float | str | None, **kw: object) -> dict:
+def spec(name: str, iterations: int, deadline: float | str | None, **kw: object) -> dict[str, Any]:
     out: dict[str, object] = {
         "name": name,
         "image": "flowcon/testbox:latest",
@@ -55,10 +56,13 @@ def client(daemon):
 def test_health_and_metrics_without_token(daemon):
     anon = AllocatorClient(daemon.url, None)
     h = anon.health()
-    assert h["status"] == "ok" and h["total_gpus"] == 8 and h["schema_version"] >= 1
+    assert h["status"] == "ok"
+    assert h["total_gpus"] == 8
+    assert h["schema_version"] >= 1
     with urllib.request.urlopen(daemon.url + "/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    assert "flowcon_allocator_gpus 8.0" in text and "flowcon_allocator_gpus_total" not in text
+    assert "flowcon_allocator_gpus 8.0" in text
+    assert "flowcon_allocator_gpus_total" not in text
     assert 'flowcon_allocator_jobs{state="running"}' in text
 
 
@@ -143,7 +147,8 @@ def test_submit_admits_and_drops_as_the_core_decides(daemon, client):
             assert out["reason"]
     assert seen == {"admitted", "dropped"}
     jobs = {j["name"]: j for j in client.jobs()}
-    assert jobs["e"]["state"] == "dropped" and "unsatisfiable" in jobs["e"]["reason"]
+    assert jobs["e"]["state"] == "dropped"
+    assert "unsatisfiable" in jobs["e"]["reason"]
     assert sum(j["gpus"] for j in jobs.values()) <= 8
     detail = client.job("a")
     assert [a["admitted"] for a in detail["admissions"]] == [True]
@@ -207,7 +212,9 @@ def test_measurements_refine_the_curve_through_http(daemon, client):
     ]
     # json.dumps writes NaN, which Python's json accepts: the row must be skipped, not crash
     res = client.post_measurements("node1", rows)
-    assert res["received"] == 5 and res["refined"] == 1 and res["replan"] is True
+    assert res["received"] == 5
+    assert res["refined"] == 1
+    assert res["replan"] is True
     assert res["skipped"] == 1
     job = client.job("a")
     assert job["measured"][str(gpus)] == pytest.approx(slow)
@@ -223,7 +230,7 @@ def test_measurements_refine_the_curve_through_http(daemon, client):
 
 
 def test_measurement_body_must_have_node_and_list(daemon):
-    for body in ({"measurements": []}, {"node": "n", "measurements": {}}):
+    for body in ({"measurements": []}, {"node": "n", "measurements": {}}):  # type: ignore[var-annotated]
         req = urllib.request.Request(
             daemon.url + "/api/v1/measurements",
             data=json.dumps(body).encode(),
@@ -250,7 +257,8 @@ def test_state_survives_a_daemon_restart(tmp_path):
         c2 = AllocatorClient(a2.url, a2.token)
         assert [j["name"] for j in c2.jobs()] == ["a"]
         kinds = [e.kind for e in a2.store.events()]
-        assert kinds.count("allocator_started") == 2 and "allocator_stopped" in kinds
+        assert kinds.count("allocator_started") == 2
+        assert "allocator_stopped" in kinds
     finally:
         a2.stop()
 
@@ -269,6 +277,7 @@ def test_the_views_read_back_the_wire_exactly(daemon, client):
     for name in ("a", "b"):
         detail = client.job(name)
         assert JobDetail.from_json(detail).to_json() == detail
-        assert detail["events"] and detail["admissions"]
+        assert detail["events"]
+        assert detail["admissions"]
     page = client.logs("a")
     assert LogPage.from_json(page).to_json() == page

@@ -45,7 +45,7 @@ def job(name: str, **kw: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def daemon(tmp_path_factory):  # type: ignore[no-untyped-def]
+def daemon(tmp_path_factory):
     cfg = AllocatorConfig(
         state_dir=tmp_path_factory.mktemp("auth") / "state",
         slot_seconds=1.0,
@@ -166,10 +166,10 @@ def test_hmac_compare_and_header_forms(daemon: Allocator) -> None:
         TOKENS["read"],  # no scheme
         f"Basic {TOKENS['read']}",
         f"Bearer {TOKENS['read']}x",
-        f"Bearer {TOKENS['read'][:-1]}",
+        f"Bearer {TOKENS['read'][:-1]}",  # type: ignore[index]
         "Bearer ",
     ):
-        req = urllib.request.Request(daemon.url + "/api/v1/jobs", headers={"Authorization": header})
+        req = urllib.request.Request(daemon.url + "/api/v1/jobs", headers={"Authorization": header})  # type: ignore[dict-item]
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(req, timeout=10)
         assert err.value.code == 401, header
@@ -208,7 +208,8 @@ def test_body_over_1_mib_is_413_before_it_is_sent(daemon: Allocator) -> None:
         "POST /api/v1/jobs HTTP/1.1\nHost: t\nContent-Type: application/json\n"
         f"Authorization: Bearer {TOKENS['user']}\nContent-Length: {2 << 20}\n",
     )  # the body is never sent: the answer must come anyway
-    assert status == 413 and json.loads(body)["limit"] == 1 << 20
+    assert status == 413
+    assert json.loads(body)["limit"] == 1 << 20
     assert daemon.store.count("jobs") == before
     # a refused token is answered first (401), whatever the size
     status, _ = raw_request(
@@ -223,7 +224,8 @@ def test_body_over_1_mib_is_413_before_it_is_sent(daemon: Allocator) -> None:
         f"Authorization: Bearer {TOKENS['user']}\nContent-Length: {len(payload)}\n",
         payload,
     )
-    assert len(payload) == 1 << 20 and status == 400, body
+    assert len(payload) == 1 << 20, body
+    assert status == 400, body
 
 
 @pytest.mark.parametrize(
@@ -234,7 +236,8 @@ def test_body_without_content_length_is_411(daemon: Allocator, extra: str) -> No
         daemon,
         f"POST /api/v1/jobs HTTP/1.1\nHost: t\nAuthorization: Bearer {TOKENS['user']}\n{extra}",
     )
-    assert status == 411 and "Content-Length" in json.loads(body)["error"]
+    assert status == 411
+    assert "Content-Length" in json.loads(body)["error"]
 
 
 @pytest.mark.parametrize(
@@ -257,12 +260,13 @@ def test_bad_bodies_are_400(daemon: Allocator, data: bytes, ctype: str) -> None:
     assert status == 400
 
 
-def test_env_values_never_leave_the_api(daemon: Allocator, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_env_values_never_leave_the_api(daemon: Allocator, monkeypatch) -> None:
     name = next(_names)
     status, out = call(
         daemon, "POST", "/api/v1/jobs", "user", job(name, env={"API_KEY": "hunter2", "N": 3})
     )
-    assert status == 201 and "hunter2" not in json.dumps(out)
+    assert status == 201
+    assert "hunter2" not in json.dumps(out)
     status, rows = call(daemon, "GET", "/api/v1/jobs", "read")
     mine = [r for r in rows["jobs"] if r["name"] == name]
     assert mine[0]["spec"]["env"] == {"API_KEY": "***", "N": "***"}
@@ -276,11 +280,13 @@ def test_env_values_never_leave_the_api(daemon: Allocator, monkeypatch) -> None:
     for var in ("FLOWCON_ALLOCATOR_CONFIG", "FLOWCON_ALLOCATOR_TOKEN", "FLOWCON_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     for args in (["jobs", "--json"], ["jobs"]):
-        res = CliRunner().invoke(main, [*args, "--url", daemon.url, "--token", TOKENS["read"]])
+        res = CliRunner().invoke(main, [*args, "--url", daemon.url, "--token", TOKENS["read"]])  # type: ignore[list-item]
         assert res.exit_code == 0, res.output
-        assert name in res.output and "hunter2" not in res.output
+        assert name in res.output
+        assert "hunter2" not in res.output
     status, gone = call(daemon, "DELETE", f"/api/v1/jobs/{name}", "user")
-    assert status == 200 and "hunter2" not in json.dumps(gone)
+    assert status == 200
+    assert "hunter2" not in json.dumps(gone)
     # the store keeps the value: the containers need it
     assert daemon.store.get_job(name).spec.env["API_KEY"] == "hunter2"  # type: ignore[union-attr]
 
@@ -319,13 +325,14 @@ def test_bad_names_and_paths_are_400_naming_the_field(
     before = daemon.store.count("jobs")
     status, out = call(daemon, "POST", "/api/v1/jobs", "user", {**job("fine"), **patch})
     assert status == 400, out
-    assert out["field"] == field and out["error"].startswith(field + ":"), out
+    assert out["field"] == field, out
+    assert out["error"].startswith(field + ":"), out
     assert daemon.store.count("jobs") == before
 
 
 def test_cli_with_a_read_token_lists_but_cannot_submit(
     daemon: Allocator, tmp_path, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from flowcon.cli import main
 
     for var in ("FLOWCON_ALLOCATOR_CONFIG", "FLOWCON_ALLOCATOR_TOKEN", "FLOWCON_ALLOCATOR_URL"):
@@ -334,10 +341,13 @@ def test_cli_with_a_read_token_lists_but_cannot_submit(
     spec = tmp_path / "j.yaml"
     spec.write_text(json.dumps(job("clijob")))
     res = CliRunner().invoke(main, ["jobs", "--url", daemon.url])
-    assert res.exit_code == 0 and "keep" in res.output, res.output
+    assert res.exit_code == 0, res.output
+    assert "keep" in res.output, res.output
     res = CliRunner().invoke(main, ["submit", str(spec), "--url", daemon.url])
-    assert res.exit_code != 0 and "user or operator token" in res.output, res.output
+    assert res.exit_code != 0, res.output
+    assert "user or operator token" in res.output, res.output
     assert daemon.store.get_job("clijob") is None
     res = CliRunner().invoke(main, ["cancel", "keep", "--url", daemon.url])
-    assert res.exit_code != 0 and "user or operator token" in res.output, res.output
+    assert res.exit_code != 0, res.output
+    assert "user or operator token" in res.output, res.output
     assert daemon.store.get_job("keep").state != "cancelled"  # type: ignore[union-attr]

@@ -28,7 +28,8 @@ def test_200_generated_requests_fixed_seed_no_violation() -> None:
     summary = faults.run_scenario(api, 200, seed=15)
     assert summary.runs == 200
     assert summary.violations == 0, summary.messages[:10]
-    assert summary.recovery and summary.to_json()["recovery_p95_s"] is not None
+    assert summary.recovery
+    assert summary.to_json()["recovery_p95_s"] is not None
 
 
 @pytest.mark.parametrize(
@@ -41,7 +42,7 @@ def test_200_generated_requests_fixed_seed_no_violation() -> None:
     ],
     ids=["json-array", "json-in-object", "yaml-unclosed", "yaml-valid"],
 )
-def test_deeply_nested_body_is_400_not_500(fuzz, body: bytes, ctype: str) -> None:  # type: ignore[no-untyped-def]
+def test_deeply_nested_body_is_400_not_500(fuzz, body: bytes, ctype: str) -> None:
     """Found by the scenario: a body nested past the parser's recursion limit raised
     RecursionError, answered 500."""
     headers = {**faults._auth("user"), "Content-Type": ctype}
@@ -49,22 +50,23 @@ def test_deeply_nested_body_is_400_not_500(fuzz, body: bytes, ctype: str) -> Non
     result = fuzz.one(req)
     assert result.violations == []
     ans = faults.call(fuzz.port, req)
-    assert ans.status == 400 and "nested too deeply" in ans.body["error"]
+    assert ans.status == 400
+    assert "nested too deeply" in ans.body["error"]
 
 
-def test_concurrent_submits_and_cancels_add_up(fuzz) -> None:  # type: ignore[no-untyped-def]
+def test_concurrent_submits_and_cancels_add_up(fuzz) -> None:
     for _ in range(5):
         assert fuzz.race().violations == []
     assert fuzz.races == 5
 
 
-def test_refused_request_that_changes_the_store_is_a_violation(fuzz, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_refused_request_that_changes_the_store_is_a_violation(fuzz, monkeypatch) -> None:
     """The checker itself: a refusal with a side effect is reported."""
     real = fuzz.alloc.cancel
 
     def cancel_with_side_effect(name: str) -> dict[str, object]:
         fuzz.alloc.store.append_event("sneaky", name)
-        return real(name)
+        return real(name)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(fuzz.alloc, "cancel", cancel_with_side_effect)
     req = faults.Request("x", "DELETE", "/api/v1/jobs/fz-none", None, faults._auth("user"))
@@ -119,6 +121,7 @@ def test_framework_reports_not_implemented_and_not_run_honestly() -> None:
         "recovery_p95_s": None,
         "implemented": False,
     }
-    failed = faults.run_scenario(faults.Scenario("y", "engine", 5, broken), 5, seed=1)
-    assert failed.to_json()["violations"] is None and "no engine" in failed.error
+    failed = faults.run_scenario(faults.Scenario("y", "engine", 5, broken), 5, seed=1)  # type: ignore[arg-type]
+    assert failed.to_json()["violations"] is None
+    assert "no engine" in failed.error
     assert faults.main(["--scenario", "inputs", "--runs", "3"]) == 0

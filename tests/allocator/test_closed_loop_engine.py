@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 import yaml
@@ -45,12 +46,12 @@ CONFIG = engine_config(min_measurements=2, agent_token=AGENT_TOKEN, user_token=U
 
 
 @pytest.fixture
-def env(tmp_path, docker_client, labeled, test_run_id):  # type: ignore[no-untyped-def]
+def env(tmp_path, docker_client, labeled, test_run_id):
     yield from daemon_env(tmp_path, docker_client, labeled, test_run_id, CONFIG)
 
 
 @pytest.fixture
-def agent(tmp_path, test_run_id):  # type: ignore[no-untyped-def]
+def agent(tmp_path, test_run_id):
     """Start ``flowcon agent`` against an allocator; stopped (SIGTERM) after the test."""
     procs: list[subprocess.Popen[bytes]] = []
 
@@ -91,7 +92,7 @@ def agent(tmp_path, test_run_id):  # type: ignore[no-untyped-def]
                 p.wait()
 
 
-def core_decision(rec, curve: dict[int, float], b_spec: dict, now: float) -> bool:  # type: ignore[no-untyped-def]
+def core_decision(rec, curve: dict[int, float], b_spec: dict[str, Any], now: float) -> bool:
     """admit() of B next to A (its recorded progress) with A's curve set to ``curve``."""
     a = Job(
         rec["name"],
@@ -107,7 +108,7 @@ def core_decision(rec, curve: dict[int, float], b_spec: dict, now: float) -> boo
 
 
 def test_agent_measurements_refine_the_curve_and_drive_admission(env, agent, docker_client):
-    cfg, start, rid = env
+    _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, USER_TOKEN)
     proc, log_path = agent(alloc.url, AGENT_TOKEN)
@@ -116,10 +117,11 @@ def test_agent_measurements_refine_the_curve_and_drive_admission(env, agent, doc
     out = client.submit(
         rate_job_spec(a_name, A_ITERATIONS, A_DEADLINE, PROFILE, actual=ACTUAL, max_gpus=A_MAX_GPUS)
     )
-    assert out["admitted"] is True and out["gpus"] == A_MAX_GPUS, out
+    assert out["admitted"] is True, out
+    assert out["gpus"] == A_MAX_GPUS, out
 
     # the agent's rows arrive, and A's curve converges to the measured speed
-    def refined():  # type: ignore[no-untyped-def]
+    def refined():
         assert proc.poll() is None, log_path.read_text()[-3000:]
         job = client.job(a_name)
         m = job["measured"].get(str(A_MAX_GPUS))
@@ -139,7 +141,8 @@ def test_agent_measurements_refine_the_curve_and_drive_admission(env, agent, doc
     refined_events = [e for e in job["events"] if e["kind"] == "curve_refined"]
     assert refined_events, job["events"]
     first = refined_events[0]
-    assert first["gpus"] == A_MAX_GPUS and first["profile"] == PROFILE[A_MAX_GPUS]
+    assert first["gpus"] == A_MAX_GPUS
+    assert first["profile"] == PROFILE[A_MAX_GPUS]
     assert first["after"] == pytest.approx(true_speed, rel=0.2)
     # progress came from the job's own steps (agent rows and/or its logs)
     assert job["done_iterations"] > 0
@@ -158,7 +161,8 @@ def test_agent_measurements_refine_the_curve_and_drive_admission(env, agent, doc
     assert res["decision"] == "dropped", res
     assert res["measured_jobs"] == [a_name]
     adm = client.job(b_name)["admissions"][-1]
-    assert adm["measured"] is True and adm["admitted"] is False
+    assert adm["measured"] is True
+    assert adm["admitted"] is False
     assert alloc.store.events(job=b_name, kind="dropped")[-1].data["measured_jobs"] == [a_name]
 
     client.cancel(a_name)

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _load(
     tmp_path: Path, text: str, env: dict[str, str] | None = None, secrets: Path | None = None
-):  # type: ignore[no-untyped-def]
+):
     p = tmp_path / "allocator.yaml"
     p.write_text(text)
     return load_config(p, env or {}, secrets or tmp_path / "no-secrets")
@@ -71,7 +71,8 @@ def test_the_example_file_loads_and_sections_are_the_validated_ones(tmp_path: Pa
     assert cfg.section("executor") == {"backend": "engine", "grace_s": 30.0, "max_restarts": 3}
     assert cfg.section("gpus")["declared"]["nodes"][0] == {"name": "node1", "gpus": 4}
     cfg = _load(tmp_path, "executor:\ngpus:\n")  # empty sections are fine
-    assert cfg.section("executor") == {} and cfg.section("gpus") == {}
+    assert cfg.section("executor") == {}
+    assert cfg.section("gpus") == {}
 
 
 def test_executor_labels_reach_every_container_and_the_selector(tmp_path: Path) -> None:
@@ -166,7 +167,8 @@ def test_the_allocator_command_prints_one_line_per_error(tmp_path: Path) -> None
     p = tmp_path / "allocator.yaml"
     p.write_text("allocator: {ewma_alpha: 5}\nexecutor: {grace: 5}\n")
     res = CliRunner().invoke(main, ["allocator", "--config", str(p)])
-    assert res.exit_code == 1 and "Traceback" not in res.output
+    assert res.exit_code == 1
+    assert "Traceback" not in res.output
     assert "allocator.ewma_alpha: 5 is not allowed: a fraction in (0, 1]" in res.output
     assert "executor.grace: unknown key" in res.output
     p.write_text("allocator: {listen: '127.0.0.1:0'}\n")

@@ -53,4 +53,5 @@ def test_names_types_and_no_total_on_gauges(tmp_path: Path) -> None:
     assert "flowcon_allocator_round_errors_total 1.0" in text
     assert 'flowcon_allocator_workers_left_total{reason="straggler"} 1.0' in text
     (info,) = fams["flowcon_build_info"].samples
-    assert info.labels["component"] == "allocator" and info.value == 1
+    assert info.labels["component"] == "allocator"
+    assert info.value == 1

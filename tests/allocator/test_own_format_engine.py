@@ -54,7 +54,7 @@ CONFIG = engine_config(profile_seconds=12, profile_min_lines=6)
 
 
 @pytest.fixture
-def env(tmp_path, docker_client, labeled, test_run_id):  # type: ignore[no-untyped-def]
+def env(tmp_path, docker_client, labeled, test_run_id):
     yield from daemon_env(tmp_path, docker_client, labeled, test_run_id, CONFIG)
 
 
@@ -76,8 +76,8 @@ def own_spec(name: str, fmt: str, metric: dict[str, Any] | None) -> dict[str, An
 
 
 @pytest.mark.parametrize("fmt", ["step", "epoch", "lines"])
-def test_own_format_is_measured_through_metric_regex(env, fmt: str) -> None:  # type: ignore[no-untyped-def]
-    cfg, start, rid = env
+def test_own_format_is_measured_through_metric_regex(env, fmt: str) -> None:
+    _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)
     name = f"o{fmt[0]}{rid}"
@@ -104,11 +104,12 @@ def test_own_format_is_measured_through_metric_regex(env, fmt: str) -> None:  # 
     client.cancel(name)
 
 
-def test_without_the_regex_nothing_is_measured(env) -> None:  # type: ignore[no-untyped-def]
-    cfg, start, rid = env
+def test_without_the_regex_nothing_is_measured(env) -> None:
+    _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)
     name = f"on{rid}"
     client.submit(own_spec(name, "step", None))
     job = wait_for(lambda: (j := client.job(name))["state"] != "profiling" and j, 60)
-    assert job["state"] == "dropped" and "no GPU count produced metric lines" in job["reason"]
+    assert job["state"] == "dropped"
+    assert "no GPU count produced metric lines" in job["reason"]

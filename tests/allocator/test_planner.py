@@ -7,6 +7,8 @@ change a later admission decision.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from flowcon.alloc.admission import admit
@@ -55,7 +57,8 @@ def test_decisions_match_the_core(planner):
         if expected:
             jobs.append(core)
     states = {j.name: j.state for j in planner.store.list_jobs()}
-    assert "dropped" in states.values() and "running" in states.values()
+    assert "dropped" in states.values()
+    assert "running" in states.values()
     adm = planner.store.admissions()
     assert [a["admitted"] for a in adm] == [states[a["job"]] != "dropped" for a in adm]
 
@@ -65,7 +68,9 @@ def test_unsatisfiable_job_is_dropped_with_reason(planner):
     assert not res.admitted
     assert "unsatisfiable" in res.reason
     rec = planner.store.get_job("x")
-    assert rec is not None and rec.state == "dropped" and rec.gpus == 0
+    assert rec is not None
+    assert rec.state == "dropped"
+    assert rec.gpus == 0
     assert [e.kind for e in planner.store.events(job="x")] == ["dropped"]
 
 
@@ -98,8 +103,8 @@ def test_cancel_frees_gpus_and_is_logged(planner):
     planner.cancel("a", now=5.0)
     plan = planner.plan(6.0)
     assert "a" not in plan.allocation
-    assert planner.store.get_job("a").state == "cancelled"  # type: ignore[union-attr]
-    assert planner.store.get_job("b").gpus > 0  # type: ignore[union-attr]
+    assert planner.store.get_job("a").state == "cancelled"
+    assert planner.store.get_job("b").gpus > 0
     with pytest.raises(PlanError):
         planner.cancel("a", now=7.0)
     with pytest.raises(PlanError) as err:
@@ -119,15 +124,17 @@ def test_progress_estimate_and_completion_on_progress(tmp_path):
     for t in range(10, 200, 10):
         pl.plan(float(t))
     rec = st.get_job("a")
-    assert rec is not None and rec.state == "completed"
+    assert rec is not None
+    assert rec.state == "completed"
     assert rec.deadline_met is True
     # finish time is when the last iteration ran (integrated over the allocation history),
     # not the round that noticed it
     hist = st.allocations("a")
-    assert hist[-1]["gpus"] == 0 and hist[-1]["ts"] == rec.finish_time
+    assert hist[-1]["gpus"] == 0
+    assert hist[-1]["ts"] == rec.finish_time
     done = sum(
         PROFILE[h["gpus"]] * (nxt["ts"] - h["ts"])
-        for h, nxt in zip(hist, hist[1:], strict=False)
+        for h, nxt in itertools.pairwise(hist)
         if h["gpus"]
     )
     assert done == pytest.approx(500.0)
@@ -135,16 +142,17 @@ def test_progress_estimate_and_completion_on_progress(tmp_path):
 
 def _ingest_slow(pl: Planner, job: str, factor: float, times: list[float]) -> list[str]:
     rec = pl.store.get_job(job)
-    assert rec is not None and rec.gpus > 0
+    assert rec is not None
+    assert rec.gpus > 0
     speed = PROFILE[rec.gpus] * factor
     return [
         pl.ingest(
             "node1",
-            {
+            {  # type: ignore[typeddict-item, typeddict-unknown-key]
                 "container_id": "c1",
                 "job": job,
                 "iterations_per_s": speed,
-                "step": speed * t,
+                "step": speed * t,  # type: ignore[typeddict-item]
                 "ts": t,
             },
             now=t,
@@ -193,18 +201,20 @@ def test_one_measurement_is_not_trusted_and_bad_values_are_skipped(tmp_path):
     before = pl.curve(rec).at(rec.gpus)
     assert _ingest_slow(pl, "a", 0.5, [5.0]) == ["applied"]
     rec = st.get_job("a")
-    assert rec is not None and pl.curve(rec).at(rec.gpus) == before
+    assert rec is not None
+    assert pl.curve(rec).at(rec.gpus) == before
     bad = [
         {"job": "a", "iterations_per_s": 3.0},  # no container id
         {"container_id": "c", "job": "a", "iterations_per_s": float("nan"), "step": "x"},
         {"container_id": "c", "job": "a", "iterations_per_s": -4},
         {"container_id": "c", "job": "ghost", "iterations_per_s": 4},
     ]
-    out = [pl.ingest("n", m, now=6.0) for m in bad]
+    out = [pl.ingest("n", m, now=6.0) for m in bad]  # type: ignore[arg-type]
     assert out[0].startswith("skipped")
     assert out[1:] == ["stored", "stored", "stored"]
     rec = st.get_job("a")
-    assert rec is not None and rec.measured_n == {rec.gpus: 1}
+    assert rec is not None
+    assert rec.measured_n == {rec.gpus: 1}
 
 
 def test_measurement_from_an_old_container_is_ignored(tmp_path):
@@ -213,9 +223,9 @@ def test_measurement_from_an_old_container_is_ignored(tmp_path):
     pl.submit(_spec("a", 2400, 100, 0.0), now=0.0)
     pl.intake.set_containers("a", {"newcontainer123": 1})
     m = {"container_id": "oldcontainer", "job": "a", "iterations_per_s": 1.0, "ts": 1.0}
-    assert pl.ingest("n", m, now=1.0) == "stored"
+    assert pl.ingest("n", m, now=1.0) == "stored"  # type: ignore[arg-type]
     m["container_id"] = "newcontainer"  # short id prefix of the current container
-    assert pl.ingest("n", m, now=2.0) == "refined"
+    assert pl.ingest("n", m, now=2.0) == "refined"  # type: ignore[arg-type]
 
 
 def test_state_survives_a_planner_restart(tmp_path):
@@ -250,7 +260,7 @@ def test_slot_tick_keeps_the_allocation_while_it_still_guarantees(tmp_path):
     # remain, so its minimum share in the current slot is 8 GPUs, more than it holds
     a = st.get_job("a")
     assert a is not None
-    pl.ingest("n", {"container_id": "c", "job": "a", "step": 10.0, "ts": 50.0}, now=50.0)
+    pl.ingest("n", {"container_id": "c", "job": "a", "step": 10.0, "ts": 50.0}, now=50.0)  # type: ignore[typeddict-item]
     plan = pl.plan(50.0, force=False)
     assert [c.job for c in plan.changes if c.job == "a"] == ["a"]
     assert st.get_job("a").gpus > a.gpus  # type: ignore[union-attr]
@@ -275,7 +285,8 @@ def test_profiling_record_blocks_the_name_and_can_be_cancelled_or_fail(tmp_path)
     st = Store(tmp_path / "a.db")
     pl = Planner(st, 8, 10.0)
     auto = _spec("a", 600, 100, 0.0, profile="auto")
-    assert auto.profile is None and auto.profile_auto
+    assert auto.profile is None
+    assert auto.profile_auto
     pl.begin_profiling(auto, [1, 2, 4], now=0.0)
     assert st.get_job("a").state == "profiling"  # type: ignore[union-attr]
     with pytest.raises(PlanError) as err:  # same name while profiling
@@ -288,7 +299,8 @@ def test_profiling_record_blocks_the_name_and_can_be_cancelled_or_fail(tmp_path)
     from flowcon.jobspec.spec import ThroughputProfile
 
     res = pl.submit(auto.with_profile(ThroughputProfile(((1, 10.0), (2, 18.0)))), now=3.0)
-    assert res.admitted and st.get_job("a").profile == {1: 10.0, 2: 18.0}  # type: ignore[union-attr]
+    assert res.admitted
+    assert st.get_job("a").profile == {1: 10.0, 2: 18.0}  # type: ignore[union-attr]
     # cancel during profiling; a failed pre-run drops the job with the reason
     pl.begin_profiling(_spec("b", 600, 100, 4.0, profile="auto"), [1], now=4.0)
     assert pl.cancel("b", now=5.0).state == "cancelled"
@@ -296,7 +308,9 @@ def test_profiling_record_blocks_the_name_and_can_be_cancelled_or_fail(tmp_path)
     pl.begin_profiling(_spec("c", 600, 100, 7.0, profile="auto"), [1], now=7.0)
     assert pl.profiling_failed("c", "no metric lines", now=8.0) is True
     c = st.get_job("c")
-    assert c is not None and c.state == "dropped" and "no metric lines" in c.reason
+    assert c is not None
+    assert c.state == "dropped"
+    assert "no metric lines" in c.reason
     assert st.admissions("c")[-1]["admitted"] is False
     assert [e.kind for e in st.events(job="c")] == [
         "profiling_started",
@@ -311,16 +325,18 @@ def test_agent_rows_count_at_their_containers_gpu_count_once(tmp_path):
     pl = Planner(st, 8, 10.0, min_measurements=1)
     pl.submit(_spec("a", 2400, 100, 0.0, max_gpus=4), now=0.0)
     rec = st.get_job("a")
-    assert rec is not None and rec.gpus == 4
+    assert rec is not None
+    assert rec.gpus == 4
     pl.intake.set_containers("a", {"old4": 4, "new2": 2})
     row = {"container_id": "old4", "job": "a", "iterations_per_second": 16.0, "ts": 1.0}
-    assert pl.ingest("n", row, now=1.0) == "refined"
-    assert pl.ingest("n", dict(row), now=2.0) == "stored"  # same ts: a repeated rate
+    assert pl.ingest("n", row, now=1.0) == "refined"  # type: ignore[arg-type]
+    assert pl.ingest("n", dict(row), now=2.0) == "stored"  # type: ignore[arg-type]  # same ts: a repeated rate
     row2 = {"container_id": "new2", "job": "a", "iterations_per_second": 9.0, "ts": 3.0}
-    assert pl.ingest("n", row2, now=3.0) == "refined"
+    assert pl.ingest("n", row2, now=3.0) == "refined"  # type: ignore[arg-type]
     rec = st.get_job("a")
     assert rec is not None
-    assert rec.measured == {4: 16.0, 2: 9.0} and rec.measured_n == {4: 1, 2: 1}
+    assert rec.measured == {4: 16.0, 2: 9.0}
+    assert rec.measured_n == {4: 1, 2: 1}
     assert [m["gpus"] for m in st.measurements("a")] == [4, 4, 2]
 
 
@@ -355,9 +371,11 @@ def test_soft_deadline_reaches_the_policy(tmp_path):
         res = p.submit(soft(_spec("soft", 100000, 60, 0.0)), now=0.0)
         assert res.admitted
         rec = st.get_job("soft")
-        assert rec is not None and rec.soft_deadline
+        assert rec is not None
+        assert rec.soft_deadline
         job = p.core_job(rec)
-        assert job.soft_deadline and not job.needs_guarantee
+        assert job.soft_deadline
+        assert not job.needs_guarantee
     finally:
         st.close()
 
@@ -375,9 +393,12 @@ def test_a_guarantee_that_cannot_be_kept_is_given_up_for_a_newcomer(tmp_path):
     res = pl.submit(_spec("b", 1800, 40, 60.0), now=60.0)
     assert res.admitted, res.reason
     (ev,) = st.events(job="a", kind="guarantee_lost")
-    assert ev.data["newcomer"] == "b" and "no plan meets its deadline" in ev.data["reason"]
+    assert ev.data["newcomer"] == "b"
+    assert "no plan meets its deadline" in ev.data["reason"]
     rec = st.get_job("a")
-    assert rec is not None and rec.active and rec.reason.startswith("at risk")
+    assert rec is not None
+    assert rec.active
+    assert rec.reason.startswith("at risk")
     assert st.events(job="b", kind="guarantee_lost") == []
     st.close()
 
@@ -409,7 +430,9 @@ def test_the_live_job_carries_its_model_batch_and_deadline_kind(planner):
     job = planner.core_job(rec)
     assert job.model == "flowcon/testbox:latest"
     assert (job.batch_size, job.min_gpus, job.max_gpus) == (16, 1, 4)
-    assert job.soft_deadline and job.deadline == 120.0 and job.iterations == 600.0
+    assert job.soft_deadline
+    assert job.deadline == 120.0
+    assert job.iterations == 600.0
 
 
 def test_placement_lists_read_the_placers_plan() -> None:

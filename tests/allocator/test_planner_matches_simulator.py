@@ -129,7 +129,8 @@ def live(policy: Policy, tmp_path: Path) -> tuple[dict[str, bool], Decisions]:
         if ai < len(arrivals):
             a = _boundary(arrivals[ai].submit_time)
             nxt = a if nxt is None else min(nxt, a)
-        assert nxt is not None and nxt > t
+        assert nxt is not None
+        assert nxt > t
         t = nxt
     store.close()
     return admitted, decisions

@@ -37,7 +37,8 @@ def test_hard_by_default_soft_when_the_spec_says_so() -> None:
     assert new_record(hard, "admitted", {1: 1.0}).soft_deadline is False
     soft = _spec(deadline_kind="soft")
     rec = new_record(soft, "admitted", {1: 1.0})
-    assert rec.soft_deadline is True and spec_to_dict(rec.spec)["soft_deadline"] is True
+    assert rec.soft_deadline is True
+    assert spec_to_dict(rec.spec)["soft_deadline"] is True
 
 
 def test_every_key_round_trips_through_the_record() -> None:
@@ -62,7 +63,9 @@ def test_records_from_before_the_keys_still_load() -> None:
     for key in ("volumes", "shm_size", "labels", "metric", "soft_deadline", "user"):
         old.pop(key)
     back = spec_from_dict(old)
-    assert back.volumes == () and back.metric is None and back.soft_deadline is False
+    assert back.volumes == ()
+    assert back.metric is None
+    assert back.soft_deadline is False
     assert back.metric is None
 
 
@@ -76,8 +79,11 @@ def test_a_stored_row_from_before_the_keys_loads(tmp_path):
         old.pop(key)
     st._exec("UPDATE jobs SET spec=? WHERE name='j'", (json.dumps(old, sort_keys=True),))
     rec = st.get_job("j")
-    assert rec is not None and rec.spec.launcher == "flowcon" and rec.spec.scaling is None
-    assert rec.spec.volumes == () and rec.spec.batch_range is None
+    assert rec is not None
+    assert rec.spec.launcher == "flowcon"
+    assert rec.spec.scaling is None
+    assert rec.spec.volumes == ()
+    assert rec.spec.batch_range is None
     assert JobView.of(rec).to_json()["spec"]["launcher"] == "flowcon"
     st.close()
 
@@ -85,7 +91,8 @@ def test_a_stored_row_from_before_the_keys_loads(tmp_path):
 def test_the_api_shows_the_spec_as_stored_with_env_values_hidden() -> None:
     spec = _spec(env={"API_KEY": "hunter2"})
     shown = spec_json(spec, redact=True)
-    assert list(shown) == sorted(shown) and shown["env"] == {"API_KEY": "***"}
+    assert list(shown) == sorted(shown)
+    assert shown["env"] == {"API_KEY": "***"}
     assert spec_json(spec)["env"] == {"API_KEY": "hunter2"}
 
 
@@ -94,10 +101,16 @@ def test_the_core_job_of_a_spec() -> None:
     the deadline kind; the curve is the profile unless the planner gives the measured one."""
     spec = _spec(deadline_kind="soft", max_gpus=4, profile={1: 10.0, 2: 18.5, 4: 30.0})
     job = core_job(spec)
-    assert job.job_id == "j" and job.iterations == 100.0 and job.deadline == 60.0
-    assert job.curve.at(2) == 18.5 and job.max_gpus == 4 and job.batch_size == 8
-    assert job.model == "flowcon/testbox:latest" and job.soft_deadline
-    assert job.done_iterations == 0.0 and job.requested_gpus == 1
+    assert job.job_id == "j"
+    assert job.iterations == 100.0
+    assert job.deadline == 60.0
+    assert job.curve.at(2) == 18.5
+    assert job.max_gpus == 4
+    assert job.batch_size == 8
+    assert job.model == "flowcon/testbox:latest"
+    assert job.soft_deadline
+    assert job.done_iterations == 0.0
+    assert job.requested_gpus == 1
     auto = _spec(profile="auto")
     with pytest.raises(JobSpecError, match="profile"):
         core_job(auto)

@@ -31,16 +31,20 @@ def test_admission_counts_admitted_slo_work_and_deadlines() -> None:
     pol = ChronusPolicy(lease=600)
     st = ClusterState(total_gpus=4)
     a = _job("a", 0, 2400, req=4, deadline=1200)
-    assert pol.on_submit(a, 0.0, st).admitted and pol.slo == {"a"}
+    assert pol.on_submit(a, 0.0, st).admitted
+    assert pol.slo == {"a"}
     st.jobs["a"] = a
     b = _job("b", 0, 1200, req=4, deadline=1200)
-    assert pol.on_submit(b, 0.0, st).admitted and "b" not in pol.slo  # best-effort
+    assert pol.on_submit(b, 0.0, st).admitted
+    assert "b" not in pol.slo  # best-effort
     # with a deadline one lease later b fits in lease 2 (1200-1800: 600 s x 2.0 = 1200 its)
     b2 = _job("b2", 0, 1200, req=4, deadline=1800)
-    assert pol.on_submit(b2, 0.0, st).admitted and "b2" in pol.slo
+    assert pol.on_submit(b2, 0.0, st).admitted
+    assert "b2" in pol.slo
     st.jobs["b2"] = b2
     # a late job that no longer fits before b2's deadline either: best-effort
     late = _job("late", 0, 100, req=4, deadline=1800)
-    assert pol.on_submit(late, 0.0, st).admitted and "late" not in pol.slo
+    assert pol.on_submit(late, 0.0, st).admitted
+    assert "late" not in pol.slo
     pol.on_finish("a", 1200.0, st)
     assert pol.slo == {"b2"}

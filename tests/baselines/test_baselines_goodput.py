@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from support.small_trace import CURVE  # noqa: E402
+from support.small_trace import CURVE
 from support.small_trace import finishes as _finishes
 
 from flowcon.alloc.model import Job, ThroughputCurve

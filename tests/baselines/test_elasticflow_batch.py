@@ -24,16 +24,19 @@ def _job(deadline: float) -> Job:
 def test_envelope_by_hand() -> None:
     r = make_range(ROWS, 4, 8, 4)
     env = envelope(r)
-    assert env.at(1) == pytest.approx(14.0) and env.at(2) == pytest.approx(24.0)
-    assert best_batch(r, 1) == 8 and best_batch(r, 2) == 8
+    assert env.at(1) == pytest.approx(14.0)
+    assert env.at(2) == pytest.approx(24.0)
+    assert best_batch(r, 1) == 8
+    assert best_batch(r, 2) == 8
     small = make_range(ROWS, 4, 8, 4, max_per_gpu=4)  # b=8 needs 2 GPUs
-    assert envelope(small).at(1) == pytest.approx(10.0) and best_batch(small, 1) == 4
+    assert envelope(small).at(1) == pytest.approx(10.0)
+    assert best_batch(small, 1) == 4
 
 
 def _run(policy: str, deadline: float, world: str = "ours") -> tuple[bool, float | None]:
     w = published_world(policy) if world == "published" else None
     kw = {"world": w} if w is not None else {}
-    res = Simulator([_job(deadline)], Topology(1, 1), make_policy(policy), slot=60.0, **kw).run()
+    res = Simulator([_job(deadline)], Topology(1, 1), make_policy(policy), slot=60.0, **kw).run()  # type: ignore[arg-type]
     r = res.results[0]
     return r.admitted, r.finish
 
@@ -43,7 +46,8 @@ def test_admitted_at_a_larger_batch() -> None:
     # 4800 samples take 4800 / 56 = 85.7 s
     assert _run("elasticflow", 100.0)[0] is False
     admitted, finish = _run("elasticflow-batch", 100.0)
-    assert admitted and finish == pytest.approx(4800 / 56)
+    assert admitted
+    assert finish == pytest.approx(4800 / 56)
     # a deadline neither meets: both decline
     assert _run("elasticflow-batch", 80.0)[0] is False
 
@@ -51,4 +55,6 @@ def test_admitted_at_a_larger_batch() -> None:
 def test_published_world_too() -> None:
     assert _run("elasticflow", 100.0, "published")[0] is False
     admitted, finish = _run("elasticflow-batch", 100.0, "published")
-    assert admitted and finish is not None and finish <= 100.0
+    assert admitted
+    assert finish is not None
+    assert finish <= 100.0

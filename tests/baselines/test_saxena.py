@@ -65,7 +65,8 @@ def test_dp_by_hand() -> None:
     assert value == pytest.approx(4.2)
     assert [(o.gpus, o.batch) for o in chosen] == [(1, 4), (1, 32), (2, 8)]
     three = solve(_opts(_three(), 3), 3)
-    assert three is not None and three[0] == pytest.approx(3.0)
+    assert three is not None
+    assert three[0] == pytest.approx(3.0)
     assert solve(_opts(_three(), 2), 2) is None
 
 
@@ -73,12 +74,14 @@ def test_fixed_batch_baselines_by_hand() -> None:
     # Max-BS: C at b=8 cannot run on 1 GPU; A at b=8: 0.8, 1.4, 2.4; on 4 GPUs
     # (A, B, C) must be (1, 1, 2): 0.8 + 1.0 + 2.2 = 4.0
     best = solve(_opts(_three(), 4, "max"), 4)
-    assert best is not None and best[0] == pytest.approx(4.0)
+    assert best is not None
+    assert best[0] == pytest.approx(4.0)
     assert [o.gpus for o in best[1]] == [1, 1, 2]
     assert solve(_opts(_three(), 3, "max"), 3) is None  # C needs 2: 1 + 1 + 2 > 3
     # Min-BS: A and C at 4: (1,1,1) 3.0, (2,1,1) 3.6, (1,2,1) 3.8, (1,1,2) 1 + 1 + 1.5
     best = solve(_opts(_three(), 4, "min"), 4)
-    assert best is not None and best[0] == pytest.approx(3.8)
+    assert best is not None
+    assert best[0] == pytest.approx(3.8)
 
 
 def _brute(options: list[list[Option]], total: int) -> float | None:
@@ -104,7 +107,8 @@ def test_dp_matches_brute_force(seed: int) -> None:
     if want is None:
         assert got is None
     else:
-        assert got is not None and got[0] == pytest.approx(want)
+        assert got is not None
+        assert got[0] == pytest.approx(want)
         assert sum(o.gpus for o in got[1]) <= total
         assert got[0] == pytest.approx(sum(o.value for o in got[1]))
 
@@ -117,7 +121,9 @@ def _sim(policy: str, jobs: list[Job], gpus: int) -> dict[str, tuple[bool, float
 def test_drop_mode_drops_what_does_not_fit() -> None:
     # 3 jobs at t=0 on 2 GPUs: a and b fit on one GPU each, c is dropped
     out = _sim("saxena-dp", _three(), 2)
-    assert out["a"][0] and out["b"][0] and not out["c"][0]
+    assert out["a"][0]
+    assert out["b"][0]
+    assert not out["c"][0]
     # a: 1000 iterations of b=4 at 25 it/s on 1 GPU = 40 s; b at 5 it/s does 300 by the
     # next decision (60 s), which gives it both GPUs: 700 / 9 it/s = 77.8 s more
     assert out["a"][1] == pytest.approx(40.0)
@@ -150,7 +156,8 @@ def test_random_bs_is_seeded() -> None:
 
 def test_registered_and_bad_arguments() -> None:
     for name in ("saxena-dp", "saxena-dp-queue", "max-bs", "min-bs", "random-bs"):
-        assert name in POLICIES and make_policy(name).name == name
+        assert name in POLICIES
+        assert make_policy(name).name == name
     with pytest.raises(ValueError, match="batch"):
         SaxenaPolicy("huge")
     with pytest.raises(ValueError, match="mode"):

@@ -20,13 +20,14 @@ def _module() -> ModuleType:
     return agent
 
 
-def test_agent_kill_keeps_originals_limits_and_gives_back(labeled, cleanup_containers):  # type: ignore[no-untyped-def]
+def test_agent_kill_keeps_originals_limits_and_gives_back(labeled, cleanup_containers):
     faults = _module()
     with faults.agent_kill_session(random.Random(3), labeled()) as (run, final):
         for i in range(3):
             problems, took = run(i)
             assert problems == [], problems
-            assert took is not None and took < 30
+            assert took is not None
+            assert took < 30
         # The check sees a limit the agent did not apply (a foreign docker update while
         # the agent is down and its next round not yet run) ...
         sess = run.__self__
@@ -44,33 +45,37 @@ def test_agent_kill_keeps_originals_limits_and_gives_back(labeled, cleanup_conta
         state, why = sess.wait_round(after=t0)
         assert state is not None, why
         rec = state["containers"][steady.id]
-        assert rec["hands_off"] and not rec["managed"] and "NanoCpus" in rec["hands_off"]
+        assert rec["hands_off"]
+        assert not rec["managed"]
+        assert "NanoCpus" in rec["hands_off"]
         assert final() == []
         steady.reload()
         assert steady.attrs["HostConfig"]["NanoCpus"] == 770_000_000
 
 
-def test_foreign_update_pause_and_removal_are_survived(labeled, cleanup_containers):  # type: ignore[no-untyped-def]
+def test_foreign_update_pause_and_removal_are_survived(labeled, cleanup_containers):
     faults = _module()
     with faults.agent_foreign_change_session(random.Random(11), labeled()) as (run, final):
         for i in range(len(faults.FOREIGN_FAULTS)):  # update, pause, remove
             problems, took = run(i)
             assert problems == [], problems
-            assert took is not None and took < 30
+            assert took is not None
+            assert took < 30
         sess = run.__self__
         assert sess.agent.log.read_text().count("foreign change container=") == 1
         assert final() == []
 
 
-def test_hostile_output_is_read_to_the_end_with_bounded_memory(labeled, cleanup_containers):  # type: ignore[no-untyped-def]
+def test_hostile_output_is_read_to_the_end_with_bounded_memory(labeled, cleanup_containers):
     faults = _module()
     with faults.agent_hostile_session(random.Random(0), labeled()) as run:
         problems, took, peak_mb = run(0)
     assert problems == [], problems
-    assert took is not None and peak_mb <= faults.RSS_LIMIT_MB
+    assert took is not None
+    assert peak_mb <= faults.RSS_LIMIT_MB
 
 
-def test_engine_restart_under_the_agent(labeled):  # type: ignore[no-untyped-def]
+def test_engine_restart_under_the_agent(labeled):
     """On a private dockerd with --live-restore (never the shared engine)."""
     faults = _module()
     from flowcon.testing.private_engine import EngineUnavailable
@@ -80,7 +85,8 @@ def test_engine_restart_under_the_agent(labeled):  # type: ignore[no-untyped-def
         with session as (run, final):
             problems, took = run(0)
             assert problems == [], problems
-            assert took is not None and took <= faults.RESUME_WITHIN_S
+            assert took is not None
+            assert took <= faults.RESUME_WITHIN_S
             assert final() == []
     except EngineUnavailable as exc:
         pytest.skip(str(exc))

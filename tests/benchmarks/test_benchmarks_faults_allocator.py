@@ -29,7 +29,8 @@ def test_the_step_check_sees_a_checkpoint_that_went_back() -> None:
     assert poller.regressions() == []
     poller.seen["e"] = seen("j", 0, 4, 3.0, 10, 12)  # restarted far behind step 60
     (problem,) = poller.regressions()
-    assert problem.startswith("j: a container started from step 10") and "printed 60" in problem
+    assert problem.startswith("j: a container started from step 10")
+    assert "printed 60" in problem
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting the scenario's tmpfs needs root")
@@ -44,6 +45,7 @@ def test_a_full_store_disk_refuses_with_507_changes_nothing_and_recovers(
         for i in range(2):
             problems, took = run(i)
             assert problems == [], problems
-            assert took is not None and took < 5
+            assert took is not None
+            assert took < 5
     assert "Traceback" not in caplog.text
     assert "store cannot be written: database or disk is full" in caplog.text

@@ -34,7 +34,7 @@ def _env() -> dict[str, str]:
     }
 
 
-def _remove_leftovers(client, selector: dict[str, str], job: str) -> None:  # type: ignore[no-untyped-def]
+def _remove_leftovers(client, selector: dict[str, str], job: str) -> None:
     """After a failed run (the script killed): what it may have left."""
     for c in client.containers.list(all=True, sparse=True, filters=selector):
         with contextlib.suppress(docker.errors.NotFound):
@@ -51,7 +51,7 @@ def _remove_leftovers(client, selector: dict[str, str], job: str) -> None:  # ty
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_interrupted_bench_rescale_leaves_nothing(docker_client, test_run_id, sig) -> None:  # type: ignore[no-untyped-def]
+def test_interrupted_bench_rescale_leaves_nothing(docker_client, test_run_id, sig) -> None:
     run = f"t{uuid.uuid4().hex[:6]}"
     job = f"bench-{run}"
     selector = {"label": f"flowcon.bench={run}"}
@@ -88,7 +88,8 @@ def test_interrupted_bench_rescale_leaves_nothing(docker_client, test_run_id, si
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=90)
         assert proc.returncode == 130, (out, err)
-        assert "interrupted" in err and "Traceback" not in err, err
+        assert "interrupted" in err, err
+        assert "Traceback" not in err, err
         assert docker_client.containers.list(all=True, sparse=True, filters=selector) == []
         with pytest.raises(docker.errors.NotFound):
             docker_client.volumes.get(Executor.volume_name(job))
@@ -102,7 +103,7 @@ def test_interrupted_bench_rescale_leaves_nothing(docker_client, test_run_id, si
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_interrupted_bench_agent_leaves_nothing(docker_client, test_run_id, sig) -> None:  # type: ignore[no-untyped-def]
+def test_interrupted_bench_agent_leaves_nothing(docker_client, test_run_id, sig) -> None:
     """bench_agent.py starts its labeled containers, then measures rounds for minutes: a
     signal while it measures removes them all."""
     selector = {"label": f"{TEST_LABEL}={test_run_id}"}
@@ -137,7 +138,8 @@ def test_interrupted_bench_agent_leaves_nothing(docker_client, test_run_id, sig)
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=90)
         assert proc.returncode == 130, (out, err)
-        assert "interrupted" in err and "Traceback" not in err, err
+        assert "interrupted" in err, err
+        assert "Traceback" not in err, err
         assert docker_client.containers.list(all=True, sparse=True, filters=selector) == []
     finally:
         if proc.poll() is None:
@@ -157,7 +159,7 @@ def _faults() -> ModuleType:
 @pytest.mark.parametrize(
     ("command", "seed"), [("bench_allocator", 1), ("faults", 2)], ids=["bench_allocator", "faults"]
 )
-def test_interrupted_command_leaves_nothing(labeled, command: str, seed: int) -> None:  # type: ignore[no-untyped-def]
+def test_interrupted_command_leaves_nothing(labeled, command: str, seed: int) -> None:
     """bench_allocator.py (a live allocator and its job containers) and faults.py itself
     (its allocator-kill scenario: an allocator subprocess in its own session, rate-job
     containers, networks, volumes), signalled once their first container exists: exit 130,
@@ -169,10 +171,11 @@ def test_interrupted_command_leaves_nothing(labeled, command: str, seed: int) ->
     with faults.interrupted_session(random.Random(seed), labeled()) as run:
         result = run(index)
     assert result.violations == [], result.violations
-    assert result.recovery_s is not None and result.recovery_s < 60
+    assert result.recovery_s is not None
+    assert result.recovery_s < 60
 
 
-def test_bench_allocator_interrupted_between_submits_prints_no_traceback(labeled) -> None:  # type: ignore[no-untyped-def]
+def test_bench_allocator_interrupted_between_submits_prints_no_traceback(labeled) -> None:
     """bench_allocator.py signalled while its submitter thread waits for the next arrival
     (jobs arrive at 0, 2, 4, ... s): exit 130, no traceback, nothing left. The fault
     scenario once saw (1 of 2 bench_allocator runs, SIGINT) the submitter post to the

@@ -17,7 +17,7 @@ def bench() -> ModuleType:
     return bench_replay
 
 
-def parse(mod: ModuleType, monkeypatch: pytest.MonkeyPatch, *argv: str):  # type: ignore[no-untyped-def]
+def parse(mod: ModuleType, monkeypatch: pytest.MonkeyPatch, *argv: str):
     monkeypatch.setattr(sys, "argv", ["bench_replay.py", *argv])
     return mod.parse_args()
 
@@ -25,7 +25,8 @@ def parse(mod: ModuleType, monkeypatch: pytest.MonkeyPatch, *argv: str):  # type
 def test_defaults_and_generated_mixes(monkeypatch: pytest.MonkeyPatch) -> None:
     mod = bench()
     args = parse(mod, monkeypatch)
-    assert args.scenarios == ["fixed", "random-5"] and args.repeat == 3
+    assert args.scenarios == ["fixed", "random-5"]
+    assert args.repeat == 3
     assert args.controls == ["quota"]
     args = parse(mod, monkeypatch, "--generated", "2", "--seed", "1000", "--threads", "pinned")
     scs = mod.scenarios(args)
@@ -39,7 +40,8 @@ def test_defaults_and_generated_mixes(monkeypatch: pytest.MonkeyPatch) -> None:
         mod, monkeypatch, "random-10", "--agent-set", "all_cl=equal", "--agent-set", "beta=3"
     )
     (sc,) = mod.scenarios(args)
-    assert sc.agent_config()["all_cl"] == "equal" and sc.agent_config()["beta"] == 3
+    assert sc.agent_config()["all_cl"] == "equal"
+    assert sc.agent_config()["beta"] == 3
     with pytest.raises(SystemExit):
         parse(mod, monkeypatch, "--agent-set", "all_cl")
 

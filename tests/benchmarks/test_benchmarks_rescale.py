@@ -21,14 +21,14 @@ def test_gap_by_world_size_and_by_new_container() -> None:
     old = bench.parse_lines("a", [jl(1, 1.0, 1), jl(2, 2.0, 1), '{"event":"x","ts":2.5}'])
     new = bench.parse_lines("a", [jl(3, 4.5, 2), jl(4, 5.0, 2)])
     lines = sorted(old + new, key=lambda ln: ln.ts)
-    prev, first = bench.event_gap(lines, 1.5, 2, set())
+    prev, first = bench.event_gap(lines, 1.5, 2, set())  # type: ignore[misc]
     assert (prev.step, first.step, first.ts - prev.ts) == (2, 3, 2.5)
     assert bench.event_gap(lines, 1.5, 4, set()) is None
     # lines without a world size (a shell job): the first line of a new container
     shell = bench.parse_lines("old", [jl(1, 1.0), jl(2, 2.0)]) + bench.parse_lines(
         "new", [jl(3, 3.5)]
     )
-    prev, first = bench.event_gap(shell, 1.5, 2, {"new"})
+    prev, first = bench.event_gap(shell, 1.5, 2, {"new"})  # type: ignore[misc]
     assert (prev.step, first.step) == (2, 3)
 
 
@@ -41,11 +41,11 @@ def test_exactly_once_needs_recorded_ids() -> None:
         jl(4, 4.0, 2, epoch=2, sample_ids=[1]),
     ]
     assert bench.exactly_once(bench.parse_lines("a", good)) is True
-    twice = good[:2] + [jl(3, 3.0, 2, epoch=1, sample_ids=[3, 2])] + good[3:]
+    twice = [*good[:2], jl(3, 3.0, 2, epoch=1, sample_ids=[3, 2]), *good[3:]]
     assert bench.exactly_once(bench.parse_lines("a", twice)) is False
     repeated = [*good[:3], jl(3, 3.5, 2, epoch=1, sample_ids=[1, 2]), good[3]]
     assert bench.exactly_once(bench.parse_lines("a", repeated)) is False  # step 3 twice
-    missing = good[:2] + [jl(3, 3.0, 2, epoch=1, sample_ids=[1])] + good[3:]
+    missing = [*good[:2], jl(3, 3.0, 2, epoch=1, sample_ids=[1]), *good[3:]]
     assert bench.exactly_once(bench.parse_lines("a", missing)) is False
 
 
@@ -55,16 +55,17 @@ def test_report_last_line_is_json_with_both_modes(capsys: pytest.CaptureFixture[
         "restart": [
             Row("restart", 1, 2, 0.4, 0.3, 5.0, 4.0, 10, 11, None),
             Row("restart", 2, 1, 0.4, 0.3, 7.0, 6.0, 20, 21, None),
-        ],  # fmt: skip
+        ],
         "stopfree": [
             Row("stopfree", 1, 2, 0.0, 0.3, 0.5, 3.0, 30, 31, None),
             Row("stopfree", 2, 1, 0.1, 0.0, 0.25, 0.1, 40, 41, None),
-        ],  # fmt: skip
+        ],
     }
     assert bench.report("img", 30.0, rows, {"restart": [], "stopfree": []}) == 0
     out = capsys.readouterr().out.splitlines()
     last = json.loads(out[-1])
-    assert last["restart_gap_p95_s"] == 7.0 and last["stopfree_gap_p95_s"] == 0.5
+    assert last["restart_gap_p95_s"] == 7.0
+    assert last["stopfree_gap_p95_s"] == 0.5
     assert last["events"] == {"restart": 2, "stopfree": 2}
     assert last["exactly_once"] is False  # the job recorded no sample ids
     assert any("not recorded by the job" in ln for ln in out)
@@ -86,5 +87,5 @@ def test_kept_lines_belong_to_their_job() -> None:
 
     be = bench.KeepingBackend(object())
     be.kept = {"c1": ("bench-a", [jl(1, 1.0, 1)]), "c2": ("bench-a-st", [jl(1, 5.0, 1)])}
-    lines = bench.job_lines(NoJob(), be, "bench-a-st")
+    lines = bench.job_lines(NoJob(), be, "bench-a-st")  # type: ignore[arg-type]
     assert [(ln.cid, ln.step) for ln in lines] == [("c2", 1)]

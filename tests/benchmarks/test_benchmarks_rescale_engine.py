@@ -15,7 +15,7 @@ from support.session import REPO, SESSION_ID, SESSION_LABEL, TEST_LABEL, TESTBOX
 pytestmark = pytest.mark.docker
 
 
-def test_quick_run_on_the_engine(docker_client, test_run_id) -> None:  # type: ignore[no-untyped-def]
+def test_quick_run_on_the_engine(docker_client, test_run_id) -> None:
     """A smoke run with the shell job (restart mode: no torch, a few seconds)."""
     run = f"q{uuid.uuid4().hex[:6]}"
     env = {
@@ -29,7 +29,9 @@ def test_quick_run_on_the_engine(docker_client, test_run_id) -> None:  # type: i
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     last = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert last["events"] == {"restart": 2} and last["restart_gap_p95_s"] > 0
-    assert last["stopfree_gap_p95_s"] is None and last["exactly_once"] is False
+    assert last["events"] == {"restart": 2}
+    assert last["restart_gap_p95_s"] > 0
+    assert last["stopfree_gap_p95_s"] is None
+    assert last["exactly_once"] is False
     selector = {"label": f"flowcon.bench={run}"}
     assert docker_client.containers.list(all=True, sparse=True, filters=selector) == []

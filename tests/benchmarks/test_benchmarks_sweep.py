@@ -56,12 +56,16 @@ def test_aggregate_pairs_each_point_with_its_repetitions_none_run(tmp_path: Path
     rows = sweep.aggregate(runs)
     assert [(r["alpha_pct"], r["itval"]) for r in rows] == [(1, 60), (5, 20)]
     r1, r5 = rows
-    assert r1["repeats"] == 1 and r1["itval_run"] == 15
-    assert r1["best_job"] == "cnn" and r1["best_job_change_pct"] == pytest.approx(-10.0)
+    assert r1["repeats"] == 1
+    assert r1["itval_run"] == 15
+    assert r1["best_job"] == "cnn"
+    assert r1["best_job_change_pct"] == pytest.approx(-10.0)
     assert r5["repeats"] == 2
     # vae: -50 % in rep 1, -40 % in rep 2 -> median -45 %; cnn: +5 %, +20 % -> +12.5 %
-    assert r5["best_job"] == "vae" and r5["best_job_change_pct"] == pytest.approx(-45.0)
-    assert r5["worst_job"] == "cnn" and r5["worst_job_change_pct"] == pytest.approx(12.5)
+    assert r5["best_job"] == "vae"
+    assert r5["best_job_change_pct"] == pytest.approx(-45.0)
+    assert r5["worst_job"] == "cnn"
+    assert r5["worst_job_change_pct"] == pytest.approx(12.5)
     # makespans: 200 -> 210 (+5 %) and 190 -> 228 (+20 %)
     assert r5["makespan_change_pct"] == pytest.approx(12.5)
     assert r5["makespan_change_min_pct"] == pytest.approx(5.0)
@@ -69,5 +73,6 @@ def test_aggregate_pairs_each_point_with_its_repetitions_none_run(tmp_path: Path
     paths = sweep.write_outputs(rows, tmp_path, "fixed")
     table = list(csv.DictReader(paths[0].open()))
     assert [row["best_job"] for row in table] == ["cnn", "vae"]
-    assert table[1]["makespan_change_pct"] == "12.5" and table[1]["repeats"] == "2"
+    assert table[1]["makespan_change_pct"] == "12.5"
+    assert table[1]["repeats"] == "2"
     assert all(p.stat().st_size > 3000 for p in paths[1:])

@@ -13,6 +13,7 @@ import contextlib
 import json
 import threading
 import time
+from typing import Any
 
 import pytest
 import yaml
@@ -38,20 +39,20 @@ TABLES = ("jobs", "admissions", "allocations", "events", "measurements")
 
 
 @pytest.fixture
-def env(tmp_path, docker_client, labeled, test_run_id, monkeypatch):  # type: ignore[no-untyped-def]
+def env(tmp_path, docker_client, labeled, test_run_id, monkeypatch):
     for var in ("FLOWCON_ALLOCATOR_CONFIG", "FLOWCON_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
     yield from daemon_env(tmp_path, docker_client, labeled, test_run_id)
 
 
-def cli(alloc, *args: str, input: str | None = None):  # type: ignore[no-untyped-def]  # noqa: A002
+def cli(alloc, *args: str, input: str | None = None):
     return CliRunner().invoke(
         main, [*args, "--url", alloc.url, "--token", alloc.token], input=input
     )
 
 
-def engine_objects(docker_client, rid: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def engine_objects(docker_client, rid: str) -> dict[str, int]:
     """What a job could have made on the engine: this test's containers (any state),
     volumes, networks and services (none when the engine is no swarm manager; other
     tests on a shared engine may run services of their own, so only ours count)."""
@@ -77,7 +78,7 @@ def engine_objects(docker_client, rid: str) -> dict[str, int]:  # type: ignore[n
     }
 
 
-def store_rows(alloc) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def store_rows(alloc) -> dict[str, int]:
     return {t: alloc.store.count(t) for t in TABLES}
 
 
@@ -93,7 +94,8 @@ def test_dry_run_creates_nothing(env, docker_client):
     time.sleep(2.5)  # a planning slot: the job's rows settle
 
     objects = engine_objects(docker_client, rid)
-    assert objects["containers"] >= 1 and objects["all containers of the dry-run jobs"] == 0
+    assert objects["containers"] >= 1
+    assert objects["all containers of the dry-run jobs"] == 0
     rows = store_rows(alloc)
     events_before = len(alloc.store.events())
 
@@ -101,7 +103,9 @@ def test_dry_run_creates_nothing(env, docker_client):
     out = cli(alloc, "submit", "--dry-run", "--json", "-", input=fits)
     assert out.exit_code == CLI_EXIT_ADMITTED, out.output
     answer = json.loads(out.output)
-    assert answer["dry_run"] and answer["gpus"] >= 1 and answer["predicted_finish"]
+    assert answer["dry_run"]
+    assert answer["gpus"] >= 1
+    assert answer["predicted_finish"]
     huge = yaml.safe_dump(rate_job_spec("dry-huge", 10**6, 30, PROFILE))
     out = cli(alloc, "submit", "--dry-run", "-", input=huge)
     assert out.exit_code == CLI_EXIT_DROPPED, out.output
@@ -115,12 +119,14 @@ def test_dry_run_creates_nothing(env, docker_client):
     assert after_objects == objects
     for name in ("dry-fits", "dry-huge", "dry-auto"):
         assert alloc.store.get_job(name) is None
-        assert alloc.store.admissions(name) == [] and alloc.store.allocations(name) == []
+        assert alloc.store.admissions(name) == []
+        assert alloc.store.allocations(name) == []
     # the loop's own rows (its job's measurements and events) may grow; none of ours
     new_events = alloc.store.events()[events_before:]
     assert all(e.job in (None, running) for e in new_events), new_events
     after = store_rows(alloc)
-    assert after["jobs"] == rows["jobs"] and after["admissions"] == rows["admissions"]
+    assert after["jobs"] == rows["jobs"]
+    assert after["admissions"] == rows["admissions"]
     # a real submit of the same spec then makes its containers, as the dry run said
     assert client.submit(rate_job_spec("dry-fits", 200, 600, PROFILE))["admitted"]
     wait_for(
@@ -145,7 +151,7 @@ sleep 600 & wait $!
 """
 
 
-def chatty_spec(name: str, n: int) -> dict:
+def chatty_spec(name: str, n: int) -> dict[str, Any]:
     return {
         "name": name,
         "image": "flowcon/testbox:latest",
@@ -161,14 +167,14 @@ def chatty_spec(name: str, n: int) -> dict:
 
 
 def test_logs_rank_tail_and_follow(env, docker_client):
-    cfg, start, rid = env
+    _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)
     name = f"chat{rid}"
     n = 12
     assert client.submit(chatty_spec(name, n))["admitted"]
 
-    def both_talking():  # type: ignore[no-untyped-def]
+    def both_talking():
         page = client.logs(name)
         texts = [ln["text"] for ln in page["lines"]]
         ok = page["ranks"] == [0, 1] and all(f"rank {r} out 3" in texts for r in (0, 1))
@@ -179,17 +185,21 @@ def test_logs_rank_tail_and_follow(env, docker_client):
     one = cli(alloc, "logs", name, "--rank", "1")
     assert one.exit_code == 0, one.output
     lines = one.output.splitlines()
-    assert "rank 1 out 1" in lines and "rank 1 err 1" in lines  # stdout and stderr
+    assert "rank 1 out 1" in lines
+    assert "rank 1 err 1" in lines  # stdout and stderr
     assert all(ln.startswith("rank 1 ") for ln in lines), lines
 
     both = cli(alloc, "logs", name).output.splitlines()
-    assert "[rank 0] rank 0 out 1" in both and "[rank 1] rank 1 out 1" in both
+    assert "[rank 0] rank 0 out 1" in both
+    assert "[rank 1] rank 1 out 1" in both
 
     tail = cli(alloc, "logs", name, "--rank", "0", "--tail", "2", "-t").output.splitlines()
-    assert len(tail) == 2 and all(ln[:4].isdigit() and "Z rank 0 " in ln for ln in tail)
+    assert len(tail) == 2
+    assert all(ln[:4].isdigit() and "Z rank 0 " in ln for ln in tail)
 
     missing = cli(alloc, "logs", name, "--rank", "5")
-    assert missing.exit_code == CLI_EXIT_ERROR and "no worker of rank 5" in missing.output
+    assert missing.exit_code == CLI_EXIT_ERROR
+    assert "no worker of rank 5" in missing.output
 
     def cancel_when_done() -> None:
         last = {f"rank {r} out {n}" for r in (0, 1)}

@@ -28,7 +28,7 @@ def test_allocator_with_engine_but_no_gpus_says_what_to_declare(tmp_path: Path) 
             str(tmp_path / "st"),
             "--listen",
             "127.0.0.1:0",
-        ],  # fmt: skip
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -39,7 +39,9 @@ def test_allocator_with_engine_but_no_gpus_says_what_to_declare(tmp_path: Path) 
     assert "Traceback" not in out.stderr
     errors = [ln for ln in out.stderr.splitlines() if ln.startswith("Error: ")]
     assert len(errors) == 1, out.stderr
-    assert "no GPUs to allocate" in errors[0] and "gpus: {declared:" in errors[0]
+    assert "no GPUs to allocate" in errors[0]
+    assert "gpus: {declared:" in errors[0]
     # the only other line is the GPU probe's one-line note (NVML absent on this machine)
     others = [ln for ln in out.stderr.splitlines() if not ln.startswith("Error: ")]
-    assert len(others) <= 1 and all("NVML" in ln for ln in others), out.stderr
+    assert len(others) <= 1, out.stderr
+    assert all("NVML" in ln for ln in others), out.stderr

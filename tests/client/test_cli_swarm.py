@@ -35,7 +35,7 @@ sleep 600 & wait $!
 """
 
 
-def test_logs_of_a_job_on_two_swarm_nodes(swarm, labeled, test_run_id, tmp_path: Path):  # type: ignore[no-untyped-def]
+def test_logs_of_a_job_on_two_swarm_nodes(swarm, labeled, test_run_id, tmp_path: Path):
 
     (tmp_path / "a.yaml").write_text(
         "allocator: {listen: '127.0.0.1:0', state_dir: state, slot_seconds: 2}\n"
@@ -62,7 +62,7 @@ def test_logs_of_a_job_on_two_swarm_nodes(swarm, labeled, test_run_id, tmp_path:
         }
         assert client.submit(spec)["admitted"]
 
-        def both_talking():  # type: ignore[no-untyped-def]
+        def both_talking():
             page = client.logs(name)
             texts = [ln["text"] for ln in page["lines"]]
             ok = page["ranks"] == [0, 1] and all(f"rank {r} out 2" in texts for r in (0, 1))
@@ -75,7 +75,8 @@ def test_logs_of_a_job_on_two_swarm_nodes(swarm, labeled, test_run_id, tmp_path:
         one = run(main, ["logs", name, "--rank", "1", *auth])
         assert one.exit_code == 0, one.output
         lines = one.output.splitlines()
-        assert "rank 1 out 1" in lines and "rank 1 err 1" in lines
+        assert "rank 1 out 1" in lines
+        assert "rank 1 err 1" in lines
         assert all(ln.startswith("rank 1 ") for ln in lines), lines
 
         def cancel_when_done() -> None:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from flowcon.executor.backend import EngineConnectError, connect_engine
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,7 +34,7 @@ def test_allocator_without_engine_is_one_line(tmp_path: Path) -> None:
     ], out.stderr
 
 
-def test_connect_engine_names_the_engine(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_connect_engine_names_the_engine(tmp_path: Path, monkeypatch) -> None:
     import docker
 
     def refuse(**kwargs: object) -> None:
@@ -43,12 +45,8 @@ def test_connect_engine_names_the_engine(tmp_path: Path, monkeypatch) -> None:  
 
     monkeypatch.setattr(docker, "from_env", refuse)
     monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.9:2375")
-    try:
+    with pytest.raises(EngineConnectError) as exc:
         connect_engine()
-    except EngineConnectError as exc:
-        assert str(exc) == (
-            "cannot connect to the Docker engine at tcp://10.0.0.9:2375: [Errno 111] "
-            "Connection refused"
-        )
-    else:
-        raise AssertionError("no error")
+    assert str(exc.value) == (
+        "cannot connect to the Docker engine at tcp://10.0.0.9:2375: [Errno 111] Connection refused"
+    )

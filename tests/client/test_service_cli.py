@@ -57,16 +57,19 @@ def test_submit_jobs_cancel(setup):
     run = CliRunner().invoke
     ok = run(main, ["submit", _job(tmp_path, "small", 300, "10m"), "--config", str(cfg_file)])
     assert ok.exit_code == 0, ok.output
-    assert ok.output.startswith("admitted small:") and "GPUs" in ok.output
+    assert ok.output.startswith("admitted small:")
+    assert "GPUs" in ok.output
     drop = run(main, ["submit", _job(tmp_path, "huge", 10**7, "1m"), "--config", str(cfg_file)])
     assert drop.exit_code == CLI_EXIT_DROPPED, drop.output
-    assert drop.output.startswith("dropped huge:") and "unsatisfiable" in drop.output
+    assert drop.output.startswith("dropped huge:")
+    assert "unsatisfiable" in drop.output
     table = run(main, ["jobs", "--config", str(cfg_file)])
     assert table.exit_code == 0, table.output
     for word in ("small", "huge", "running", "dropped", "progress", "predicted finish"):
         assert word in table.output
     out = run(main, ["cancel", "small", "--config", str(cfg_file)])
-    assert out.exit_code == 0 and "cancelled small" in out.output
+    assert out.exit_code == 0
+    assert "cancelled small" in out.output
     assert alloc.store.get_job("small").state == "cancelled"
 
 
@@ -81,11 +84,14 @@ def test_invalid_spec_fails_before_the_network(setup):
 
 
 def test_wrong_token_and_unreachable_daemon_fail_clearly(setup):
-    tmp_path, cfg_file, alloc = setup
+    tmp_path, _cfg_file, alloc = setup
     job = _job(tmp_path, "x", 300, "10m")
     res = CliRunner().invoke(main, ["submit", job, "--url", alloc.url, "--token", "nope"])
-    assert res.exit_code != 0 and "token" in res.output
+    assert res.exit_code != 0
+    assert "token" in res.output
     res = CliRunner().invoke(main, ["submit", job, "--url", "http://127.0.0.1:9", "--token", "t"])
-    assert res.exit_code == CLI_EXIT_ERROR and "cannot reach the allocator" in res.output
+    assert res.exit_code == CLI_EXIT_ERROR
+    assert "cannot reach the allocator" in res.output
     res = CliRunner().invoke(main, ["jobs"], env={"FLOWCON_ALLOCATOR_URL": "http://127.0.0.1:9"})
-    assert res.exit_code != 0 and "cannot reach" in res.output
+    assert res.exit_code != 0
+    assert "cannot reach" in res.output

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from typing import Any
 
 import pytest
 import yaml
@@ -28,7 +29,7 @@ PROFILE = {1: 10.0, 2: 18.0, 4: 32.0, 8: 50.0}
 TABLES = ("jobs", "admissions", "allocations", "events", "measurements")
 
 
-def spec(name: str, its: int = 3000, deadline: object = "10m", **kw: object) -> dict:
+def spec(name: str, its: int = 3000, deadline: object = "10m", **kw: object) -> dict[str, Any]:
     return {
         "name": name,
         "image": "flowcon/testbox:latest",
@@ -61,11 +62,11 @@ def env(tmp_path, monkeypatch):
     alloc.stop()
 
 
-def run(*args: str, input: str | None = None):  # noqa: A002
+def run(*args: str, input: str | None = None):
     return CliRunner().invoke(main, list(args), input=input)
 
 
-def write(tmp_path, data: dict) -> str:
+def write(tmp_path, data: dict[str, Any]) -> str:
     p = tmp_path / f"{data['name']}.yaml"
     p.write_text(yaml.safe_dump(data))
     return str(p)
@@ -76,21 +77,27 @@ def counts(alloc: Allocator) -> dict[str, int]:
 
 
 def test_exit_codes_of_submit(env):
-    tmp_path, alloc = env
+    tmp_path, _alloc = env
     assert run("submit", write(tmp_path, spec("ok"))).exit_code == CLI_EXIT_ADMITTED
     drop = run("submit", write(tmp_path, spec("huge", its=10**7, deadline="1m")))
-    assert drop.exit_code == CLI_EXIT_DROPPED and drop.output.startswith("dropped huge:")
+    assert drop.exit_code == CLI_EXIT_DROPPED
+    assert drop.output.startswith("dropped huge:")
     bad = run("submit", write(tmp_path, spec("bad", its=-1)))
-    assert bad.exit_code == CLI_EXIT_INVALID and "iterations" in bad.output
+    assert bad.exit_code == CLI_EXIT_INVALID
+    assert "iterations" in bad.output
     missing = run("submit", str(tmp_path / "nope.yaml"))
-    assert missing.exit_code == CLI_EXIT_INVALID and "nope.yaml" in missing.output
+    assert missing.exit_code == CLI_EXIT_INVALID
+    assert "nope.yaml" in missing.output
     # refused by the daemon itself (the client cannot know: no executor to pre-run it)
     auto = run("submit", write(tmp_path, spec("auto", profile="auto")))
-    assert auto.exit_code == CLI_EXIT_INVALID and "profile" in auto.output
+    assert auto.exit_code == CLI_EXIT_INVALID
+    assert "profile" in auto.output
     again = run("submit", write(tmp_path, spec("ok")))  # the name is taken: 409
-    assert again.exit_code == CLI_EXIT_ERROR and "exists" in again.output
+    assert again.exit_code == CLI_EXIT_ERROR
+    assert "exists" in again.output
     away = run("submit", write(tmp_path, spec("x")), "--url", "http://127.0.0.1:9")
-    assert away.exit_code == CLI_EXIT_ERROR and "cannot reach" in away.output
+    assert away.exit_code == CLI_EXIT_ERROR
+    assert "cannot reach" in away.output
     assert CLI_EXIT_PENDING not in (CLI_EXIT_ADMITTED, CLI_EXIT_DROPPED, CLI_EXIT_INVALID, 1)
 
 
@@ -101,9 +108,11 @@ def test_submit_reads_the_spec_from_stdin(env):
     res = run("submit", "-", input=text)  # the profile file is read relative to the cwd
     assert res.exit_code == CLI_EXIT_ADMITTED, res.output
     assert res.output.startswith("admitted piped:")
-    assert alloc.store.get_job("piped").profile == PROFILE  # type: ignore[union-attr]
+    assert alloc.store.get_job("piped").profile == PROFILE
     bad = run("submit", "-", input="name: x\n")
-    assert bad.exit_code == CLI_EXIT_INVALID and "<stdin>" in bad.output and "image" in bad.output
+    assert bad.exit_code == CLI_EXIT_INVALID
+    assert "<stdin>" in bad.output
+    assert "image" in bad.output
     junk = run("submit", "-", input="{not: yaml: at all")
     assert junk.exit_code == CLI_EXIT_INVALID
     assert alloc.store.get_job("x") is None
@@ -117,14 +126,18 @@ def test_dry_run_creates_nothing_and_says_what_submit_does(env):
     dry = run("submit", "--dry-run", "--json", path)
     assert dry.exit_code == CLI_EXIT_ADMITTED, dry.output
     out = json.loads(dry.output)
-    assert out["dry_run"] is True and out["decision"] == "admitted"
-    assert out["gpus"] >= 1 and out["predicted_finish"] <= out["deadline"]
+    assert out["dry_run"] is True
+    assert out["decision"] == "admitted"
+    assert out["gpus"] >= 1
+    assert out["predicted_finish"] <= out["deadline"]
     text = run("submit", "--dry-run", path)
     assert text.exit_code == CLI_EXIT_ADMITTED
     assert text.output.startswith("would be admitted second:")
-    assert "predicted finish" in text.output and "nothing created" in text.output
+    assert "predicted finish" in text.output
+    assert "nothing created" in text.output
     drop = run("submit", "--dry-run", write(tmp_path, spec("huge", its=10**7, deadline="1m")))
-    assert drop.exit_code == CLI_EXIT_DROPPED and drop.output.startswith("would be dropped huge:")
+    assert drop.exit_code == CLI_EXIT_DROPPED
+    assert drop.output.startswith("would be dropped huge:")
     piped = run("submit", "--dry-run", "-", input=yaml.safe_dump(spec("third")))
     assert piped.exit_code == CLI_EXIT_ADMITTED, piped.output
     bad = run("submit", "--dry-run", write(tmp_path, spec("bad", its=0)))
@@ -138,13 +151,14 @@ def test_dry_run_creates_nothing_and_says_what_submit_does(env):
 
 
 def test_dry_run_needs_the_user_role(env):
-    tmp_path, alloc = env
+    tmp_path, _alloc = env
     res = run("submit", "--dry-run", write(tmp_path, spec("a")), "--token", "wrong")
-    assert res.exit_code == CLI_EXIT_ERROR and "token" in res.output
+    assert res.exit_code == CLI_EXIT_ERROR
+    assert "token" in res.output
 
 
 def test_jobs_output_formats(env):
-    tmp_path, alloc = env
+    tmp_path, _alloc = env
     run("submit", write(tmp_path, spec("alpha")))
     run("submit", write(tmp_path, spec("beta", its=10**7, deadline="1m")))
     rows = json.loads(run("jobs", "-o", "json").output)
@@ -159,7 +173,8 @@ def test_jobs_output_formats(env):
     for word in ("placement", "iterations", "min-max GPUs", "flowcon/testbox:latest", "beta"):
         assert word in wide.output, word
     table = run("jobs").output
-    assert "alpha" in table and "placement" not in table
+    assert "alpha" in table
+    assert "placement" not in table
     assert run("jobs", "-o", "yaml").exit_code == 2  # click's usage error
 
 
@@ -184,11 +199,13 @@ def test_jobs_watch_prints_each_change_until_its_count(env):
     assert frames[-1] == ["early", "late"]  # the new job appeared in a later listing
     assert 2 <= len(frames) <= 8  # printed when the listing changed, not every refresh
     table = run("jobs", "-w", "--interval", "0.1", "--watch-count", "2")
-    assert table.exit_code == 0 and "early" in table.output and "late" in table.output
+    assert table.exit_code == 0
+    assert "early" in table.output
+    assert "late" in table.output
 
 
 def test_jobs_watch_on_a_terminal_redraws_in_place(env):
-    tmp_path, alloc = env
+    tmp_path, _alloc = env
     run("submit", write(tmp_path, spec("shown")))
     res = CliRunner().invoke(
         main,
@@ -201,7 +218,7 @@ def test_jobs_watch_on_a_terminal_redraws_in_place(env):
 
 
 def test_job_describes_spec_state_placement_events(env):
-    tmp_path, alloc = env
+    tmp_path, _alloc = env
     run("submit", write(tmp_path, spec("desc", deadline="1h")))
     res = run("job", "desc")
     assert res.exit_code == 0, res.output
@@ -219,22 +236,27 @@ def test_job_describes_spec_state_placement_events(env):
         "admitted",
     ):
         assert head in out, head
-    assert "API_KEY" in out and "hunter2" not in out
+    assert "API_KEY" in out
+    assert "hunter2" not in out
     js = json.loads(run("job", "desc", "-o", "json").output)
-    assert js["name"] == "desc" and js["allocations"][0]["gpus"] == js["gpus"] >= 1
+    assert js["name"] == "desc"
+    assert js["allocations"][0]["gpus"] == js["gpus"] >= 1
     assert [e["kind"] for e in js["events"]][:2] == ["admitted", "rescaled"]
     assert "hunter2" not in json.dumps(js)
     gone = run("job", "nope")
-    assert gone.exit_code == CLI_EXIT_ERROR and "no job 'nope'" in gone.output
+    assert gone.exit_code == CLI_EXIT_ERROR
+    assert "no job 'nope'" in gone.output
 
 
 def test_logs_of_a_plan_only_allocator_and_of_an_unknown_job(env):
-    tmp_path, alloc = env
+    tmp_path, _alloc = env
     run("submit", write(tmp_path, spec("quiet")))
     res = run("logs", "quiet")
-    assert res.exit_code == 0 and "no executor" in res.output
+    assert res.exit_code == 0
+    assert "no executor" in res.output
     gone = run("logs", "nope")
-    assert gone.exit_code == CLI_EXIT_ERROR and "no job 'nope'" in gone.output
+    assert gone.exit_code == CLI_EXIT_ERROR
+    assert "no job 'nope'" in gone.output
     # follow ends by itself once the job ended
     run("cancel", "quiet")
     t0 = time.monotonic()
@@ -249,13 +271,16 @@ def test_cancel_several_names_and_say_which_failed(env):
     run("submit", write(tmp_path, spec("dead", its=10**7, deadline="1m")))
     res = run("cancel", "one", "nope", "two", "dead")
     assert res.exit_code == CLI_EXIT_ERROR
-    assert "cancelled one" in res.output and "cancelled two" in res.output
+    assert "cancelled one" in res.output
+    assert "cancelled two" in res.output
     assert "cannot cancel nope: no job 'nope'" in res.output
-    assert "cannot cancel dead:" in res.output and "already dropped" in res.output
+    assert "cannot cancel dead:" in res.output
+    assert "already dropped" in res.output
     assert "not cancelled: nope, dead" in res.output
-    assert alloc.store.get_job("one").state == "cancelled"  # type: ignore[union-attr]
-    assert alloc.store.get_job("two").state == "cancelled"  # type: ignore[union-attr]
+    assert alloc.store.get_job("one").state == "cancelled"
+    assert alloc.store.get_job("two").state == "cancelled"
     assert run("cancel").exit_code == 2  # a name is required
     assert run("submit", write(tmp_path, spec("three"))).exit_code == 0
     ok = run("cancel", "three")
-    assert ok.exit_code == 0 and ok.output.strip() == "cancelled three"
+    assert ok.exit_code == 0
+    assert ok.output.strip() == "cancelled three"

@@ -52,7 +52,7 @@ def no_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "torch", raising=False)
 
 
-def line_of(adapter: rp.ThreadAdapter | bool, **metrics: object) -> dict[str, object]:
+def line_of(adapter: rp.ThreadAdapter | bool, **metrics: object) -> dict[str, object]:  # type: ignore[name-defined]
     out = io.StringIO()
     rp.report(out, adapt_threads=adapter, **metrics)
     data = json.loads(out.getvalue())
@@ -137,7 +137,7 @@ def test_recheck_is_time_based(torch_mod: FakeTorch) -> None:
 
     a = rp.ThreadAdapter(interval=2.0, clock=clock, quota=quota, cpus=lambda: 2, enabled=True)
     assert line_of(a, step=1)["threads"] == 2
-    limit["q"] = 0.5
+    limit["q"] = 0.5  # type: ignore[assignment]
     clock.now = 1.9
     assert line_of(a, step=2)["threads"] == 2  # not yet re-read
     clock.now = 2.0
@@ -152,7 +152,7 @@ def test_set_num_threads_only_when_the_target_changes(torch_mod: FakeTorch) -> N
     clock, limit = Clock(), {"q": 2.0}
     a = rp.ThreadAdapter(clock=clock, quota=lambda: limit["q"], cpus=lambda: 4, enabled=True)
     for q in (2.0, 2.0, 0.5, 0.7, 0.25, 1.5, 1.5, None):
-        limit["q"] = q
+        limit["q"] = q  # type: ignore[assignment]
         line_of(a, step=1)
         clock.now += 10
     # 2 is already the pool size: no call; 0.5/0.7/0.25 all mean 1; then 2; then 4.
@@ -185,7 +185,7 @@ def test_threads_field_only_while_adapting(torch_mod: FakeTorch) -> None:
 
 def test_torch_absent_means_no_adaptation(no_torch: None) -> None:
     reads: list[int] = []
-    a = rp.ThreadAdapter(quota=lambda: reads.append(1) or 0.5, enabled=True)
+    a = rp.ThreadAdapter(quota=lambda: reads.append(1) or 0.5, enabled=True)  # type: ignore[func-returns-value]
     assert "threads" not in line_of(a, step=1)
     assert reads == []
     assert "torch" not in sys.modules  # never imported by report
@@ -237,7 +237,8 @@ def test_errors_never_break_reporting(
     fail["on"] = True
     clock.now = 10
     second = line_of(a, step=2)
-    assert second["step"] == 2 and second["threads"] == 1  # the last size in use
+    assert second["step"] == 2
+    assert second["threads"] == 1  # the last size in use
 
     def broken(n: int) -> None:
         raise RuntimeError("no pool")

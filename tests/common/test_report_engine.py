@@ -40,7 +40,7 @@ def _update_cpus(cid: str, cpus: str) -> None:
 
 
 @pytest.mark.docker
-def test_thread_pool_follows_docker_update(docker_client, labeled, cleanup_containers) -> None:  # type: ignore[no-untyped-def]
+def test_thread_pool_follows_docker_update(docker_client, labeled, cleanup_containers) -> None:
     import docker.errors
 
     try:

@@ -4,6 +4,7 @@ allowed), environment overrides with *_FILE secrets, and the shared path/label c
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import Field
@@ -48,7 +49,7 @@ class Outer(Strict):
         ({"inner": []}, "f.yaml: inner: [] is not allowed: a mapping"),
     ],
 )
-def test_each_error_names_file_field_value_and_rule(data: dict, line: str) -> None:  # type: ignore[type-arg]
+def test_each_error_names_file_field_value_and_rule(data: dict[str, Any], line: str) -> None:
     with pytest.raises(SchemaError) as err:
         validate(Outer, data, "f.yaml")
     assert str(err.value) == line
@@ -116,7 +117,7 @@ def test_file_variants_read_secrets(tmp_path: Path) -> None:
         Outer, {"FLOWCON_INNER_URL": "direct", "FLOWCON_INNER_URL_FILE": str(secret)}
     )
     assert over == {"inner": {"url": "direct"}}
-    with pytest.raises(SchemaError, match="FLOWCON_INNER_URL_FILE.*cannot read the file"):
+    with pytest.raises(SchemaError, match=r"FLOWCON_INNER_URL_FILE.*cannot read the file"):
         env_overrides(Outer, {"FLOWCON_INNER_URL_FILE": str(tmp_path / "missing")})
 
 
@@ -124,7 +125,8 @@ def test_sections_mode_reads_only_the_named_sections() -> None:
     over, where = env_overrides(
         Outer, {"FLOWCON_ALPHA": "0.3", "FLOWCON_INNER_RETRIES": "1"}, sections=("inner",)
     )
-    assert over == {"inner": {"retries": 1}} and where == {"inner.retries": "FLOWCON_INNER_RETRIES"}
+    assert over == {"inner": {"retries": 1}}
+    assert where == {"inner.retries": "FLOWCON_INNER_RETRIES"}
 
 
 def test_bad_yaml_in_a_variable_names_it() -> None:
@@ -163,5 +165,7 @@ def test_label_problem() -> None:
 
 
 def test_show_keeps_values_short_and_typed() -> None:
-    assert show("no") == '"no"' and show(True) == "true" and show(None) == "null"
+    assert show("no") == '"no"'
+    assert show(True) == "true"
+    assert show(None) == "null"
     assert len(show("x" * 500)) == 80

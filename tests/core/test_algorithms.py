@@ -90,7 +90,8 @@ def test_all_in_cl_equal_rule_gives_each_one_over_c() -> None:
     lists2 = {"a": CL, "b": NL}
     free = algorithm1(lists2, {"a": 0.0, "b": 1.0}, limits, beta=2, alpha=ALPHA)
     equal = algorithm1(lists2, {"a": 0.0, "b": 1.0}, limits, beta=2, alpha=ALPHA, all_cl="equal")
-    assert equal == free and not equal.all_completing
+    assert equal == free
+    assert not equal.all_completing
     # a container alone in CL has the whole host under either rule
     alone = algorithm1({"a": CL}, {"a": 0.0}, {}, beta=2, alpha=ALPHA, all_cl="equal")
     assert alone.decisions["a"].limit == 1.0
@@ -115,14 +116,16 @@ def test_backoff_doubles_caps_and_resets() -> None:
     it = Itval(initial=20, cap=100)
     assert [it.double() for _ in range(4)] == [40, 80, 100, 100]
     assert it.reset() == 20
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="need 0 < itval"):
         Itval(initial=20, cap=10)
 
 
 def test_algorithm2_new_and_finished() -> None:
     lists = {"a": CL, "b": WL}
     change = pool_change(set(lists), {"a", "c"})
-    assert change.new == {"c"} and change.finished == {"b"} and change.changed
+    assert change.new == {"c"}
+    assert change.finished == {"b"}
+    assert change.changed
     assert apply_change(lists, change) == {"a": CL, "c": NL}
     assert not pool_change({"a"}, {"a"}).changed
 

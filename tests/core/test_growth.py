@@ -39,7 +39,8 @@ def test_normalization_is_scale_free() -> None:
     for a, b in zip(small[1:], big[1:], strict=True):
         assert a == pytest.approx(b)
     assert small[1] == pytest.approx(1.0)
-    assert small[-1] is not None and small[-1] < 0.05  # a converging job falls below alpha
+    assert small[-1] is not None
+    assert small[-1] < 0.05  # a converging job falls below alpha
 
 
 def test_normalization_cancels_cpu_share() -> None:
@@ -67,7 +68,8 @@ def test_window_mean_smooths_noise() -> None:
             tr.add_sample(t, 20 + (5 if k % 2 else -5))
             t += 0.1
         g = tr.close_interval(0.5)
-    assert g is not None and g < 0.05
+    assert g is not None
+    assert g < 0.05
 
 
 def test_unmeasured_job_counts_as_reference() -> None:
@@ -99,7 +101,8 @@ def test_huge_finite_values_never_give_a_non_finite_g() -> None:
         g = tr.close_interval(0.5)
         seen.append(g)
         assert g is None or math.isfinite(g)
-        assert math.isfinite(tr.current()) and math.isfinite(tr.reference)
+        assert math.isfinite(tr.current())
+        assert math.isfinite(tr.reference)
         assert tr.last_point is None or all(map(math.isfinite, tr.last_point))  # JSON-safe
     assert seen[1] == pytest.approx(1.0)  # the reference interval
     assert seen[-1] is not None  # measurements resume once values are sane again

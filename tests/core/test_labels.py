@@ -18,7 +18,10 @@ def test_opt_in_only() -> None:
     assert parse_policy({}) is None
     assert parse_policy({"flowcon.enable": "false"}) is None
     p = parse_policy({"flowcon.enable": "True"})
-    assert p is not None and p.managed and p.metric == "loss" and p.goal == "min"
+    assert p is not None
+    assert p.managed
+    assert p.metric == "loss"
+    assert p.goal == "min"
 
 
 # Go's strconv.ParseBool, as Traefik reads its labels: exactly these spellings.
@@ -53,7 +56,10 @@ def test_service_labels_under_container_labels() -> None:
 
 def test_job_label_is_monitor_only() -> None:
     p = parse_policy({"flowcon.job": "resnet-7"})
-    assert p is not None and not p.managed and p.monitored and p.job == "resnet-7"
+    assert p is not None
+    assert not p.managed
+    assert p.monitored
+    assert p.job == "resnet-7"
 
 
 def test_full_labels() -> None:
@@ -67,7 +73,10 @@ def test_full_labels() -> None:
             "flowcon.cpus.max": "2",
         }
     )
-    assert p is not None and p.goal == "max" and p.cpus_min == 0.5 and p.cpus_max == 2.0
+    assert p is not None
+    assert p.goal == "max"
+    assert p.cpus_min == 0.5
+    assert p.cpus_max == 2.0
     assert p.regex is not None
 
 
@@ -95,17 +104,21 @@ def test_threads_label_overrides_what_the_lines_say() -> None:
     plain = parse_policy(on)
     adaptive = parse_policy({**on, "flowcon.threads": "adaptive"})
     fixed = parse_policy({**on, "flowcon.threads": " fixed "})
-    assert plain is not None and adaptive is not None and fixed is not None
+    assert plain is not None
+    assert adaptive is not None
+    assert fixed is not None
     assert (plain.thread_aware(False), plain.thread_aware(True)) == (False, True)
     assert (adaptive.thread_aware(False), adaptive.thread_aware(True)) == (True, True)
     assert (fixed.thread_aware(False), fixed.thread_aware(True)) == (False, False)
-    with pytest.raises(LabelError, match="flowcon.threads='yes'"):
+    with pytest.raises(LabelError, match=r"flowcon.threads='yes'"):
         parse_policy({**on, "flowcon.threads": "yes"})
 
 
 def test_metric_lines() -> None:
     ok = parse_line('{"step": 12, "loss": 0.5, "ts": 1.0}', "loss")
-    assert ok.kind is LineKind.SAMPLE and ok.value == 0.5 and ok.step == 12
+    assert ok.kind is LineKind.SAMPLE
+    assert ok.value == 0.5
+    assert ok.step == 12
     assert parse_line("Epoch 1/10 [=====>....]", "loss").kind is LineKind.TEXT
     assert parse_line('{"step": 12, "loss": 0.5', "loss").kind is LineKind.MALFORMED
     assert parse_line("[1, 2]", "loss").kind is LineKind.TEXT
@@ -124,7 +137,9 @@ def test_metric_lines() -> None:
 def test_regex_label_lines() -> None:
     rx = compile_metric_regex(r"iter (?P<step>\d+) loss=(?P<value>\S+)")
     s = parse_line("2024 INFO iter 40 loss=1.25e-1", "loss", rx)
-    assert s.kind is LineKind.SAMPLE and s.value == 0.125 and s.step == 40
+    assert s.kind is LineKind.SAMPLE
+    assert s.value == 0.125
+    assert s.step == 40
     assert parse_line("iter 41 loss=nan", "loss", rx).kind is LineKind.NON_FINITE
     assert parse_line("iter 42 loss=oops", "loss", rx).kind is LineKind.BAD_VALUE
     assert parse_line('{"loss": 1}', "loss", rx).kind is LineKind.TEXT  # regex only

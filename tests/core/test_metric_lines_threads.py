@@ -29,7 +29,9 @@ def test_threads_as_a_whole_number(raw: str) -> None:
 @pytest.mark.parametrize("raw", ["0", "-2", "2.5", "true", "null", '"many"', "[2]", "1e400", "NaN"])
 def test_bad_threads_are_ignored_not_fatal(raw: str) -> None:
     p = parse_line(f'{{"loss": 1.5, "threads": {raw}}}', "loss")
-    assert p.kind is LineKind.SAMPLE and p.value == 1.5 and p.threads is None
+    assert p.kind is LineKind.SAMPLE
+    assert p.value == 1.5
+    assert p.threads is None
 
 
 def test_missing_threads_and_regex_lines() -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,7 +40,9 @@ def test_env_from_executor_variables() -> None:
         }
     )
     assert (env.world_size, env.rank, env.node_rank, env.master_port) == (3, 2, 1, 1234)
-    assert env.iterations == 50 and env.gpus == ("a", "b") and env.checkpoint_dir == Path("/ck")
+    assert env.iterations == 50
+    assert env.gpus == ("a", "b")
+    assert env.checkpoint_dir == Path("/ck")
     assert not env.worker
     # local shares add up to the global batch at every world size
     for world in (1, 2, 3, 7):
@@ -45,7 +50,8 @@ def test_env_from_executor_variables() -> None:
             ElasticEnv(world_size=world, rank=r, global_batch_size=100).local_batch_size
             for r in range(world)
         ]
-        assert sum(shares) == 100 and max(shares) - min(shares) <= 1
+        assert sum(shares) == 100
+        assert max(shares) - min(shares) <= 1
     with pytest.raises(ValueError, match="RANK"):
         ElasticEnv.from_env({"WORLD_SIZE": "2", "RANK": "2"})
     with pytest.raises(ValueError, match="WORLD_SIZE"):
@@ -55,9 +61,9 @@ def test_env_from_executor_variables() -> None:
 def test_shard_is_a_disjoint_cover() -> None:
     items = list(range(10))
     parts = [list(shard(items, r, 3)) for r in range(3)]
-    assert sorted(sum(parts, [])) == items
+    assert sorted(functools.reduce(operator.iadd, parts, [])) == items
     assert parts[0] == [0, 3, 6, 9]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="outside world size"):
         shard(items, 3, 3)
 
 
@@ -66,7 +72,7 @@ def _run(tmp: Path) -> elastic.Elastic:
     return elastic.Elastic(e, checkpoint_every=3, install_signal_handlers=False)
 
 
-def test_checkpoint_resume_continues_step_counter(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_checkpoint_resume_continues_step_counter(tmp_path: Path, capsys) -> None:
     run = _run(tmp_path)
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -77,9 +83,12 @@ def test_checkpoint_resume_continues_step_counter(tmp_path: Path, capsys) -> Non
         opt.step()
         if step == 4:
             run.stop_requested = True  # what SIGTERM does
-    assert seen == [1, 2, 3, 4] and run.preempted and run.exit_code == elastic.EXIT_PREEMPTED
+    assert seen == [1, 2, 3, 4]
+    assert run.preempted
+    assert run.exit_code == elastic.EXIT_PREEMPTED
     state = load_checkpoint(tmp_path)
-    assert state is not None and state["step"] == 4  # checkpoint at the stop, not just at 3
+    assert state is not None
+    assert state["step"] == 4  # checkpoint at the stop, not just at 3
     assert state["optimizer"]["state"]  # momentum buffers saved
 
     run2 = _run(tmp_path)
@@ -87,7 +96,8 @@ def test_checkpoint_resume_continues_step_counter(tmp_path: Path, capsys) -> Non
     opt2 = torch.optim.SGD(model2.parameters(), lr=0.1, momentum=0.9)
     seen2 = list(run2.steps(model2, opt2))
     assert seen2 == list(range(5, 11))
-    assert run2.finished and run2.exit_code == 0
+    assert run2.finished
+    assert run2.exit_code == 0
     assert (tmp_path / elastic.DONE_FILE).read_text().strip() == "10"
     assert load_checkpoint(tmp_path)["step"] == 10  # type: ignore[index]
     # a third run has nothing left to do
@@ -116,7 +126,7 @@ def _python_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _steps(out: str) -> list[dict]:  # type: ignore[type-arg]
+def _steps(out: str) -> list[dict[str, Any]]:
     return [json.loads(x) for x in out.splitlines() if x.startswith("{")]
 
 
@@ -143,7 +153,8 @@ def test_sigterm_checkpoints_and_exits_143(tmp_path: Path) -> None:
     last = _steps(rest)[-1]
     assert last["event"] == "preempted"
     state = load_checkpoint(tmp_path)
-    assert state is not None and state["step"] == last["step"] >= 3
+    assert state is not None
+    assert state["step"] == last["step"] >= 3
 
 
 @pytest.mark.slow
@@ -173,4 +184,5 @@ def test_gloo_world_size_two_then_resume_on_one(tmp_path: Path) -> None:
     )
     assert out1.returncode == 0, out1.stderr[-2000:]
     steps = [x for x in _steps(out1.stdout) if "loss" in x]
-    assert [x["step"] for x in steps] == [7, 8] and steps[0]["local_batch"] == 16
+    assert [x["step"] for x in steps] == [7, 8]
+    assert steps[0]["local_batch"] == 16

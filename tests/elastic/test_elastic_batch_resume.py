@@ -84,12 +84,15 @@ def test_a_restart_resumes_with_another_global_batch(tmp_path: Path) -> None:
     )
     assert full.finished
     first = _run(script, tmp_path / "ck", tmp_path / "part.pt", SMALL, STOP_AT=str(STOP_AT))
-    assert first.preempted and first.step == STOP_AT
+    assert first.preempted
+    assert first.step == STOP_AT
     state = elastic.load_checkpoint(tmp_path / "ck")
-    assert state is not None and state["sampler"]["position"] == SMALL * STOP_AT
+    assert state is not None
+    assert state["sampler"]["position"] == SMALL * STOP_AT
     # the executor restarts the job with FLOWCON_GLOBAL_BATCH_SIZE=16
     resumed = _run(script, tmp_path / "ck", tmp_path / "resumed.pt", LARGE)
-    assert resumed.finished and resumed.step == ITERS
+    assert resumed.finished
+    assert resumed.step == ITERS
     # the same batches and learning rates from the resume on: 16 samples a step, the LR
     # going 0.05 -> 0.1 over RAMP steps from the first step after the checkpoint
     assert resumed.lrs == [t for t in full.lrs if t[0] > STOP_AT]

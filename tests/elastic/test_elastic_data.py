@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 DATA_PY = REPO / "flowcon" / "elastic" / "data.py"
 
 
-def _load_data_module():  # type: ignore[no-untyped-def]
+def _load_data_module():
     """data.py by file, so these tests need neither torch nor the package's __init__."""
     return load_script(DATA_PY, "flowcon_elastic_data_under_test")
 
@@ -78,9 +78,13 @@ def test_last_batch_of_epoch_is_short_and_next_epoch_reshuffles() -> None:
     s.advance(4)
     first += s.global_batch(4)
     s.advance(4)
-    assert s.batch_size(4) == 2 and s.position == 8
+    assert s.batch_size(4) == 2
+    assert s.position == 8
     tail = s.global_batch(4)
-    assert s.advance(4) == 2 and s.position == 10 and s.epoch == 1 and s.offset == 0
+    assert s.advance(4) == 2
+    assert s.position == 10
+    assert s.epoch == 1
+    assert s.offset == 0
     assert sorted(first + tail) == list(range(10))
     assert s.order(1) != s.order(0)  # a new permutation (for this seed)
     assert sorted(s.order(1)) == list(range(10))
@@ -119,7 +123,7 @@ def test_shares_and_small_batches() -> None:
         s.batch(4, 4, 4)
     with pytest.raises(ValueError, match="global batch"):
         s.batch(0, 0, 1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="dataset size must be positive"):
         ElasticSampler(0)
 
 
@@ -128,7 +132,8 @@ def test_state_dict_round_trip_and_mismatch() -> None:
     s.advance(13)
     t = ElasticSampler(20, seed=5)
     t.load_state_dict(json.loads(json.dumps(s.state_dict())))  # plain JSON-able ints
-    assert t.position == 13 and t.batch(3, 0, 1) == s.batch(3, 0, 1)
+    assert t.position == 13
+    assert t.batch(3, 0, 1) == s.batch(3, 0, 1)
     with pytest.raises(ValueError, match="seed"):
         ElasticSampler(20, seed=6).load_state_dict(s.state_dict())
     with pytest.raises(ValueError, match="size"):

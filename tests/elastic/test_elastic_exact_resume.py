@@ -97,17 +97,21 @@ def _equal(a: Path, b: Path) -> None:
 def _reference(script: Path, tmp_path: Path) -> Path:
     out = tmp_path / "full.pt"
     run = _in_process(script, tmp_path / "ck-full", out)
-    assert run.finished and run.step == ITERS
+    assert run.finished
+    assert run.step == ITERS
     return out
 
 
 def _stopped(script: Path, tmp_path: Path) -> Path:
     ckpt = tmp_path / "ck-split"
     run = _in_process(script, ckpt, tmp_path / "part1.pt", stop_at=STOP_AT)
-    assert run.preempted and run.step == STOP_AT
+    assert run.preempted
+    assert run.step == STOP_AT
     state = elastic.load_checkpoint(ckpt)
-    assert state is not None and state["step"] == STOP_AT
-    assert state["sampler"]["position"] == 8 * STOP_AT and state["scheduler"]["last_epoch"]
+    assert state is not None
+    assert state["step"] == STOP_AT
+    assert state["sampler"]["position"] == 8 * STOP_AT
+    assert state["scheduler"]["last_epoch"]
     assert {"python", "torch"} <= set(state["rng"])
     return ckpt
 
@@ -119,7 +123,8 @@ def test_restart_resumes_exactly_with_fresh_objects(script: Path, tmp_path: Path
     random.seed(12345)
     out = tmp_path / "resumed.pt"
     run = _in_process(script, ckpt, out)
-    assert run.finished and run.step == ITERS
+    assert run.finished
+    assert run.step == ITERS
     _equal(full, out)
 
 
@@ -190,7 +195,8 @@ def test_two_gloo_ranks_resume_exactly(script: Path, tmp_path: Path) -> None:
     assert launch(tmp_path / "a", tmp_path / "full.pt", 0) == 0
     assert launch(tmp_path / "b", tmp_path / "part.pt", STOP_AT) == elastic.EXIT_PREEMPTED
     state = elastic.load_checkpoint(tmp_path / "b")
-    assert state is not None and len(state["rng_ranks"]) == 2
+    assert state is not None
+    assert len(state["rng_ranks"]) == 2
     assert not torch.equal(state["rng_ranks"][0]["torch"], state["rng_ranks"][1]["torch"])
     assert launch(tmp_path / "b", tmp_path / "resumed.pt", 0) == 0
     _equal(tmp_path / "full.pt", tmp_path / "resumed.pt")

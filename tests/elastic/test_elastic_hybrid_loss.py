@@ -136,7 +136,7 @@ def test_hybrid_scaling_keeps_the_loss_of_the_fixed_batch_run(tmp_path: Path) ->
                     "FLOWCON_GLOBAL_BATCH_SIZE": str(2 * BATCH),
                 },
             )
-            store = dist.TCPStore(
+            store = dist.TCPStore(  # type: ignore[attr-defined]
                 "127.0.0.1",
                 int(hybrid_env["MASTER_PORT"]),
                 is_master=False,
@@ -160,7 +160,8 @@ def test_hybrid_scaling_keeps_the_loss_of_the_fixed_batch_run(tmp_path: Path) ->
     hybrid = _lines(logs["a"]) + _lines(logs["b"])  # rank 0 stays in a (the store host)
     (scaled,) = [x for x in hybrid if x.get("event") == "scaled"]
     switch = scaled["step"]
-    assert scaled["world_size"] == 2 and scaled["global_batch"] == 2 * BATCH
+    assert scaled["world_size"] == 2
+    assert scaled["global_batch"] == 2 * BATCH
     assert PAUSE_AT <= switch <= PAUSE_AT + 80, scaled  # early: most samples at batch 32
     by_step = {x["step"]: x for x in hybrid if "batch_loss" in x}
     assert by_step[switch + 1]["local_batch"] == BATCH  # 32 over two workers

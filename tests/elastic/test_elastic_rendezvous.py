@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from flowcon import contract  # noqa: E402
-from flowcon.elastic import rendezvous as rdv  # noqa: E402
+from flowcon import contract
+from flowcon.elastic import rendezvous as rdv
 
 
 class DictStore:
@@ -47,7 +47,7 @@ def test_vote_row_round_trip() -> None:
     assert rdv.Vote.from_row(v.row()) == v
     v = rdv.Vote(leave=True, leave_age=0.75, settle=1.5)
     assert rdv.Vote.from_row(v.row()) == v
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="a vote has 10 fields"):
         rdv.Vote.from_row([0.0])
 
 
@@ -62,7 +62,8 @@ def test_decide() -> None:
     # stragglers leave like leavers; the last holder stays while joiners come in
     assert rdv.decide(calm, removed=[1]).leavers == (1,)
     d = rdv.decide([rdv.Vote(leave=True, ready=1, target=2)])
-    assert d.leavers == () and d.admit == 1
+    assert d.leavers == ()
+    assert d.admit == 1
     assert rdv.decide([rdv.Vote(leave=True), rdv.Vote(leave=True)]).leavers == (0, 1)
 
 
@@ -113,14 +114,16 @@ def test_joiners_register_and_get_assigned() -> None:
     s1 = rdv.register_joiner(store, rdv.Joiner("c", 4))
     store.add("flowcon/joiners", 1)  # a second joiner took a slot, description not yet there
     ready, upto = rdv.ready_joiners(store, 0)
-    assert [(j.worker, j.slot) for j in ready] == [("c", 1)] and upto == 1
+    assert [(j.worker, j.slot) for j in ready] == [("c", 1)]
+    assert upto == 1
     assert rdv.ready_joiners(store, 1) == ([], 1)
     a = rdv.Assignment(gen=3, rank=2, world_size=4, holders=2, admitted=1)
     rdv.assign(store, s1, a)
     assert rdv.wait_assignment(store, s1, 1.0) == a
     assert rdv.withdraw(store, s1) == a  # too late to withdraw: it joins
     assert rdv.wait_assignment(store, 2, 0.05) is None
-    assert rdv.allocate_gen(store) == 1 and rdv.allocate_gen(store) == 2
+    assert rdv.allocate_gen(store) == 1
+    assert rdv.allocate_gen(store) == 2
     rdv.publish_next(store, 0, 2)
     assert rdv.next_gen(store, 0, 1.0) == 2
     assert not rdv.job_done(store)
@@ -134,7 +137,8 @@ def test_a_withdrawn_joiner_is_skipped_but_its_slot_used_up() -> None:
     s2 = rdv.register_joiner(store, rdv.Joiner("c", 2))
     assert rdv.withdraw(store, s1) is None
     ready, upto = rdv.ready_joiners(store, 0)
-    assert [j.slot for j in ready] == [s2] and upto == 2
+    assert [j.slot for j in ready] == [s2]
+    assert upto == 2
     with pytest.raises(RuntimeError, match="withdrew"):
         rdv.assign(store, s1, rdv.Assignment(gen=1, rank=1, world_size=2, holders=1))
     d = rdv.decide([rdv.Vote(ready=1, target=2, upto=2)])
@@ -165,11 +169,14 @@ def test_recovery_survivors_agree_on_one_membership() -> None:
         t.join()
     assert out[0] == out[3]
     rec = out[0]
-    assert [s.old_rank for s in rec.survivors] == [0, 3] and rec.step == 12
-    assert rec.rank_of(3) == 1 and rec.rank_of(1) is None
+    assert [s.old_rank for s in rec.survivors] == [0, 3]
+    assert rec.step == 12
+    assert rec.rank_of(3) == 1
+    assert rec.rank_of(1) is None
     # a survivor that comes after the closing gets the closed membership (without itself)
     late = rdv.recover(store, 5, rdv.Survivor(1, "w1", (12,)), 2, 0.1)
-    assert late == rec and late.rank_of(1) is None
+    assert late == rec
+    assert late.rank_of(1) is None
 
 
 def test_a_survivor_counted_but_not_yet_written_is_waited_for() -> None:
@@ -192,7 +199,8 @@ def test_a_survivor_counted_but_not_yet_written_is_waited_for() -> None:
     t.start()
     rec = rdv.recover(store, 7, rdv.Survivor(0, "w0", (5, 6)), 2, 5.0)
     t.join()
-    assert [s.worker for s in rec.survivors] == ["w0", "w2"] and rec.step == 5
+    assert [s.worker for s in rec.survivors] == ["w0", "w2"]
+    assert rec.step == 5
 
 
 def test_a_straggler_removal_never_empties_the_job() -> None:

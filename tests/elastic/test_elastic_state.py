@@ -15,7 +15,7 @@ from flowcon.elastic import state as st  # noqa: E402
 from flowcon.elastic.data import ElasticSampler  # noqa: E402
 
 
-def _objects(seed: int = 0):  # type: ignore[no-untyped-def]
+def _objects(seed: int = 0):
     torch.manual_seed(seed)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 1))
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -23,7 +23,7 @@ def _objects(seed: int = 0):  # type: ignore[no-untyped-def]
     return model, opt, sched, ElasticSampler(32, seed=1)
 
 
-def _train(model, opt, sched, sampler, steps: int, x, y) -> None:  # type: ignore[no-untyped-def]
+def _train(model, opt, sched, sampler, steps: int, x, y) -> None:
     for _ in range(steps):
         idx = torch.tensor(sampler.batch(8, 0, 1))
         weight = 1 + 0.1 * random.random()  # the python generator matters too
@@ -50,7 +50,9 @@ def test_capture_is_a_snapshot_and_restore_continues_exactly() -> None:
     random.seed(999)
     m2, o2, s2, sa2 = _objects(seed=5)  # other initial weights
     assert st.restore(snap, m2, o2, scheduler=s2, sampler=sa2) == 3
-    assert sa2.position == 24 and s2.last_epoch == 3 and snap["extra"] == {"k": 1}
+    assert sa2.position == 24
+    assert s2.last_epoch == 3
+    assert snap["extra"] == {"k": 1}
     _train(m2, o2, s2, sa2, 4, x, y)
     for a, b in zip(model.parameters(), m2.parameters(), strict=True):
         assert torch.equal(a, b)
@@ -71,7 +73,8 @@ def test_rng_state_round_trip() -> None:
     a = (random.random(), torch.rand(3))
     st.set_rng_state(saved)
     b = (random.random(), torch.rand(3))
-    assert a[0] == b[0] and torch.equal(a[1], b[1])
+    assert a[0] == b[0]
+    assert torch.equal(a[1], b[1])
     # a python state that went through JSON-like lists still restores
     version, internal, gauss = saved["python"]
     st.set_rng_state({"python": [version, list(internal), gauss]})
@@ -122,7 +125,8 @@ def test_importable_and_usable_without_numpy() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
 def test_one_snapshot_restores_twice() -> None:

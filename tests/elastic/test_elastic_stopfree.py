@@ -41,7 +41,7 @@ class Job:
 
     def __init__(self, tmp: Path, iterations: int, **extra: str) -> None:
         self.out = tmp
-        self.store = dist.TCPStore(
+        self.store = dist.TCPStore(  # type: ignore[attr-defined]
             "127.0.0.1",
             0,
             is_master=True,
@@ -130,7 +130,8 @@ class Job:
 
     def joiners_ready(self, n: int) -> bool:
         return self.store.add("flowcon/joiners", 0) >= n and rdv.there(
-            self.store, f"flowcon/joiner/{n}"
+            self.store,  # type: ignore[arg-type]
+            f"flowcon/joiner/{n}",
         )
 
     def finish(self, timeout: float = 40.0) -> dict[str, int]:
@@ -175,7 +176,8 @@ def check_exactly_once(
         gbs = (batches or {}).get(step, gbs)
         rs = by_step[step]
         world = rs[0]["world"]
-        assert len(rs) == world and sorted(r["rank"] for r in rs) == list(range(world)), rs
+        assert len(rs) == world, rs
+        assert sorted(r["rank"] for r in rs) == list(range(world)), rs
         got = [i for r in sorted(rs, key=lambda r: r["rank"]) for i in r["ids"]]
         assert got == sampler.global_batch(gbs), step
         epochs.setdefault(sampler.epoch, []).extend(got)
@@ -230,8 +232,8 @@ def test_scale_1_2_4_2_1_mid_epoch(tmp_path: Path) -> None:
     for name, p in job.procs.items():
         mine = [r for r in records if r["worker"] == name]
         assert {r["pid"] for r in mine} == {p.pid}
-        steps = [r["step"] for r in mine]
-        assert steps == list(range(steps[0], steps[0] + len(steps))), name
+        steps = [r["step"] for r in mine]  # type: ignore[assignment]
+        assert steps == list(range(steps[0], steps[0] + len(steps))), name  # type: ignore[comparison-overlap]
     # the final model equals the uninterrupted 1-worker run's
     final = torch.load(job.out / "final.pt")
     expect = torch.load(ref.out / "final.pt")
@@ -239,7 +241,8 @@ def test_scale_1_2_4_2_1_mid_epoch(tmp_path: Path) -> None:
         torch.testing.assert_close(final[k], expect[k], rtol=1e-5, atol=1e-6)
     scaled = job.events("scaled")
     assert [e["world_size"] for e in scaled] == [2, 4, 2, 1], scaled
-    assert len(job.events("left")) == 3 and len(job.events("joined")) == 3
+    assert len(job.events("left")) == 3
+    assert len(job.events("joined")) == 3
 
 
 def test_kill_9_survivors_recover_from_the_agreed_state(tmp_path: Path) -> None:
@@ -267,12 +270,15 @@ def test_kill_9_survivors_recover_from_the_agreed_state(tmp_path: Path) -> None:
     assert ref.finish() == {"ref": 0}, ref.logs()
     assert codes == {"a": 0, "b": -signal.SIGKILL, "c": 0, "d": 0}, job.logs()
     (rec,) = job.events("recovered")
-    assert rec["world_size"] == 2 and rec["failed"] == 1 and rec["lost_steps"] <= 1, rec
+    assert rec["world_size"] == 2, rec
+    assert rec["failed"] == 1, rec
+    assert rec["lost_steps"] <= 1, rec
     records = job.records()
     # the survivors' step counters went on from the agreed step (at most one step redone)
     for name in "ac":
         steps = [r["step"] for r in records if r["worker"] == name]
-        assert steps[-1] == iterations and len(steps) - len(set(steps)) <= 1, steps
+        assert steps[-1] == iterations, steps
+        assert len(steps) - len(set(steps)) <= 1, steps
         assert {r["pid"] for r in records if r["worker"] == name} == {job.procs[name].pid}
     assert any(r["world"] == 3 and r["worker"] == "d" for r in records), "d never joined"
     final = torch.load(job.out / "final.pt")
@@ -299,8 +305,11 @@ def test_straggler_is_removed_like_a_scale_in(tmp_path: Path) -> None:
     codes = job.finish()
     assert codes == {"a": 0, "b": 0, "c": contract.EXIT_LEFT}, job.logs()
     (ev,) = job.events("straggler_removed")
-    assert ev["removed"] == "c" and ev["rank"] == 2 and ev["world_size"] == 3, ev
-    assert len(ev["step_times"]) == 3 and min(ev["step_times"]) > 1.2 * ev["median_s"], ev
+    assert ev["removed"] == "c", ev
+    assert ev["rank"] == 2, ev
+    assert ev["world_size"] == 3, ev
+    assert len(ev["step_times"]) == 3, ev
+    assert min(ev["step_times"]) > 1.2 * ev["median_s"], ev
     removed_at = ev["step"]
     assert removed_at <= 6, ev  # 3 slow steps, the first vote sees none
     records = job.records()
@@ -345,7 +354,8 @@ def test_the_leavers_of_one_scale_in_leave_together(tmp_path: Path, settle: str)
         return
     assert changes == [4, 2], changes
     assert [(e["world_size"], e["left"]) for e in scaled] == [(2, 2)], scaled
-    assert len(gone) == 2 and gone[0]["step"] == gone[1]["step"] == scaled[0]["step"], gone
+    assert len(gone) == 2, gone
+    assert gone[0]["step"] == gone[1]["step"] == scaled[0]["step"], gone
 
 
 def test_global_batch_changes_with_a_scale_out(tmp_path: Path) -> None:
@@ -366,7 +376,7 @@ def test_global_batch_changes_with_a_scale_out(tmp_path: Path) -> None:
     assert ref.finish() == {"ref": 0}, ref.logs()
     records = job.records()
     check_exactly_once(records, iterations, batches={5: 20})
-    assert check_exactly_once(ref.records(), iterations, batches={5: 20}) is None
+    assert check_exactly_once(ref.records(), iterations, batches={5: 20}) is None  # type: ignore[func-returns-value]
     lrs = {r["step"]: round(r["lr"], 6) for r in records}
     assert [lrs[s] for s in range(4, 11)] == [0.05, 0.05, 0.0625, 0.075, 0.0875, 0.1, 0.1]
     assert {r["step"]: r["world"] for r in records}[5] == 2
@@ -384,7 +394,8 @@ def test_container_exit_code() -> None:
     assert container_exit([left, left]) == left
     assert container_exit([left, 0]) == 0
     assert container_exit([0, stopped]) == stopped
-    assert container_exit([left, -9]) == 137 and container_exit([0, 1]) == 1
+    assert container_exit([left, -9]) == 137
+    assert container_exit([0, 1]) == 1
 
 
 TRAIN = REPO / "images" / "elastic-example" / "train.py"
@@ -503,9 +514,12 @@ def test_example_job_under_the_stopfree_launcher(tmp_path: Path) -> None:
     assert [x["world_size"] for x in scaled] == [2, 1], scaled
     assert scaled[0]["step"] >= 20  # mid-run: the first worker trained while b prepared
     (started,) = [x for x in _lines(logs["b"]) if x.get("event") == "launcher_started"]
-    assert started["join"] and not started["store_host"] and started["worker"] == "b"
+    assert started["join"]
+    assert not started["store_host"]
+    assert started["worker"] == "b"
     (joined,) = [x for x in _lines(logs["b"]) if x.get("event") == "joined"]
-    assert joined["worker"] == "b/0" and joined["prepare_s"] > 0
+    assert joined["worker"] == "b/0"
+    assert joined["prepare_s"] > 0
     (left,) = [x for x in _lines(logs["b"]) if x.get("event") == "left"]
     assert left["reason"] == "signal"
 
@@ -526,7 +540,9 @@ def test_sigterm_checkpoints_and_stops_the_whole_job(tmp_path: Path) -> None:
     assert job.finish() == {"a": stopped, "b": stopped}, job.logs()
     last = max(r["step"] for r in job.records())
     ck = load_checkpoint(tmp_path / "ck")
-    assert ck is not None and ck["step"] == last == 6 and ck["sampler"]["position"] == 60
+    assert ck is not None
+    assert ck["step"] == last == 6
+    assert ck["sampler"]["position"] == 60
     assert [e["step"] for e in job.events("preempted")] == [6]
 
 
@@ -602,5 +618,6 @@ def test_a_stayer_whose_peer_went_silent_recovers_within_the_group_timeout(
     codes = job.finish()
     assert codes["a"] == 0, job.logs()
     (rec,) = job.events("recovered")
-    assert rec["world_size"] == 1 and rec["failed"] == 1, rec
+    assert rec["world_size"] == 1, rec
+    assert rec["failed"] == 1, rec
     assert job.records()[-1]["step"] == 30 or any(r["step"] == 30 for r in job.records())

@@ -15,12 +15,12 @@ import pytest
 
 pytest.importorskip("torch")
 
-from flowcon import contract  # noqa: E402
-from flowcon.elastic import rendezvous as rdv  # noqa: E402
-from flowcon.elastic import stopfree  # noqa: E402
-from flowcon.elastic.restart import ElasticEnv  # noqa: E402
-from flowcon.elastic.stopfree import StopFree  # noqa: E402
-from flowcon.elastic.straggler import StragglerDetector  # noqa: E402
+from flowcon import contract
+from flowcon.elastic import rendezvous as rdv
+from flowcon.elastic import stopfree
+from flowcon.elastic.restart import ElasticEnv
+from flowcon.elastic.stopfree import StopFree
+from flowcon.elastic.straggler import StragglerDetector
 
 
 class _NoStore:

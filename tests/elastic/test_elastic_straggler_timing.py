@@ -45,7 +45,7 @@ def test_a_checkpoint_is_not_counted_in_the_voted_step_time(tmp_path: Path) -> N
         checkpoints.append(step)
         time.sleep(WAIT_S)
 
-    run._boundary = boundary  # type: ignore[method-assign]
+    run._boundary = boundary  # type: ignore[assignment, method-assign]
     run._checkpoint = checkpoint  # type: ignore[method-assign]
     run._mark_done = lambda total: None  # type: ignore[method-assign]
     model = torch.nn.Linear(2, 1)
@@ -55,4 +55,5 @@ def test_a_checkpoint_is_not_counted_in_the_voted_step_time(tmp_path: Path) -> N
     assert checkpoints == [2, 4, 6]  # after steps 2 and 4, and the final one
     # a vote before each step (the first at step 0); those after steps 2 and 4 follow a
     # checkpoint
-    assert len(voted) == 6 and max(voted) < WAIT_S / 2, voted
+    assert len(voted) == 6, voted
+    assert max(voted) < WAIT_S / 2, voted

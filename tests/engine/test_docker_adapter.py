@@ -56,7 +56,8 @@ def test_parse_cgroup_files() -> None:
 def test_parse_proc_cgroup_and_paths() -> None:
     v1 = "12:cpu,cpuacct:/docker/abc\n4:memory:/docker/abc\n1:name=systemd:/docker/abc\n0::/\n"
     groups = parse_proc_cgroup(v1 + "garbage line\n")
-    assert groups["cpuacct"] == groups["cpu"] == "/docker/abc" and groups[""] == "/"
+    assert groups["cpuacct"] == groups["cpu"] == "/docker/abc"
+    assert groups[""] == "/"
     assert parse_proc_cgroup("0::/system.slice/docker-x.scope\n")[""].endswith("x.scope")
     assert expand_slice("system.slice") == "system.slice"
     assert expand_slice("user-1000.slice") == "user.slice/user-1000.slice"
@@ -77,7 +78,8 @@ def test_reader_v1_layouts(tmp_path: Path, cpu_dir: str) -> None:
     _write(tmp_path / "memory" / "docker" / CID / "memory.usage_in_bytes", "1048576\n")
     reader = CgroupReader(tmp_path)
     files = reader.locate(CID)
-    assert files is not None and not files.cpu_v2
+    assert files is not None
+    assert not files.cpu_v2
     assert reader.read(files) == (5_000_000_000, 1_048_576)
     assert reader.locate("cd" * 32) is None  # another container: nothing to find
 
@@ -89,7 +91,8 @@ def test_reader_v2_systemd(tmp_path: Path) -> None:
     _write(scope / "memory.current", "2048\n")
     reader = CgroupReader(tmp_path)
     files = reader.locate(CID)
-    assert files is not None and files.cpu_v2
+    assert files is not None
+    assert files.cpu_v2
     assert reader.read(files) == (1_500_000, 2048)
 
 
@@ -98,7 +101,9 @@ def test_engine_falls_back_when_files_are_bad_or_gone(tmp_path: Path) -> None:
     _write(cpu, "100\n")
     eng = DockerEngine("unix:///nonexistent.sock", cgroup_root=str(tmp_path))
     sample = eng.cgroup_usage(CID)
-    assert sample is not None and sample.cpu_ns == 100 and sample.mem_bytes is None
+    assert sample is not None
+    assert sample.cpu_ns == 100
+    assert sample.mem_bytes is None
     cpu.write_text("garbage\n")
     assert eng.cgroup_usage(CID) is None  # logged; the caller asks the engine instead
     cpu.write_text("200\n")
@@ -148,7 +153,8 @@ def test_demux_giant_frame_is_passed_in_pieces() -> None:
     body = _mux(b"y" * 5000) + _mux(b"ok\n")
     pieces = list(demux_frames(io.BytesIO(body).read, chunk=1024, max_piece=2048))
     assert b"".join(pieces) == b"y" * 5000 + b"ok\n"
-    assert max(len(p) for p in pieces) <= 2048 and pieces[-1] == b"ok\n"
+    assert max(len(p) for p in pieces) <= 2048
+    assert pieces[-1] == b"ok\n"
 
 
 def test_since_is_exact_to_the_nanosecond() -> None:
@@ -171,7 +177,8 @@ def test_docker_stats_figures() -> None:
     assert live.cpu_percent == pytest.approx(100.0)  # 1 s of CPU in 2 s of 2 CPUs: one CPU
     assert (live.mem_bytes, live.mem_limit, live.net_rx, live.net_tx) == (6000, 1 << 30, 5, 7)
     empty = docker_stats_figures({})
-    assert empty.cpu_percent is None and empty.mem_bytes == 0  # a stopped container
+    assert empty.cpu_percent is None
+    assert empty.mem_bytes == 0  # a stopped container
 
 
 # ----- the kept-alive transport against a server on a Unix socket ----------------------
@@ -180,7 +187,7 @@ def test_docker_stats_figures() -> None:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         srv = self.server
         srv.paths.append(self.path)  # type: ignore[attr-defined]
         if self.path == "/version":  # bookworm's engine
@@ -200,7 +207,7 @@ class _Handler(BaseHTTPRequestHandler):
         if srv.close_after:  # type: ignore[attr-defined]
             self.close_connection = True
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         self.server.bodies.append(json.loads(body))  # type: ignore[attr-defined]
         self._send(200, b"")
@@ -225,10 +232,10 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self.connections = 0
         self.close_after = False
 
-    def handle_error(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+    def handle_error(self, request, client_address) -> None:
         pass  # a client dropping a half-read reply resets the connection: expected here
 
-    def process_request(self, request, client_address) -> None:  # type: ignore[no-untyped-def]
+    def process_request(self, request, client_address) -> None:
         self.connections += 1
         super().process_request(request, client_address)
 

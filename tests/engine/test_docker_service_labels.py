@@ -51,7 +51,8 @@ def test_unreadable_service_leaves_container_labels(
                     "flowcon.metric": "loss",
                 }
         warnings = [r.getMessage() for r in caplog.records if "swarm service" in r.getMessage()]
-        assert len(warnings) == 1 and "not readable" in warnings[0]
+        assert len(warnings) == 1
+        assert "not readable" in warnings[0]
         eng.close()
 
 
@@ -66,5 +67,6 @@ def test_agent_manages_a_task_opted_in_by_its_service(tmp_path: Path) -> None:
         ctl = Controller(eng, cfg, stub.ncpu, StateStore(cfg.state_file))
         ctl.resync("start")
         assert ctl.tracked[TASK].managed
-        assert stub.updates and stub.updates[-1][1]["NanoCpus"] <= 10**9  # flowcon.cpus.max
+        assert stub.updates
+        assert stub.updates[-1][1]["NanoCpus"] <= 10**9  # flowcon.cpus.max
         eng.close()

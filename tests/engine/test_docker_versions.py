@@ -49,7 +49,8 @@ def test_speaks_the_newest_version_both_know(tmp_path: Path, release: Release, s
             assert [c.name for c in eng.list_running()] == ["one"]
         assert eng.inspect("c1").labels == ON
         assert eng.version().api == spoken
-        assert stub.paths[0] == "/version" and stub.paths.count("/version") == 1  # once
+        assert stub.paths[0] == "/version"
+        assert stub.paths.count("/version") == 1  # once
         assert stub.versions == {spoken}
         assert all(p.startswith(("/version", f"/v{spoken}/")) for p in stub.paths)
         eng.close()
@@ -61,7 +62,8 @@ def test_engine_29_refuses_the_old_pin(tmp_path: Path) -> None:
         eng = DockerEngine(stub.url, cgroup_root=None)
         with eng.http.open("GET", "/v1.41/containers/json") as resp:
             status, body = resp.status, resp.read()
-        assert status == 400 and b"client version 1.41 is too old" in body
+        assert status == 400
+        assert b"client version 1.41 is too old" in body
         eng.close()
 
 
@@ -90,7 +92,8 @@ def test_negotiates_again_after_too_old(tmp_path: Path) -> None:
     with StubEngine(tmp_path / "e.sock", BOOKWORM) as stub:
         stub.add("c1", "one", ON)
         eng = DockerEngine(stub.url, cgroup_root=None)
-        assert len(eng.list_running()) == 1 and eng.version().api == "1.41"
+        assert len(eng.list_running()) == 1
+        assert eng.version().api == "1.41"
         stub.release = ENGINE_29
         assert len(eng.list_running()) == 1
         assert eng.version().api == "1.45"

@@ -61,7 +61,8 @@ def test_agent_limits_a_labelled_container(
     eng = DockerEngine(url, cgroup_root=None)
     version = eng.version()
     eng.close()
-    assert version.api == api and version.engine_api == api  # both within 1.41..1.45
+    assert version.api == api
+    assert version.engine_api == api  # both within 1.41..1.45
 
     client = docker.DockerClient(base_url=url, version="auto", timeout=60)
     labels = labeled(**{"flowcon.enable": "true", "flowcon.cpus.max": "0.5"})
@@ -90,9 +91,11 @@ def test_agent_limits_a_labelled_container(
         data = json.loads(js.stdout)
         assert data["engine"] == {"answered": True, "error": None}
         (row,) = data["containers"]
-        assert row["container_id"] == box.id and row["live"]["cpus_limit"] == 0.5
+        assert row["container_id"] == box.id
+        assert row["live"]["cpus_limit"] == 0.5
         table = _flowcon("status", "--config", str(cfg), url=url, cwd=tmp_path)
-        assert table.returncode == 0 and f"fc-{run_id}" in table.stdout, table.stdout
+        assert table.returncode == 0, table.stdout
+        assert f"fc-{run_id}" in table.stdout, table.stdout
         assert "live from the engine" in table.stdout
     finally:
         box.remove(force=True)

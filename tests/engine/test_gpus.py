@@ -34,15 +34,18 @@ def test_real_nvml_absent_here_uses_declared_with_one_warning(
     inv = discover(DECLARED)  # the real pynvml: no driver on this machine
     if inv.source.startswith("nvml"):
         pytest.skip("this machine has NVML GPUs")
-    assert inv.source == "declared" and inv.total_gpus == 8 and not inv.real
+    assert inv.source == "declared"
+    assert inv.total_gpus == 8
+    assert not inv.real
     assert inv.node("node1").uuids([0, 3]) == ["FAKE-node1-0", "FAKE-node1-3"]
     assert inv.tree() == {"node1": [[0, 1], [2, 3]], "node2": [[0], [1], [2], [3]]}
-    assert (
-        inv.node("node1").link(0, 1) == Link.NVLINK and inv.node("node1").link(1, 2) == Link.SYSTEM
-    )
+    assert inv.node("node1").link(0, 1) == Link.NVLINK
+    assert inv.node("node1").link(1, 2) == Link.SYSTEM
     discover(DECLARED)
     msgs = [r.getMessage() for r in caplog.records]
-    assert len(msgs) == 1 and "NVML unavailable" in msgs[0] and "declared" in msgs[0]
+    assert len(msgs) == 1
+    assert "NVML unavailable" in msgs[0]
+    assert "declared" in msgs[0]
     topo = inv.to_topology()
     assert (topo.nodes, topo.gpus_per_node) == (2, 4)
 
@@ -53,7 +56,8 @@ def test_nothing_declared_and_bad_declared_never_crash(caplog: pytest.LogCapture
             raise OSError("libnvidia-ml.so.1: cannot open shared object file")
 
     inv = discover({}, nvml=NoNvml())
-    assert inv.source == "none" and inv.total_gpus == 0
+    assert inv.source == "none"
+    assert inv.total_gpus == 0
     inv = discover({"declared": {"nodes": [{"name": "a", "gpus": "four"}]}}, nvml=NoNvml())
     assert inv.total_gpus == 0
     assert any("gpus.declared.nodes[0].gpus" in r.getMessage() for r in caplog.records)
@@ -116,11 +120,16 @@ class FakeNvml:
 def test_nvml_present_reads_uuids_and_topology() -> None:
     nvml = FakeNvml()
     inv = discover(DECLARED, nvml=nvml, hostname="node1")
-    assert inv.source == "nvml+declared" and inv.real and nvml.shutdown
+    assert inv.source == "nvml+declared"
+    assert inv.real
+    assert nvml.shutdown
     local = inv.node("node1")
-    assert local.real and [g.uuid for g in local.gpus] == [f"GPU-uuid-{i}" for i in range(4)]
-    assert local.gpus[0].name == "NVIDIA A100" and local.gpus[0].memory_bytes == 40 << 30
-    assert local.link(0, 1) == Link.NVLINK and local.link(2, 3) == Link.NVLINK
+    assert local.real
+    assert [g.uuid for g in local.gpus] == [f"GPU-uuid-{i}" for i in range(4)]
+    assert local.gpus[0].name == "NVIDIA A100"
+    assert local.gpus[0].memory_bytes == 40 << 30
+    assert local.link(0, 1) == Link.NVLINK
+    assert local.link(2, 3) == Link.NVLINK
     assert local.link(1, 2) == Link.SYSTEM
     assert local.nvlink_groups() == [[0, 1], [2, 3]]
     assert not inv.node("node2").real  # the other node stays declared
@@ -132,4 +141,5 @@ def test_nvml_query_failure_degrades() -> None:
             raise RuntimeError("GPU is lost")
 
     inv = discover(DECLARED, nvml=Broken(), hostname="node1")
-    assert inv.source == "declared" and not inv.real
+    assert inv.source == "declared"
+    assert not inv.real

@@ -41,7 +41,9 @@ def check_lines(rows: list[dict[str, object]], steps: int) -> None:
     assert [r["step"] for r in rows] == list(range(1, steps + 1))
     for r in rows:
         loss = r["loss"]
-        assert isinstance(loss, float | int) and math.isfinite(loss) and loss >= 0
+        assert isinstance(loss, float | int)
+        assert math.isfinite(loss)
+        assert loss >= 0
         assert isinstance(r["ts"], float | int)
 
 
@@ -96,7 +98,8 @@ def test_context_digest_is_deterministic() -> None:
     assert img.context_digest(files, "sha256:a") == img.context_digest(files, "sha256:a")
     assert img.context_digest(files, "sha256:a") != img.context_digest(files, "sha256:b")
     names = [n for n, _ in files]
-    assert "flowcon/report.py" in names and "Dockerfile" in names
+    assert "flowcon/report.py" in names
+    assert "Dockerfile" in names
     assert img.context_tar(files).getvalue() == img.context_tar(files).getvalue()
     assert img.model_of("flowcon/train-vae:latest") == "vae"
     assert img.model_of("flowcon/testbox:latest") is None

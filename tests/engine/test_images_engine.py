@@ -9,7 +9,7 @@ from flowcon.engine import images as img
 
 
 @pytest.mark.docker
-def test_image_build_is_cached_and_runs(docker_client, labeled, cleanup_containers) -> None:  # type: ignore[no-untyped-def]
+def test_image_build_is_cached_and_runs(docker_client, labeled, cleanup_containers) -> None:
     import docker.errors
 
     try:
@@ -18,7 +18,8 @@ def test_image_build_is_cached_and_runs(docker_client, labeled, cleanup_containe
         pytest.skip(f"{img.BASE_IMAGE} not built yet (images/base/build.sh)")
     first = img.ensure_images(docker_client, ["gru"])[0]
     again = img.ensure_images(docker_client, ["gru"])[0]
-    assert again.built is False and again.digest == first.digest
+    assert again.built is False
+    assert again.digest == first.digest
     container = docker_client.containers.run(
         first.tag,
         detach=True,

@@ -5,7 +5,7 @@ target that calls it. Pure: in-memory backend (``test_stopfree_exec.FakeBackend`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from test_stopfree_exec import FakeBackend, env, executor
@@ -44,11 +44,13 @@ def spec(name: str = "br", **over: Any) -> Any:
 def test_range_keys_are_optional_validated_and_stored() -> None:
     assert {"batch_size_min", "batch_size_max"} <= KNOWN_KEYS
     plain = spec()
-    assert plain.batch_range is None and plain.batch_size_min is None
+    assert plain.batch_range is None
+    assert plain.batch_size_min is None
     s = spec(batch_size_min=8, batch_size_max=64)
     assert s.batch_range == (8, 64)
     back = spec_from_dict(spec_to_dict(s))
-    assert back.batch_range == (8, 64) and back == s
+    assert back.batch_range == (8, 64)
+    assert back == s
     # a record from before the keys: no range
     old = {k: v for k, v in spec_to_dict(plain).items() if not k.startswith("batch_size")}
     assert spec_from_dict(old).batch_range is None
@@ -98,7 +100,7 @@ def test_hybrid_batch_keeps_the_per_gpu_batch_within_the_range() -> None:
     assert hybrid_batch(10, 1, 10, 11, 4) == 11
     assert hybrid_batch(10, 1, 10, 10, 3) == 10
     assert hybrid_batch(4, 1, 4, 8, 16) == 8  # does not split: Executor.rescale refuses it
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="need positive batches"):
         hybrid_batch(16, 1, 32, 8, 2)
     # only jobs with a range get one
     assert batch_for(spec(), 4) is None
@@ -120,11 +122,14 @@ def test_rescale_refuses_a_batch_outside_the_range_before_touching_anything() ->
     ):
         with pytest.raises(ExecutorError) as bad:
             ex.rescale(s, {"node1": ["0", "1"]}, global_batch=batch)
-        assert f"global batch {batch} refused" in str(bad.value) and words in str(bad.value)
+        assert f"global batch {batch} refused" in str(bad.value)
+        assert words in str(bad.value)
     with pytest.raises(ExecutorError) as fixed:
         ex.rescale(spec(), {"node1": ["0", "1"]}, global_batch=32)
     assert "no batch range (batch_size_min/batch_size_max)" in str(fixed.value)
-    assert len(be.requests) == 1 and be.signals == [] and be.stopped == []
+    assert len(be.requests) == 1
+    assert be.signals == []
+    assert be.stopped == []
     # the job's own batch is always fine; a batch must split over the GPUs
     assert batch_problem(spec(), 16, 2) is None
     assert batch_problem(spec(batch_size_min=2), 2, 4) == "cannot be split over 4 GPUs"
@@ -136,7 +141,9 @@ def test_stopfree_joiners_carry_the_new_batch_a_scale_in_keeps_it() -> None:
     s = spec(batch_size_max=64)
     ex.launch(s, {"node1": ["0"]})
     res = ex.rescale(s, {"node1": ["0", "1"]}, global_batch=32)
-    assert res.mode == "stopfree" and res.global_batch == 32 and len(res.joined) == 1
+    assert res.mode == "stopfree"
+    assert res.global_batch == 32
+    assert len(res.joined) == 1
     joiner = env(be.requests[-1])
     assert joiner[contract.ENV_JOIN] == "1"
     assert joiner[contract.ENV_GLOBAL_BATCH_SIZE] == "32"
@@ -145,8 +152,11 @@ def test_stopfree_joiners_carry_the_new_batch_a_scale_in_keeps_it() -> None:
     assert env(be.requests[0])[contract.ENV_GLOBAL_BATCH_SIZE] == "16"  # untouched
     # scale-in: nobody to tell, the job keeps its batch and is not restarted
     res = ex.rescale(s, {"node1": ["0"]}, global_batch=16)
-    assert res.mode == "stopfree" and res.global_batch is None and res.left
-    assert be.stopped == [] and len(be.requests) == 2
+    assert res.mode == "stopfree"
+    assert res.global_batch is None
+    assert res.left
+    assert be.stopped == []
+    assert len(be.requests) == 2
     # without a batch the joiners carry the spec's, as before
     res = ex.rescale(s, {"node1": ["0", "1"]})
     assert env(be.requests[-1])[contract.ENV_GLOBAL_BATCH_SIZE] == "16"
@@ -158,9 +168,11 @@ def test_a_restart_starts_every_container_with_the_new_batch() -> None:
     s = spec(batch_size_max=64, scaling="restart", launcher="none")
     ex.launch(s, {"node1": ["0"]})
     res = ex.rescale(s, {"node1": ["0", "1"]}, global_batch=32)
-    assert res.mode == "restart" and res.global_batch == 32
+    assert res.mode == "restart"
+    assert res.global_batch == 32
     new = be.requests[1:]
-    assert len(new) == 2 and be.stopped == ["flowcon-br--node1-r0"]
+    assert len(new) == 2
+    assert be.stopped == ["flowcon-br--node1-r0"]
     assert {env(r)[contract.ENV_GLOBAL_BATCH_SIZE] for r in new} == {"32"}
     assert {env(r)[contract.ENV_LOCAL_BATCH_SIZE] for r in new} == {"16"}
     assert {env(r)[contract.ENV_REFERENCE_BATCH_SIZE] for r in new} == {"16"}
@@ -170,7 +182,9 @@ def test_a_restart_starts_every_container_with_the_new_batch() -> None:
     s2 = spec(batch_size_max=64)
     ex2.launch(s2, {"node1": ["0"]})
     res = ex2.rescale(s2, {"node1": ["1", "2"]}, global_batch=32)
-    assert res.mode == "restart" and res.fallback and res.global_batch == 32
+    assert res.mode == "restart"
+    assert res.fallback
+    assert res.global_batch == 32
     assert {env(r)[contract.ENV_GLOBAL_BATCH_SIZE] for r in be2.requests[1:]} == {"32"}
 
 
@@ -184,7 +198,7 @@ class Inventory:
         def uuids(self, idx: list[int]) -> list[str]:
             return [str(i) for i in idx]
 
-    nodes = [Node()]
+    nodes: ClassVar[list[Node]] = [Node()]
 
     def node(self, name: str) -> Node:
         return self.nodes[0]
@@ -208,12 +222,12 @@ def _place(store: Store, name: str, gpus: int) -> None:
     store.put_job(rec)
 
 
-def test_the_target_picks_the_batch_for_range_jobs_only(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_target_picks_the_batch_for_range_jobs_only(tmp_path) -> None:
     store = Store(tmp_path / "s.db")
     for s in (spec("ranged", batch_size_max=64), spec("fixed")):
         store.put_job(new_record(s, "running", {1: 1.0}))
     be = FakeBackend()
-    target = ExecutorTarget(executor(be), Inventory())
+    target = ExecutorTarget(executor(be), Inventory())  # type: ignore[arg-type]
     for gpus in (2, 4, 1):
         for name in ("ranged", "fixed"):
             _place(store, name, gpus)
@@ -234,7 +248,7 @@ def test_the_target_picks_the_batch_for_range_jobs_only(tmp_path) -> None:  # ty
     store.close()
 
 
-def test_hybrid_scaling_takes_the_submitted_batch_as_its_reference(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_hybrid_scaling_takes_the_submitted_batch_as_its_reference(monkeypatch) -> None:
     """A range job launched at 32 (2 GPUs) but submitted at 16: its LR is meant for 16."""
     pytest.importorskip("torch")
     from flowcon.elastic.lr import HybridScaling, reference_batch_from_env

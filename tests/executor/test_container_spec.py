@@ -72,7 +72,8 @@ def test_per_gpu_values_scale_with_the_workers_gpus() -> None:
     assert (one.nano_cpus, one.memory) == (2_500_000_000, 4 * GIB)
     assert (three.nano_cpus, three.memory) == (7_500_000_000, 12 * GIB)
     # the default shm follows the worker's memory: 1 GiB, at most half of it
-    assert one.shm_size == 1 * GIB and three.shm_size == GIB
+    assert one.shm_size == 1 * GIB
+    assert three.shm_size == GIB
     small = settings_for(spec(memory_per_gpu="512m"), 1)
     assert small.shm_size == 256 * 1024 * 1024
 
@@ -96,4 +97,6 @@ def test_swarm_kwargs_carry_every_key() -> None:
         "user": "1000:1000",
     }
     bare = swarm_kwargs(settings_for(spec(), 1))
-    assert "resources" not in bare and "workdir" not in bare and "user" not in bare
+    assert "resources" not in bare
+    assert "workdir" not in bare
+    assert "user" not in bare

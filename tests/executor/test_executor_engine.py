@@ -29,7 +29,7 @@ from support.waiting import wait_for  # noqa: E402
 pytest_plugins = ("support.swarm_fixtures",)
 
 
-def _env(container) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def _env(container) -> dict[str, str]:
     return dict(e.split("=", 1) for e in container.attrs["Config"]["Env"])
 
 
@@ -52,7 +52,7 @@ def _from(executor_: Executor, job: str) -> int | None:
 
 
 @pytest.mark.docker
-def test_env_labels_network_and_no_device_requests(executor: Executor, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_env_labels_network_and_no_device_requests(executor: Executor, docker_client) -> None:
     spec = step_job_spec("exenv")
     placement = {"node1": ["0", "1"], "node2": ["FAKE-node2-3"]}  # indices map to UUIDs
     workers = executor.launch(spec, placement)
@@ -65,18 +65,23 @@ def test_env_labels_network_and_no_device_requests(executor: Executor, docker_cl
     assert (e0["LOCAL_WORLD_SIZE"], e1["LOCAL_WORLD_SIZE"]) == ("2", "1")
     assert e0["FLOWCON_GPUS"] == "FAKE-node1-0,FAKE-node1-1"
     assert e1["FLOWCON_GPUS"] == "FAKE-node2-3"
-    assert e0["FLOWCON_LOCAL_BATCH_SIZE"] == "21" and e0["FLOWCON_JOB"] == "exenv"
-    assert e1["MASTER_ADDR"] == c0.name and e0["FLOWCON_CHECKPOINT_DIR"] == "/flowcon/checkpoint"
+    assert e0["FLOWCON_LOCAL_BATCH_SIZE"] == "21"
+    assert e0["FLOWCON_JOB"] == "exenv"
+    assert e1["MASTER_ADDR"] == c0.name
+    assert e0["FLOWCON_CHECKPOINT_DIR"] == "/flowcon/checkpoint"
     labels = c1.labels
-    assert labels[LABEL_JOB] == "exenv" and labels[LABEL_RANK] == "1"
-    assert labels[LABEL_NODE] == "node2" and labels[LABEL_GPUS] == "FAKE-node2-3"
-    assert labels[LABEL_MANAGED_BY] == MANAGED_BY_ALLOCATOR and "flowcon.test" in labels
+    assert labels[LABEL_JOB] == "exenv"
+    assert labels[LABEL_RANK] == "1"
+    assert labels[LABEL_NODE] == "node2"
+    assert labels[LABEL_GPUS] == "FAKE-node2-3"
+    assert labels[LABEL_MANAGED_BY] == MANAGED_BY_ALLOCATOR
+    assert "flowcon.test" in labels
     assert not c0.attrs["HostConfig"].get("DeviceRequests")  # no real GPUs here
     nets = c0.attrs["NetworkSettings"]["Networks"]
     assert network_name("exenv") in nets
     # both ranks resolve the master on the job network
     wait_for(lambda: "start rank=2" in c1.logs().decode())
-    rc, out = c1.exec_run(["sh", "-c", f"busybox ping -c1 -W2 {c0.name} >/dev/null && echo ok"])
+    _rc, out = c1.exec_run(["sh", "-c", f"busybox ping -c1 -W2 {c0.name} >/dev/null && echo ok"])
     assert b"ok" in out, out
 
 
@@ -110,11 +115,13 @@ def test_rescale_checkpoints_and_resumes(executor: Executor) -> None:
     assert resumed >= 3  # continues from the checkpoint written on SIGTERM
     wait_for(lambda: _steps(executor, "exscale") > resumed)
     job = executor.job("exscale")
-    assert job is not None and job.gpus == 2 and len(job.workers) == 1
+    assert job is not None
+    assert job.gpus == 2
+    assert len(job.workers) == 1
 
 
 @pytest.mark.docker
-def test_killed_container_is_restarted_from_checkpoint(executor: Executor, docker_client) -> None:  # type: ignore[no-untyped-def]
+def test_killed_container_is_restarted_from_checkpoint(executor: Executor, docker_client) -> None:
     spec = step_job_spec("exkill")
     (w,) = executor.launch(spec, {"node2": ["1"]})
     wait_for(lambda: _steps(executor, "exkill") >= 6)  # a periodic checkpoint at step 5
@@ -133,7 +140,7 @@ def test_killed_container_is_restarted_from_checkpoint(executor: Executor, docke
 
 
 @pytest.mark.docker
-def test_restart_limit_reports_failed(docker_client, labeled, test_run_id) -> None:  # type: ignore[no-untyped-def]
+def test_restart_limit_reports_failed(docker_client, labeled, test_run_id) -> None:
     ex = Executor(
         EngineBackend(docker_client), None, ExecutorOptions(max_restarts=1, extra_labels=labeled())
     )
@@ -144,7 +151,8 @@ def test_restart_limit_reports_failed(docker_client, labeled, test_run_id) -> No
         assert ex.reconcile()[0].kind == "restarted"
         wait_for(lambda: ex.job("excrash").status == "failed")  # type: ignore[union-attr]
         (event,) = ex.reconcile()
-        assert event.kind == "failed" and "exit 3" in event.detail
+        assert event.kind == "failed"
+        assert "exit 3" in event.detail
     finally:
         sweep(docker_client, f"flowcon.test={test_run_id}")
 
@@ -168,7 +176,7 @@ def test_completion_and_preempted_exit_code(executor: Executor) -> None:
 
 
 @pytest.mark.docker
-def test_bad_input_creates_nothing(executor: Executor, docker_client, test_run_id) -> None:  # type: ignore[no-untyped-def]
+def test_bad_input_creates_nothing(executor: Executor, docker_client, test_run_id) -> None:
     with pytest.raises(JobSpecError) as err:
         parse_jobspec({"name": "Bad_Name", "image": "x", "command": "x", "iterations": 1})
     assert err.value.field == "name"
@@ -202,6 +210,9 @@ def test_profile_prerun_reads_step_rate(executor: Executor) -> None:
 
     prof = executor.profile(spec, placement_for, counts=[1, 2, 4, 8], max_seconds=30, min_points=5)
     rates = prof.as_dict()
-    assert tried == [1, 2, 4] and sorted(rates) == [1, 2, 4], (tried, rates)
-    assert 1.0 < rates[1] < 2.7 and rates[2] > 1.5 * rates[1] and rates[4] < rates[2], rates
+    assert tried == [1, 2, 4], (tried, rates)
+    assert sorted(rates) == [1, 2, 4], (tried, rates)
+    assert 1.0 < rates[1] < 2.7, rates
+    assert rates[2] > 1.5 * rates[1], rates
+    assert rates[4] < rates[2], rates
     assert executor.backend.list_workers(executor._selector(None, None)) == []  # all removed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,25 +18,25 @@ pytest_plugins = ("support.swarm_fixtures",)
 pytestmark = [pytest.mark.swarm, pytest.mark.docker]
 
 
-def _env(c) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def _env(c) -> dict[str, str]:
     return dict(e.split("=", 1) for e in c.attrs["Config"]["Env"])
 
 
-def _job_containers(client, job: str) -> list:  # type: ignore[no-untyped-def, type-arg]
-    return client.containers.list(
+def _job_containers(client, job: str) -> list[Any]:
+    return client.containers.list(  # type: ignore[no-any-return]
         ignore_removed=True, all=True, filters={"label": f"flowcon.job={job}"}
     )
 
 
 @pytest.fixture
-def swarm_executor(swarm, labeled, tmp_path: Path):  # type: ignore[no-untyped-def]
+def swarm_executor(swarm, labeled, tmp_path: Path):
     ex = swarm_executor_for(swarm, labeled(), str(tmp_path / "ckpt"), 10.0)
     yield ex
     for name in list(ex.jobs()):
         ex.remove(name, grace_s=1.0)
 
 
-def test_service_lands_on_requested_node_with_env(swarm, swarm_executor) -> None:  # type: ignore[no-untyped-def]
+def test_service_lands_on_requested_node_with_env(swarm, swarm_executor) -> None:
     ex: Executor = swarm_executor
     spec = step_job_spec("swone")
     (w,) = ex.launch(spec, {"node2": ["1"]})
@@ -47,19 +48,22 @@ def test_service_lands_on_requested_node_with_env(swarm, swarm_executor) -> None
     assert _job_containers(swarm.manager, "swone") == []  # not on node 1
     (c,) = _job_containers(swarm.node2, "swone")
     env = _env(c)
-    assert env["FLOWCON_GPUS"] == "FAKE-node2-1" and env["WORLD_SIZE"] == "1"
+    assert env["FLOWCON_GPUS"] == "FAKE-node2-1"
+    assert env["WORLD_SIZE"] == "1"
     # the swarm's address of node 2 (on one machine Swarm reports the source address seen
     # by the manager, 127.0.0.1; both "nodes" share the host network namespace anyway)
     node2_addr = swarm.manager.nodes.get(swarm.nodes["node2"]).attrs["Status"]["Addr"]
-    assert env["MASTER_ADDR"] == node2_addr and env["FLOWCON_NODE"] == "node2"
-    assert c.labels["flowcon.rank"] == "0" and "flowcon.test" in c.labels
+    assert env["MASTER_ADDR"] == node2_addr
+    assert env["FLOWCON_NODE"] == "node2"
+    assert c.labels["flowcon.rank"] == "0"
+    assert "flowcon.test" in c.labels
     wait_for(lambda: ex.job("swone").status == "running", timeout=60)  # type: ignore[union-attr]
     # adoption: a second executor on the same swarm sees the job and does not duplicate it
     again = Executor(ex.backend, ex.inventory, ex.options).launch(spec, {"node2": ["1"]})
     assert [x.id for x in again] == [w.id]
 
 
-def test_two_node_job_then_rescale_onto_one_node(swarm, swarm_executor) -> None:  # type: ignore[no-untyped-def]
+def test_two_node_job_then_rescale_onto_one_node(swarm, swarm_executor) -> None:
     ex: Executor = swarm_executor
     spec = step_job_spec("swtwo")
     ex.launch(spec, {"node1": ["0"], "node2": ["0", "1"]})
@@ -67,9 +71,11 @@ def test_two_node_job_then_rescale_onto_one_node(swarm, swarm_executor) -> None:
     (c1,) = _job_containers(swarm.manager, "swtwo")
     (c2,) = _job_containers(swarm.node2, "swtwo")
     e1, e2 = _env(c1), _env(c2)
-    assert (e1["RANK"], e2["RANK"]) == ("0", "1") and e2["LOCAL_WORLD_SIZE"] == "2"
+    assert (e1["RANK"], e2["RANK"]) == ("0", "1")
+    assert e2["LOCAL_WORLD_SIZE"] == "2"
     assert e1["MASTER_ADDR"] == e2["MASTER_ADDR"] == "127.0.0.1"  # rank 0 is on node 1
-    assert e1["WORLD_SIZE"] == "3" and c1.attrs["HostConfig"]["NetworkMode"] == "host"
+    assert e1["WORLD_SIZE"] == "3"
+    assert c1.attrs["HostConfig"]["NetworkMode"] == "host"
 
     def steps() -> int:
         found = [
@@ -79,7 +85,8 @@ def test_two_node_job_then_rescale_onto_one_node(swarm, swarm_executor) -> None:
 
     wait_for(lambda: steps() >= 3, timeout=60)
     res = ex.rescale(spec, {"node2": ["0"]})
-    assert (res.old_gpus, res.new_gpus) == (3, 1) and res.stop_seconds < 8.0
+    assert (res.old_gpus, res.new_gpus) == (3, 1)
+    assert res.stop_seconds < 8.0
     wait_for(lambda: ex.job("swtwo").status == "running", timeout=60)  # type: ignore[union-attr]
     starts = wait_for(
         lambda: [ln for ln in ex.logs("swtwo") if ln.startswith("start ")], timeout=30
@@ -92,7 +99,7 @@ def test_two_node_job_then_rescale_onto_one_node(swarm, swarm_executor) -> None:
 
 
 @pytest.mark.slow
-def test_gloo_ddp_across_the_two_nodes(swarm, swarm_executor) -> None:  # type: ignore[no-untyped-def]
+def test_gloo_ddp_across_the_two_nodes(swarm, swarm_executor) -> None:
     """The elastic-example image trains with DDP over gloo with rank 0 on node 1 and rank 1
     on node 2 (host networking), then is rescaled onto 2 GPUs of node 2 and continues."""
     import json
@@ -115,7 +122,7 @@ def test_gloo_ddp_across_the_two_nodes(swarm, swarm_executor) -> None:  # type: 
         scaling="restart",  # the image declares stop-free: this test is checkpoint-restart
     )
 
-    def metrics() -> list[dict]:  # type: ignore[type-arg]
+    def metrics() -> list[dict[str, Any]]:
         return [json.loads(ln) for ln in ex.logs("swddp") if ln.startswith('{"step"')]
 
     ex.launch(spec, {"node1": ["0"], "node2": ["0"]})
@@ -125,4 +132,5 @@ def test_gloo_ddp_across_the_two_nodes(swarm, swarm_executor) -> None:  # type: 
     res = ex.rescale(spec, {"node2": ["0", "1"]})
     assert res.new_gpus == 2
     after = wait_for(lambda: [m for m in metrics() if "loss" in m], timeout=120)
-    assert after[0]["step"] > before and after[0]["world_size"] == 2  # resumed, 2 workers
+    assert after[0]["step"] > before
+    assert after[0]["world_size"] == 2  # resumed, 2 workers

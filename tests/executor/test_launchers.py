@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from itertools import count
+from typing import ClassVar
 
 import pytest
 from support.swarm_fixtures import step_job_spec
@@ -60,8 +61,8 @@ LAYOUTS = [
 ]
 
 
-def spec(launcher: str, **extra: object):  # type: ignore[no-untyped-def]
-    return step_job_spec("lj", launcher=launcher, global_batch_size=64, **extra)
+def spec(launcher: str, **extra: object):
+    return step_job_spec("lj", launcher=launcher, global_batch_size=64, **extra)  # type: ignore[arg-type]
 
 
 def slots_of(launcher: str, placement: Mapping[str, Sequence[str]]) -> list[WorkerSlot]:
@@ -69,10 +70,11 @@ def slots_of(launcher: str, placement: Mapping[str, Sequence[str]]) -> list[Work
 
 
 @pytest.mark.parametrize(("placement", "workers"), LAYOUTS)
-def test_none_is_one_single_process_worker_per_container(placement, workers) -> None:  # type: ignore[no-untyped-def]
+def test_none_is_one_single_process_worker_per_container(placement, workers) -> None:
     s = spec("none")
     slots = slots_of("none", placement)
-    assert len(slots) == workers and all(len(x.gpus) == 1 for x in slots)
+    assert len(slots) == workers
+    assert all(len(x.gpus) == 1 for x in slots)
     envs = [launch_env(s, x, slots, "rank0-host", 21000) for x in slots]
     for rank, (slot, env) in enumerate(zip(slots, envs, strict=True)):
         assert set(env) >= TORCHRUN_VARS, TORCHRUN_VARS - set(env)
@@ -93,7 +95,7 @@ def test_none_is_one_single_process_worker_per_container(placement, workers) -> 
 
 
 @pytest.mark.parametrize(("placement", "workers"), LAYOUTS)
-def test_torchrun_runs_the_command_under_torchrun_per_node(placement, workers) -> None:  # type: ignore[no-untyped-def]
+def test_torchrun_runs_the_command_under_torchrun_per_node(placement, workers) -> None:
     cmd = ("python3", "/opt/train.py", "10", "1", "--snapshot_path", "/flowcon/checkpoint/s.pt")
     s = spec("torchrun", command=list(cmd))
     slots = slots_of("torchrun", placement)
@@ -101,7 +103,8 @@ def test_torchrun_runs_the_command_under_torchrun_per_node(placement, workers) -
     for slot in slots:
         env = launch_env(s, slot, slots, "m", 21001)
         assert not {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR"} & set(env)  # torchrun's
-        assert env["PYTHONUNBUFFERED"] == "1" and env["FLOWCON_JOB"] == "lj"
+        assert env["PYTHONUNBUFFERED"] == "1"
+        assert env["FLOWCON_JOB"] == "lj"
         got = launch_command(s, slot, slots, "m", 21001)
         assert got[:4] == ("sh", "-c", TORCHRUN_SH, "torchrun")
         args = got[4 : -len(cmd)]
@@ -109,13 +112,15 @@ def test_torchrun_runs_the_command_under_torchrun_per_node(placement, workers) -
         assert f"--nnodes={len(placement)}" in args
         assert f"--nproc_per_node={len(slot.gpus)}" in args
         assert f"--node_rank={slot.node_rank}" in args
-        assert "--master_addr=m" in args and "--master_port=21001" in args
-        assert "--no_python" in args and "--max_restarts=0" in args
+        assert "--master_addr=m" in args
+        assert "--master_port=21001" in args
+        assert "--no_python" in args
+        assert "--max_restarts=0" in args
     assert sum(len(x.gpus) for x in slots) == workers
 
 
 @pytest.mark.parametrize(("placement", "workers"), LAYOUTS)
-def test_flowcon_keeps_the_node_view(placement, workers) -> None:  # type: ignore[no-untyped-def]
+def test_flowcon_keeps_the_node_view(placement, workers) -> None:
     s = spec("flowcon")
     slots = slots_of("flowcon", placement)
     assert len(slots) == len(placement)
@@ -133,20 +138,23 @@ def test_the_spec_key_default_and_its_errors() -> None:
         assert parse_jobspec({**base, "launcher": value}).launcher == value
     with pytest.raises(JobSpecError) as err:
         parse_jobspec({**base, "launcher": "mpirun"})
-    assert err.value.field == "launcher" and "none, torchrun or flowcon" in str(err.value)
+    assert err.value.field == "launcher"
+    assert "none, torchrun or flowcon" in str(err.value)
     with pytest.raises(JobSpecError, match="launcher"):
         parse_jobspec({**base, "launcher": True})
     for cmd in ("torchrun --nproc_per_node=2 t.py", "python3 -m torch.distributed.run t.py"):
         with pytest.raises(JobSpecError) as err:
             parse_jobspec({**base, "launcher": "torchrun", "command": cmd})
-        assert err.value.field == "command" and "adds it" in str(err.value)
+        assert err.value.field == "command"
+        assert "adds it" in str(err.value)
     assert parse_jobspec({**base, "command": "torchrun t.py"}).launcher == "none"
 
 
 def test_records_round_trip_launcher_and_port() -> None:
     s = spec("torchrun")
     back = spec_from_dict(spec_to_dict(s))
-    assert back.launcher == "torchrun" and back.master_port is None
+    assert back.launcher == "torchrun"
+    assert back.master_port is None
     data = spec_to_dict(s) | {"master_port": 23456}
     assert spec_from_dict(data).master_port == 23456
     old = {k: v for k, v in spec_to_dict(s).items() if k not in ("launcher", "master_port")}
@@ -170,7 +178,9 @@ def test_port_allocator_separates_colliding_names() -> None:
     assert master_port_for(a) == master_port_for(b)
     pa = allocate_master_port(a, [])
     pb = allocate_master_port(b, [pa])
-    assert pa == master_port_for(a) and pb != pa and PORT_RANGE[0] <= pb < PORT_RANGE[1]
+    assert pa == master_port_for(a)
+    assert pb != pa
+    assert PORT_RANGE[0] <= pb < PORT_RANGE[1]
     # a job keeps its port while nobody else holds it, moves when another live job does
     assert live_master_port(a, pa, {a: pa, b: pb}) == pa
     assert live_master_port(b, pb, {a: pa, b: pb}) == pb
@@ -196,7 +206,7 @@ class MemoryBackend:
     def list_workers(self, selector: Mapping[str, str]) -> list[Worker]:
         return [w for w in self.workers if all(w.labels.get(k) == v for k, v in selector.items())]
 
-    def master_addr(self, job, slots, rank0_name, labels, port=None):  # type: ignore[no-untyped-def]
+    def master_addr(self, job, slots, rank0_name, labels, port=None):
         return "127.0.0.1", port or master_port_for(job), "host"
 
     def create(self, req: WorkerRequest) -> Worker:
@@ -225,7 +235,7 @@ class MemoryBackend:
 
 def test_executor_names_and_starts_one_container_per_worker_under_none() -> None:
     be = MemoryBackend()
-    ex = Executor(be)
+    ex = Executor(be)  # type: ignore[arg-type]
     s = step_job_spec("lnone", launcher="none")
     ws = ex.launch(s, {"node1": ["0", "1"], "node2": ["0"]})
     assert [w.name for w in ws] == ["flowcon-lnone--node1-r0", "flowcon-lnone--node1-r1",
@@ -242,7 +252,7 @@ def test_executor_names_and_starts_one_container_per_worker_under_none() -> None
 def test_executor_gives_colliding_jobs_different_ports() -> None:
     a, b = colliding_names()
     be = MemoryBackend()
-    ex = Executor(be)
+    ex = Executor(be)  # type: ignore[arg-type]
     ex.launch(step_job_spec(a, launcher="torchrun", command=["python3", "t.py"]), {"n": ["0"]})
     ex.launch(step_job_spec(b, launcher="none"), {"n": ["1"]})
     ports = {w.job: w.labels[LABEL_MASTER_PORT] for w in be.workers}
@@ -265,7 +275,7 @@ class Inventory:
         def uuids(self, idx: list[int]) -> list[str]:
             return [str(i) for i in idx]
 
-    nodes = [Node()]
+    nodes: ClassVar[list[Node]] = [Node()]
 
     def node(self, name: str) -> Node:
         return self.nodes[0]
@@ -279,7 +289,7 @@ class Planner:
     intake = Intake()
 
 
-def test_allocator_keeps_colliding_jobs_apart_and_the_port_across_restarts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_allocator_keeps_colliding_jobs_apart_and_the_port_across_restarts(tmp_path) -> None:
     a, b = colliding_names()
     db = tmp_path / "state.db"
     store = Store(db)
@@ -288,10 +298,11 @@ def test_allocator_keeps_colliding_jobs_apart_and_the_port_across_restarts(tmp_p
         rec.gpus, rec.placement = 1, [[0, i]]
         store.put_job(rec)
     be = MemoryBackend()
-    target = ExecutorTarget(Executor(be), Inventory())
+    target = ExecutorTarget(Executor(be), Inventory())  # type: ignore[arg-type]
     target.apply(store, Planner())  # type: ignore[arg-type]
     ports = {n: store.get_job(n).spec.master_port for n in (a, b)}  # type: ignore[union-attr]
-    assert ports[a] != ports[b] and all(isinstance(p, int) for p in ports.values())
+    assert ports[a] != ports[b]
+    assert all(isinstance(p, int) for p in ports.values())
     running = {w.job: w.labels[LABEL_MASTER_PORT] for w in be.workers}
     assert running == {n: str(p) for n, p in ports.items()}
     store.close()
@@ -299,11 +310,11 @@ def test_allocator_keeps_colliding_jobs_apart_and_the_port_across_restarts(tmp_p
     # a restarted allocator reads the same ports back; a rescale keeps them
     store = Store(db)
     assert {n: store.get_job(n).spec.master_port for n in (a, b)} == ports  # type: ignore[union-attr]
-    rec = store.get_job(b)
+    rec = store.get_job(b)  # type: ignore[assignment]
     assert rec is not None
     rec.gpus, rec.placement = 2, [[0, 1], [0, 2]]
     store.put_job(rec)
-    target = ExecutorTarget(Executor(be), Inventory())
+    target = ExecutorTarget(Executor(be), Inventory())  # type: ignore[arg-type]
     target.apply(store, Planner())  # type: ignore[arg-type]
     assert {w.labels[LABEL_MASTER_PORT] for w in be.workers if w.labels[LABEL_JOB] == b} == {
         str(ports[b])
@@ -312,7 +323,7 @@ def test_allocator_keeps_colliding_jobs_apart_and_the_port_across_restarts(tmp_p
     store.close()
 
 
-def test_a_job_whose_workers_are_finishing_is_not_rescaled(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_job_whose_workers_are_finishing_is_not_rescaled(tmp_path) -> None:
     """Workers exit 0 one after another: a planning round between them saw the job as
     "mixed" and rescaled it, so a finished job ran again from its checkpoint."""
     store = Store(tmp_path / "state.db")
@@ -320,7 +331,7 @@ def test_a_job_whose_workers_are_finishing_is_not_rescaled(tmp_path) -> None:  #
     rec.gpus, rec.placement = 2, [[0, 0], [0, 1]]
     store.put_job(rec)
     be = MemoryBackend()
-    target = ExecutorTarget(Executor(be), Inventory())
+    target = ExecutorTarget(Executor(be), Inventory())  # type: ignore[arg-type]
     target.apply(store, Planner())  # type: ignore[arg-type]
     assert len(be.workers) == 2
     first = be.workers[0]
@@ -329,7 +340,9 @@ def test_a_job_whose_workers_are_finishing_is_not_rescaled(tmp_path) -> None:  #
     rec.gpus, rec.placement = 1, [[0, 0]]  # the plan moved on meanwhile
     store.put_job(rec)
     target.apply(store, Planner())  # type: ignore[arg-type]
-    assert len(be.workers) == 2 and be.workers[0] is first and first.state == "exited"
+    assert len(be.workers) == 2
+    assert be.workers[0] is first
+    assert first.state == "exited"
     assert len(be.requests) == 2  # nothing created again
     store.close()
 

@@ -49,7 +49,7 @@ def command(epochs: int, sleep: float) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def ddp_image(docker_client):  # type: ignore[no-untyped-def]
+def ddp_image(docker_client):
     try:
         docker_client.images.get(IMAGE)
     except Exception:
@@ -83,7 +83,7 @@ PLACEMENTS = {
 
 @pytest.mark.parametrize("launcher", ["torchrun", "none"])
 @pytest.mark.parametrize("workers", [1, 2, 3])
-def test_plain_ddp_script_at_1_2_3_workers(executor, ddp_image, launcher, workers) -> None:  # type: ignore[no-untyped-def]
+def test_plain_ddp_script_at_1_2_3_workers(executor, ddp_image, launcher, workers) -> None:
     name = f"ddp{launcher[0]}{workers}"
     spec = parse_jobspec(
         {
@@ -102,11 +102,10 @@ def test_plain_ddp_script_at_1_2_3_workers(executor, ddp_image, launcher, worker
     containers = len(placement) if launcher == "torchrun" else workers
     assert len(ws) == containers
 
-    def done():  # type: ignore[no-untyped-def]
+    def done():
         state = executor.job(name)
-        assert state is not None and state.status != "failed", [
-            (w.name, w.state, w.exit_code) for w in state.workers
-        ]
+        assert state is not None
+        assert state.status != "failed", [(w.name, w.state, w.exit_code) for w in state.workers]
         return state if state.status == "completed" else None
 
     wait_for(done, 150, every=1)
@@ -126,7 +125,7 @@ def test_plain_ddp_script_at_1_2_3_workers(executor, ddp_image, launcher, worker
 
 
 @pytest.mark.parametrize("launcher", ["none", "torchrun"])
-def test_minimal_script_resumes_at_another_world_size(executor, ddp_image, launcher) -> None:  # type: ignore[no-untyped-def]
+def test_minimal_script_resumes_at_another_world_size(executor, ddp_image, launcher) -> None:
     """docs/jobs.md's minimal script: 3 epochs on 2 workers, then 6 on 1 from the snapshot."""
     name = f"min{launcher[0]}"
 
@@ -138,9 +137,10 @@ def test_minimal_script_resumes_at_another_world_size(executor, ddp_image, launc
 
         client = executor.backend.client
 
-        def done():  # type: ignore[no-untyped-def]
+        def done():
             state = executor.job(name)
-            assert state is not None and state.status != "failed", state
+            assert state is not None, state
+            assert state.status != "failed", state
             return state.status == "completed"
 
         try:
@@ -160,7 +160,7 @@ def test_minimal_script_resumes_at_another_world_size(executor, ddp_image, launc
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
-def test_flowcon_runtime_at_1_2_3_workers(executor, workers) -> None:  # type: ignore[no-untyped-def]
+def test_flowcon_runtime_at_1_2_3_workers(executor, workers) -> None:
     """``launcher: flowcon``: one container per node, flowcon.elastic's main spawning a
     worker per GPU; rank 0 reports every step at the job's world size."""
     name = f"ddpf{workers}"
@@ -181,11 +181,10 @@ def test_flowcon_runtime_at_1_2_3_workers(executor, workers) -> None:  # type: i
     ws = executor.launch(spec, placement)
     assert len(ws) == len(placement)  # one container per node
 
-    def done():  # type: ignore[no-untyped-def]
+    def done():
         state = executor.job(name)
-        assert state is not None and state.status != "failed", [
-            (w.name, w.state, w.exit_code) for w in state.workers
-        ]
+        assert state is not None
+        assert state.status != "failed", [(w.name, w.state, w.exit_code) for w in state.workers]
         return state if state.status == "completed" else None
 
     wait_for(done, 150, every=1)
@@ -275,7 +274,7 @@ EPOCHS = 30
 
 
 @pytest.fixture
-def alloc_env(tmp_path, docker_client, labeled, test_run_id, ddp_image):  # type: ignore[no-untyped-def]
+def alloc_env(tmp_path, docker_client, labeled, test_run_id, ddp_image):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     yield from daemon_env(tmp_path, docker_client, labeled, test_run_id, config(ckpt), ddp_image)
@@ -294,8 +293,8 @@ def snapshot_epochs(docker_client: Any, labels: dict[str, str], host_dir: Path) 
 @pytest.mark.parametrize("launcher", ["torchrun", "none"])
 def test_rescaled_1_2_1_under_the_allocator_and_completes(
     alloc_env, docker_client, labeled, tmp_path, launcher
-) -> None:  # type: ignore[no-untyped-def]
-    cfg, start, rid = alloc_env
+) -> None:
+    _cfg, start, rid = alloc_env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)
     linear = {1: 10.0, 2: 20.0}
@@ -317,7 +316,8 @@ def test_rescaled_1_2_1_under_the_allocator_and_completes(
             "launcher": launcher,
         }
     )
-    assert out["admitted"] is True and out["gpus"] == 1, out
+    assert out["admitted"] is True, out
+    assert out["gpus"] == 1, out
     logs = Logs(docker_client, rid, job)
 
     def epochs_at(gen: int, world: int, n: int) -> bool:
@@ -353,7 +353,8 @@ def test_rescaled_1_2_1_under_the_allocator_and_completes(
 
     wait_polling(logs, completed, 180)
     kinds = [e.kind for e in alloc.store.events(job=job)]
-    assert "failed" not in kinds and "restarted" not in kinds, kinds
+    assert "failed" not in kinds, kinds
+    assert "restarted" not in kinds, kinds
 
     gens = logs.generations()
     assert len(gens) == 3, [sorted(g) for g in gens]
@@ -364,16 +365,19 @@ def test_rescaled_1_2_1_under_the_allocator_and_completes(
     lasts = [g[0][-1][0] for g in gens]
     resumed = logs.resumed()
     # each restart resumed from the snapshot: the epoch counter continues, never restarts
-    assert firsts[0] == 0 and resumed == firsts[1:], (firsts, resumed)
-    assert 2 <= firsts[1] <= lasts[0] + 1 and firsts[1] < firsts[2] <= lasts[1] + 1
+    assert firsts[0] == 0, (firsts, resumed)
+    assert resumed == firsts[1:], (firsts, resumed)
+    assert 2 <= firsts[1] <= lasts[0] + 1
+    assert firsts[1] < firsts[2] <= lasts[1] + 1
     assert lasts[2] == EPOCHS - 1
     for g in gens:
         eps = [e for e, _ in g[0]]
         assert eps == list(range(eps[0], eps[0] + len(eps))), eps
     assert snapshot_epochs(docker_client, labeled(), tmp_path / "ckpt" / job) == EPOCHS
     # host networking: every start ran on the port the allocator keeps in the job's record
-    port = alloc.store.get_job(job).spec.master_port  # type: ignore[union-attr]
-    assert isinstance(port, int) and port != alloc.store.get_job(second).spec.master_port  # type: ignore[union-attr]
+    port = alloc.store.get_job(job).spec.master_port
+    assert isinstance(port, int)
+    assert port != alloc.store.get_job(second).spec.master_port
     assert len(logs.config) >= 4
     flag = f"--master_port={port}" if launcher == "torchrun" else f"MASTER_PORT={port}"
     assert all(flag in conf.split() for conf in logs.config.values()), (flag, logs.config)

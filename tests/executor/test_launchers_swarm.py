@@ -32,7 +32,7 @@ PLACEMENTS = {
 
 
 @pytest.fixture
-def ddp_executor(swarm, labeled, tmp_path: Path):  # type: ignore[no-untyped-def]
+def ddp_executor(swarm, labeled, tmp_path: Path):
     for client in (swarm.manager, swarm.node2):
         try:
             client.images.get(DDP_IMAGE)
@@ -46,7 +46,7 @@ def ddp_executor(swarm, labeled, tmp_path: Path):  # type: ignore[no-untyped-def
 
 @pytest.mark.parametrize("launcher", ["torchrun", "none"])
 @pytest.mark.parametrize("workers", [1, 2, 3])
-def test_plain_ddp_script_over_two_nodes(ddp_executor, launcher, workers) -> None:  # type: ignore[no-untyped-def]
+def test_plain_ddp_script_over_two_nodes(ddp_executor, launcher, workers) -> None:
     ex: Executor = ddp_executor
     name = f"swddp{launcher[0]}{workers}"
     cmd = ["python3", "/opt/train_ddp.py", "2", "1", "--snapshot_path",
@@ -60,9 +60,10 @@ def test_plain_ddp_script_over_two_nodes(ddp_executor, launcher, workers) -> Non
     ports = {w.labels[LABEL_MASTER_PORT] for w in ex.backend.list_workers({"flowcon.job": name})}
     assert len(ports) == 1  # one rendezvous port for the whole job
 
-    def done():  # type: ignore[no-untyped-def]
+    def done():
         state = ex.job(name)
-        assert state is not None and state.status != "failed", [
+        assert state is not None
+        assert state.status != "failed", [
             (w.name, w.state, w.exit_code, ex.backend.logs(w)[-5:]) for w in state.workers
         ]
         return state if state.status == "completed" else None

@@ -40,7 +40,7 @@ def test_own_format_with_the_engine_failing_is_no_points() -> None:
             raise ExecutorError("logs of n: engine gone")
 
     m = MetricSpec("loss", r"Step (?P<step>\d+) \| loss (?P<value>\S+)")
-    assert worker_points(Failing(["Step 1 | loss 1"], []), W, m) == []
+    assert worker_points(Failing(["Step 1 | loss 1"], []), W, m) == []  # type: ignore[arg-type]
 
 
 def test_json_lines_without_a_regex() -> None:
@@ -56,10 +56,10 @@ def test_own_format_on_stdout_and_stderr_timed_by_the_engine() -> None:
     b: Any = LogsOnly(out, err)
     m = MetricSpec("loss", r"Step (?P<step>\d+) \| loss (?P<value>\S+)")
     pts = worker_points(b, W, m)
-    assert pts == [
+    assert pts == [  # type: ignore[comparison-overlap]
         (10.0, pytest.approx(T0)),
         (30.0, pytest.approx(T0 + 2)),
         (50.0, pytest.approx(T0 + 3)),
     ]
     assert b.asked == [(True, True)]
-    assert rate_of([(ts, s) for s, ts in pts]) == (pytest.approx(40 / 3), 3)
+    assert rate_of([(ts, s) for s, ts in pts]) == (pytest.approx(40 / 3), 3)  # type: ignore[comparison-overlap]

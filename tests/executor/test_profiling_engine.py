@@ -9,6 +9,7 @@ against the truth; nothing in the spec tells the allocator those speeds.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 import yaml
@@ -27,18 +28,18 @@ CONFIG = engine_config(profile_seconds=20, profile_min_lines=6)
 
 
 @pytest.fixture
-def env(tmp_path, docker_client, labeled, test_run_id):  # type: ignore[no-untyped-def]
+def env(tmp_path, docker_client, labeled, test_run_id):
     yield from daemon_env(tmp_path, docker_client, labeled, test_run_id, CONFIG)
 
 
-def auto_spec(name: str, iterations: int, deadline: float, **extra: object) -> dict:
+def auto_spec(name: str, iterations: int, deadline: float, **extra: object) -> dict[str, Any]:
     spec = rate_job_spec(name, iterations, deadline, {1: 1.0}, actual=TRUE_SPEED, **extra)
     spec["profile"] = "auto"
     return spec
 
 
 def test_profile_auto_prerun_then_admission(env, docker_client, tmp_path):
-    cfg, start, rid = env
+    _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)
     fits, huge = f"p{rid}", f"q{rid}"
@@ -47,7 +48,8 @@ def test_profile_auto_prerun_then_admission(env, docker_client, tmp_path):
     t0 = time.monotonic()
     out = client.submit(auto_spec(huge, 100000, 40, max_gpus=2))
     assert time.monotonic() - t0 < 5
-    assert out["decision"] == "profiling" and out["admitted"] is None
+    assert out["decision"] == "profiling"
+    assert out["admitted"] is None
     assert out["counts"] == [1, 2]
     assert client.job(huge)["state"] == "profiling"
 
@@ -101,7 +103,7 @@ def test_profile_auto_prerun_then_admission(env, docker_client, tmp_path):
 
 
 def test_cancel_while_profiling_and_restart_resumes(env, docker_client):
-    cfg, start, rid = env
+    _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)
     name = f"c{rid}"
@@ -120,5 +122,6 @@ def test_cancel_while_profiling_and_restart_resumes(env, docker_client):
     wait_for(lambda: not containers(docker_client, rid), 20)
     time.sleep(1)
     job = client.job(name)
-    assert job["state"] == "cancelled" and not job["admissions"]
+    assert job["state"] == "cancelled"
+    assert not job["admissions"]
     assert "profiled" not in [e["kind"] for e in job["events"]]

@@ -29,12 +29,12 @@ sleep 600
 
 
 @pytest.fixture
-def env(tmp_path, docker_client, labeled, test_run_id):  # type: ignore[no-untyped-def]
+def env(tmp_path, docker_client, labeled, test_run_id):
     yield from daemon_env(tmp_path, docker_client, labeled, test_run_id)
 
 
-def test_every_spec_key_reaches_the_container(env, docker_client, labeled, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    cfg, start, rid = env
+def test_every_spec_key_reaches_the_container(env, docker_client, labeled, tmp_path) -> None:
+    _cfg, start, rid = env
     data = tmp_path / "dataset"
     data.mkdir()
     (data / "hello.txt").write_text("imagenet-ish\n")
@@ -87,23 +87,30 @@ def test_every_spec_key_reaches_the_container(env, docker_client, labeled, tmp_p
         "Target": "/data",
         "ReadOnly": True,
     }
-    assert mounts["/cache"]["Type"] == "volume" and mounts["/cache"]["Source"] == cache
+    assert mounts["/cache"]["Type"] == "volume"
+    assert mounts["/cache"]["Source"] == cache
     assert not mounts["/cache"].get("ReadOnly")
     assert "/flowcon/checkpoint" in mounts  # the executor's own mount is still there
     assert host["ShmSize"] == 256 * MIB
     assert host["NanoCpus"] == 500_000_000  # 0.25 CPU per GPU x 2 GPUs
     assert host["Memory"] == 128 * MIB  # 64m per GPU x 2 GPUs
     config = c.attrs["Config"]
-    assert config["WorkingDir"] == "/tmp" and config["User"] == "1000:1000"
+    assert config["WorkingDir"] == "/tmp"
+    assert config["User"] == "1000:1000"
     labels = config["Labels"]
-    assert labels["team"] == "vision" and labels["example.com/cost-center"] == "42"
-    assert labels["flowcon.metric"] == "loss" and labels["flowcon.metric.goal"] == "min"
+    assert labels["team"] == "vision"
+    assert labels["example.com/cost-center"] == "42"
+    assert labels["flowcon.metric"] == "loss"
+    assert labels["flowcon.metric.goal"] == "min"
     assert labels["flowcon.metric.regex"] == REGEX
-    assert labels["flowcon.job"] == name and labels[TEST_LABEL] == rid
+    assert labels["flowcon.job"] == name
+    assert labels[TEST_LABEL] == rid
     # ... and from inside the container
     logs = c.logs().decode()
-    assert "data=imagenet-ish" in logs and "data=read-only" in logs, logs
-    assert "cache=writable" in logs and "id=1000:1000 cwd=/tmp" in logs, logs
+    assert "data=imagenet-ish" in logs, logs
+    assert "data=read-only" in logs, logs
+    assert "cache=writable" in logs, logs
+    assert "id=1000:1000 cwd=/tmp" in logs, logs
     assert f"shm={256 * 1024}k" in logs, logs
     # deadline_kind: soft reaches the job's record
     assert client.job(name)["soft_deadline"] is True
@@ -111,8 +118,8 @@ def test_every_spec_key_reaches_the_container(env, docker_client, labeled, tmp_p
     wait_for(lambda: not containers(docker_client, rid, name), 30)
 
 
-def test_a_refused_key_creates_nothing(env, docker_client) -> None:  # type: ignore[no-untyped-def]
-    cfg, start, rid = env
+def test_a_refused_key_creates_nothing(env, docker_client) -> None:
+    _cfg, start, rid = env
     alloc = start()
     client = AllocatorClient(alloc.url, alloc.token)
     from flowcon.client.http import ClientError
@@ -130,5 +137,6 @@ def test_a_refused_key_creates_nothing(env, docker_client) -> None:  # type: ign
                 "volumes": ["/var/run/docker.sock:/var/run/docker.sock"],
             }
         )
-    assert "volumes[0].source" in str(err.value) and "Docker socket" in str(err.value)
+    assert "volumes[0].source" in str(err.value)
+    assert "Docker socket" in str(err.value)
     assert not containers(docker_client, rid)

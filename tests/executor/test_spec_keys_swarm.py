@@ -11,7 +11,8 @@ import pytest
 from flowcon.executor.lifecycle import Executor
 
 pytest.register_assert_rewrite("support.swarm_fixtures")  # it is also loaded as a plugin below
-from support.swarm_fixtures import TESTBOX_IMAGE, swarm_executor_for  # noqa: E402
+from support.session import TESTBOX_IMAGE  # noqa: E402
+from support.swarm_fixtures import swarm_executor_for  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 
 pytest_plugins = ("support.swarm_fixtures",)
@@ -23,14 +24,14 @@ REGEX = r"Step (?P<step>\d+) \| loss (?P<value>\S+)"
 
 
 @pytest.fixture
-def swarm_executor(swarm, labeled, tmp_path: Path):  # type: ignore[no-untyped-def]
+def swarm_executor(swarm, labeled, tmp_path: Path):
     ex = swarm_executor_for(swarm, labeled(), str(tmp_path / "ckpt"), 2.0)
     yield ex
     for name in list(ex.jobs()):
         ex.remove(name, grace_s=1.0)
 
 
-def test_every_spec_key_reaches_the_service(swarm, swarm_executor, tmp_path, test_run_id) -> None:  # type: ignore[no-untyped-def]
+def test_every_spec_key_reaches_the_service(swarm, swarm_executor, tmp_path, test_run_id) -> None:
     from flowcon.jobspec.spec import parse_jobspec
 
     ex: Executor = swarm_executor
@@ -64,15 +65,18 @@ def test_every_spec_key_reaches_the_service(swarm, swarm_executor, tmp_path, tes
     task = svc.attrs["Spec"]["TaskTemplate"]
     cspec = task["ContainerSpec"]
     mounts = {m["Target"]: m for m in cspec["Mounts"]}
-    assert mounts["/data"]["Type"] == "bind" and mounts["/data"]["Source"] == str(data)
+    assert mounts["/data"]["Type"] == "bind"
+    assert mounts["/data"]["Source"] == str(data)
     assert mounts["/data"]["ReadOnly"] is True
     assert mounts["/dev/shm"]["Type"] == "tmpfs"
     assert mounts["/dev/shm"]["TmpfsOptions"]["SizeBytes"] == 256 * MIB
     assert "/flowcon/checkpoint" in mounts
     assert task["Resources"]["Limits"] == {"NanoCPUs": 500_000_000, "MemoryBytes": 128 * MIB}
-    assert cspec["Dir"] == "/tmp" and cspec["User"] == "1000:1000"
+    assert cspec["Dir"] == "/tmp"
+    assert cspec["User"] == "1000:1000"
     for labels in (svc.attrs["Spec"]["Labels"], cspec["Labels"]):
-        assert labels["team"] == "vision" and labels["flowcon.metric.regex"] == REGEX
+        assert labels["team"] == "vision"
+        assert labels["flowcon.metric.regex"] == REGEX
         assert labels["flowcon.job"] == name
     # the task's container got them too, and the job sees its data and its /dev/shm size
     c = wait_for(
@@ -85,4 +89,5 @@ def test_every_spec_key_reaches_the_service(swarm, swarm_executor, tmp_path, tes
     assert str(256 * 1024) in c.logs().decode()
     assert c.attrs["HostConfig"]["NanoCpus"] == 500_000_000
     assert c.attrs["HostConfig"]["Memory"] == 128 * MIB
-    assert c.attrs["Config"]["User"] == "1000:1000" and c.attrs["Config"]["WorkingDir"] == "/tmp"
+    assert c.attrs["Config"]["User"] == "1000:1000"
+    assert c.attrs["Config"]["WorkingDir"] == "/tmp"

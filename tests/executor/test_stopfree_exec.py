@@ -62,7 +62,7 @@ class FakeBackend:
     def list_workers(self, selector: Mapping[str, str]) -> list[Worker]:
         return [w for w in self.workers if all(w.labels.get(k) == v for k, v in selector.items())]
 
-    def master_addr(self, job, slots, rank0_name, labels, port=None, grow=False):  # type: ignore[no-untyped-def]
+    def master_addr(self, job, slots, rank0_name, labels, port=None, grow=False):
         self.grow.append(grow)
         return rank0_name, port or master_port_for(job), "flowcon-net-" + job
 
@@ -107,7 +107,7 @@ class FakeBackend:
 
 
 def executor(be: FakeBackend, **opts: Any) -> Executor:
-    return Executor(be, None, ExecutorOptions(poll_s=0.0, **opts))
+    return Executor(be, None, ExecutorOptions(poll_s=0.0, **opts))  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- the job spec
@@ -119,7 +119,8 @@ def test_scaling_key_is_validated_and_named() -> None:
     assert spec(scaling="restart", launcher="none").scaling == "restart"
     with pytest.raises(JobSpecError) as bad:
         spec(scaling="elastic")
-    assert bad.value.field == "scaling" and "stopfree" in str(bad.value)
+    assert bad.value.field == "scaling"
+    assert "stopfree" in str(bad.value)
     with pytest.raises(JobSpecError) as wrong_launcher:
         spec(scaling="stopfree", launcher="torchrun")
     assert wrong_launcher.value.field == "scaling"
@@ -158,9 +159,11 @@ def test_stopfree_launch_one_container_per_gpu_first_is_the_store_host() -> None
     be, ex, s = launched(2)
     assert [r.name for r in be.requests] == ["flowcon-sf--node1-w0", "flowcon-sf--node1-w1"]
     e0, e1 = env(be.requests[0]), env(be.requests[1])
-    assert e0[contract.ENV_STORE_HOST] == "1" and contract.ENV_STORE_HOST not in e1
+    assert e0[contract.ENV_STORE_HOST] == "1"
+    assert contract.ENV_STORE_HOST not in e1
     assert e0[contract.ENV_SCALING] == e1[contract.ENV_SCALING] == "stopfree"
-    assert contract.ENV_JOIN not in e0 and contract.ENV_JOIN not in e1
+    assert contract.ENV_JOIN not in e0
+    assert contract.ENV_JOIN not in e1
     assert (e0["WORLD_SIZE"], e0["RANK"], e1["RANK"], e1["LOCAL_WORLD_SIZE"]) == (
         "2",
         "0",
@@ -183,16 +186,23 @@ def test_scale_out_starts_only_the_joiners() -> None:
     be, ex, s = launched(1)
     host = be.workers[0]
     res = ex.rescale(s, {"node1": ["0", "1"], "node2": ["0"]})
-    assert res.mode == "stopfree" and (res.old_gpus, res.new_gpus) == (1, 3)
-    assert res.joined == ("flowcon-sf--node1-w1", "flowcon-sf--node2-w2") and res.left == ()
-    assert be.workers[0] is host and host.state == "running"
-    assert be.stopped == [] and be.removed == [] and be.signals == []
+    assert res.mode == "stopfree"
+    assert (res.old_gpus, res.new_gpus) == (1, 3)
+    assert res.joined == ("flowcon-sf--node1-w1", "flowcon-sf--node2-w2")
+    assert res.left == ()
+    assert be.workers[0] is host
+    assert host.state == "running"
+    assert be.stopped == []
+    assert be.removed == []
+    assert be.signals == []
     joiners = be.requests[1:]
     assert [r.name for r in joiners] == list(res.joined)
     for r in joiners:
         e = env(r)
-        assert e[contract.ENV_JOIN] == "1" and e[contract.ENV_TARGET_WORLD] == "3"
-        assert contract.ENV_STORE_HOST not in e and e[contract.ENV_SCALING] == "stopfree"
+        assert e[contract.ENV_JOIN] == "1"
+        assert e[contract.ENV_TARGET_WORLD] == "3"
+        assert contract.ENV_STORE_HOST not in e
+        assert e[contract.ENV_SCALING] == "stopfree"
         assert e["MASTER_ADDR"] == host.name
         assert e["MASTER_PORT"] == env(be.requests[0])["MASTER_PORT"]
         assert r.labels[contract.LABEL_MASTER_PORT] == host.labels[contract.LABEL_MASTER_PORT]
@@ -203,11 +213,14 @@ def test_scale_in_signals_the_leavers_highest_first_and_removes_them() -> None:
     be, ex, s = launched(4)
     kept = be.workers[:2]
     res = ex.rescale(s, {"node1": ["0", "1"]})
-    assert res.mode == "stopfree" and res.fallback is None
+    assert res.mode == "stopfree"
+    assert res.fallback is None
     assert be.signals == [("flowcon-sf--node1-w3", "SIGUSR1"), ("flowcon-sf--node1-w2", "SIGUSR1")]
     assert sorted(be.removed) == ["flowcon-sf--node1-w2", "flowcon-sf--node1-w3"]
-    assert be.workers == kept and all(w.state == "running" for w in kept)
-    assert be.stopped == [] and len(be.requests) == 4
+    assert be.workers == kept
+    assert all(w.state == "running" for w in kept)
+    assert be.stopped == []
+    assert len(be.requests) == 4
     assert res.left == ("flowcon-sf--node1-w3", "flowcon-sf--node1-w2")
     # back out: the next index after the live containers' (the removed ones' names are free)
     res = ex.rescale(s, {"node1": ["0", "1", "2"]})
@@ -227,22 +240,27 @@ def test_a_move_leaves_first_then_joins_at_the_new_world() -> None:
 def test_the_store_host_never_leaves_a_checkpoint_restart_instead() -> None:
     be, ex, s = launched(2)
     res = ex.rescale(s, {"node1": ["1"]})
-    assert res.mode == "restart" and res.fallback and "store host" in res.fallback
+    assert res.mode == "restart"
+    assert res.fallback
+    assert "store host" in res.fallback
     assert be.signals == []  # nobody was asked to leave
     assert sorted(be.stopped) == ["flowcon-sf--node1-w0", "flowcon-sf--node1-w1"]
     (fresh,) = be.workers
-    assert fresh.gpus == ("1",) and env(be.requests[-1])[contract.ENV_STORE_HOST] == "1"
+    assert fresh.gpus == ("1",)
+    assert env(be.requests[-1])[contract.ENV_STORE_HOST] == "1"
 
 
-def test_leave_timeout_falls_back_to_checkpoint_restart(caplog) -> None:  # type: ignore[no-untyped-def]
+def test_leave_timeout_falls_back_to_checkpoint_restart(caplog) -> None:
     be, ex, s = launched(2, leave_timeout_s=0.05)
     be.leave_code = None  # the runtime never lets it go
     res = ex.rescale(s, {"node1": ["0"]})
-    assert res.mode == "restart" and "did not leave" in (res.fallback or "")
+    assert res.mode == "restart"
+    assert "did not leave" in (res.fallback or "")
     assert be.signals == [("flowcon-sf--node1-w1", "SIGUSR1")]
     assert "checkpoint-restart instead" in caplog.text
     (fresh,) = be.workers
-    assert fresh.name == "flowcon-sf--node1-w0" and fresh.id != "id0"  # a new container
+    assert fresh.name == "flowcon-sf--node1-w0"
+    assert fresh.id != "id0"  # a new container
 
 
 def test_the_leave_signal_is_repeated_until_the_container_leaves() -> None:
@@ -257,14 +275,17 @@ def test_the_leave_signal_is_repeated_until_the_container_leaves() -> None:
 
     be.kill = late  # type: ignore[method-assign]
     res = ex.rescale(s, {"node1": ["0"]})
-    assert res.mode == "stopfree" and res.fallback is None and calls == ["SIGUSR1"] * 3
+    assert res.mode == "stopfree"
+    assert res.fallback is None
+    assert calls == ["SIGUSR1"] * 3
 
 
 def test_wrong_exit_code_falls_back() -> None:
     be, ex, s = launched(2)
     be.leave_code = 138  # killed by the signal: the runtime does not know it
     res = ex.rescale(s, {"node1": ["0"]})
-    assert res.mode == "restart" and "exit 138" in (res.fallback or "")
+    assert res.mode == "restart"
+    assert "exit 138" in (res.fallback or "")
 
 
 def test_a_signal_that_cannot_be_sent_falls_back() -> None:
@@ -277,7 +298,8 @@ def test_a_signal_that_cannot_be_sent_falls_back() -> None:
 
     be.kill = refuse  # type: ignore[method-assign]
     res = ex.rescale(s, {"node1": ["0"]})
-    assert res.mode == "restart" and "cannot send SIGUSR1" in (res.fallback or "")
+    assert res.mode == "restart"
+    assert "cannot send SIGUSR1" in (res.fallback or "")
 
 
 def test_restart_jobs_and_not_running_containers_are_checkpoint_restarted() -> None:
@@ -286,28 +308,36 @@ def test_restart_jobs_and_not_running_containers_are_checkpoint_restarted() -> N
     s = spec(scaling="restart")
     ex.launch(s, {"node1": ["0"]})
     res = ex.rescale(s, {"node1": ["0", "1"]})
-    assert res.mode == "restart" and res.fallback is None and be.signals == []
+    assert res.mode == "restart"
+    assert res.fallback is None
+    assert be.signals == []
     be2, ex2, s2 = launched(2)
     be2.workers[1].state = "starting"
     res = ex2.rescale(s2, {"node1": ["0", "1", "2"]})
-    assert res.mode == "restart" and "not running" in (res.fallback or "")
+    assert res.mode == "restart"
+    assert "not running" in (res.fallback or "")
 
 
 def test_plan_of_a_mixed_job_and_a_left_worker_in_the_job_state() -> None:
-    be, ex, s = launched(3)
+    be, ex, _s = launched(3)
     plan = plan_stopfree(be.workers, [("node1", "0"), ("node1", "2")])
-    assert [w.name for w in plan.leave] == ["flowcon-sf--node1-w1"] and not plan.join
+    assert [w.name for w in plan.leave] == ["flowcon-sf--node1-w1"]
+    assert not plan.join
     # a container that left on its own (straggler): the job runs on without it
     gone = be.workers[2]
     gone.state, gone.exit_code = "exited", contract.EXIT_LEFT
     state = ex.job("sf")
-    assert state is not None and state.status == "running" and state.gpus == 2
+    assert state is not None
+    assert state.status == "running"
+    assert state.gpus == 2
     events = ex.reconcile()
     assert [(e.kind, e.detail) for e in events] == [("left", gone.name)]
-    assert gone not in be.workers and be.stopped == []
+    assert gone not in be.workers
+    assert be.stopped == []
     # the same exit code from a restart-mode container is a failure
     w = Worker("x", "n", "j", "node1", 0, ("0",), "exited", contract.EXIT_LEFT, {})
-    assert w.dead and JobState("j", (w,)).status == "failed"
+    assert w.dead
+    assert JobState("j", (w,)).status == "failed"
 
 
 def test_a_dead_worker_is_replaced_a_dead_store_host_relaunches() -> None:
@@ -315,15 +345,19 @@ def test_a_dead_worker_is_replaced_a_dead_store_host_relaunches() -> None:
     w2 = be.workers[2]
     w2.state, w2.exit_code = "exited", 137  # kill -9 of its worker: the launcher exited
     events = ex.reconcile()
-    assert [e.kind for e in events] == ["lost"] and "exit 137" in events[0].detail
-    assert w2 not in be.workers and be.stopped == []  # the others go on
+    assert [e.kind for e in events] == ["lost"]
+    assert "exit 137" in events[0].detail
+    assert w2 not in be.workers
+    assert be.stopped == []  # the others go on
     res = ex.rescale(s, {"node1": ["0", "1", "2"]})  # the next round: a joiner in its place
-    assert res.mode == "stopfree" and res.joined == ("flowcon-sf--node1-w2",)
+    assert res.mode == "stopfree"
+    assert res.joined == ("flowcon-sf--node1-w2",)
     assert env(be.requests[-1])[contract.ENV_TARGET_WORLD] == "3"
     host = be.workers[0]
     host.state, host.exit_code = "dead", None
     events = ex.reconcile()
-    assert [e.kind for e in events] == ["restarted"] and be.workers == []  # relaunched next
+    assert [e.kind for e in events] == ["restarted"]
+    assert be.workers == []  # relaunched next
 
 
 def test_preempted_workers_use_no_restart_and_a_failure_says_why() -> None:
@@ -337,7 +371,8 @@ def test_preempted_workers_use_no_restart_and_a_failure_says_why() -> None:
     w = be.workers[0]
     for _ in range(4):  # preempted again and again: always restarted, never failed
         w.state, w.exit_code = "exited", contract.EXIT_PREEMPTED
-        assert [e.kind for e in ex.reconcile()] == ["restarted"] and w.state == "running"
+        assert [e.kind for e in ex.reconcile()] == ["restarted"]
+        assert w.state == "running"
     be.output[w.name] = ["step 5", "Traceback (most recent call last):", "", "RuntimeError: bad"]
     w.state, w.exit_code = "exited", 1
     assert [e.kind for e in ex.reconcile()] == ["restarted"]  # the one restart allowed
@@ -360,7 +395,8 @@ def test_a_worker_lost_with_its_swarm_node_uses_no_restart() -> None:
     for _ in range(3):
         w.state, w.exit_code, w.node_lost = "dead", None, True
         (ev,) = ex.reconcile()
-        assert ev.kind == "restarted" and "lost with its node" in (ev.detail or ""), ev
+        assert ev.kind == "restarted", ev
+        assert "lost with its node" in (ev.detail or ""), ev
         assert w.state == "running"
         w.node_lost = False
 
@@ -402,7 +438,7 @@ def test_charged_overhead_is_the_largest_mode_in_use() -> None:
     assert charged_overhead({}, ["stopfree"]) == 0.0
 
 
-def test_planner_tracks_restart_and_stopfree_overheads_apart(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_planner_tracks_restart_and_stopfree_overheads_apart(tmp_path) -> None:
     store = Store(tmp_path / "s.db")
     pl = Planner(store, total_gpus=4, slot_seconds=10.0, ewma_alpha=0.5)
     pl.observe_overhead(8.0)  # a checkpoint-restart
@@ -420,7 +456,7 @@ def test_planner_tracks_restart_and_stopfree_overheads_apart(tmp_path) -> None: 
     store.close()
 
 
-def test_target_charges_the_stopfree_gap_and_a_restarted_daemon_reads_it_back(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_target_charges_the_stopfree_gap_and_a_restarted_daemon_reads_it_back(tmp_path) -> None:
     from flowcon.allocator.daemon import overhead_costs, restart_costs
     from flowcon.allocator.target import ExecutorTarget
 
@@ -434,13 +470,15 @@ def test_target_charges_the_stopfree_gap_and_a_restarted_daemon_reads_it_back(tm
     store = Store(tmp_path / "s.db")
     pl = Planner(store, total_gpus=4, slot_seconds=10.0)
     ex = Gaps()
-    target = ExecutorTarget(ex, None)
+    target = ExecutorTarget(ex, None)  # type: ignore[arg-type]
     target._resuming["j"] = (100.0, "rescale", None, "stopfree", 2)
     target.note_resumed(store, pl, "j", None, now=101.0)
-    assert "j" in target._resuming and pl.overheads == {}  # no line at 2 workers yet
+    assert "j" in target._resuming
+    assert pl.overheads == {}  # no line at 2 workers yet
     ex.gap = 0.7
     target.note_resumed(store, pl, "j", None, now=102.0)
-    assert "j" not in target._resuming and pl.overheads == {"stopfree": 0.7}
+    assert "j" not in target._resuming
+    assert pl.overheads == {"stopfree": 0.7}
     target._resuming["k"] = (100.0, "rescale", 3.0, "restart", 2)
     target.note_resumed(store, pl, "k", (5.0, 104.5), now=105.0)
     assert pl.overheads == {"stopfree": 0.7, "restart": 4.5}
@@ -460,8 +498,8 @@ def test_target_sees_a_stopfree_job_whose_gpus_came_in_another_order_as_placed()
         def node(self, name: str) -> Node:
             return self.Node()
 
-    be, ex, s = launched(2)
-    target = ExecutorTarget(ex, Inventory())
+    be, ex, _s = launched(2)
+    target = ExecutorTarget(ex, Inventory())  # type: ignore[arg-type]
     assert target._same(ex.job("sf"), {"node1": ["0", "1"]})
     # the store host ended up on GPU 1, a joiner on GPU 0 (after a move): no reason to
     # rescale a stop-free job

@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,33 +32,38 @@ while true; do sleep 0.1 & wait $!; done
 """
 
 
-def _env(c) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def _env(c) -> dict[str, str]:
     return dict(e.split("=", 1) for e in c.attrs["Config"]["Env"])
 
 
 @pytest.mark.docker
 def test_stopfree_rescale_never_restarts_the_running_container(
     executor: Executor, docker_client
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     spec = step_job_spec("sfx", command=["sh", "-c", LEAVER], scaling="stopfree")
     (host,) = executor.launch(spec, {"node1": ["0"]})
     c0 = docker_client.containers.get(host.id)
     started = c0.attrs["State"]["StartedAt"]
     e0 = _env(c0)
-    assert e0[contract.ENV_STORE_HOST] == "1" and e0[contract.ENV_SCALING] == "stopfree"
+    assert e0[contract.ENV_STORE_HOST] == "1"
+    assert e0[contract.ENV_SCALING] == "stopfree"
     assert network_name("sfx") in c0.attrs["NetworkSettings"]["Networks"]  # reachable
 
     res = executor.rescale(spec, {"node1": ["0", "1"]})
-    assert res.mode == "stopfree" and res.joined == ("flowcon-sfx--node1-w1",)
+    assert res.mode == "stopfree"
+    assert res.joined == ("flowcon-sfx--node1-w1",)
     c1 = docker_client.containers.get("flowcon-sfx--node1-w1")
     e1 = _env(c1)
-    assert e1[contract.ENV_JOIN] == "1" and e1[contract.ENV_TARGET_WORLD] == "2"
-    assert e1["MASTER_ADDR"] == c0.name and e1["MASTER_PORT"] == e0["MASTER_PORT"]
+    assert e1[contract.ENV_JOIN] == "1"
+    assert e1[contract.ENV_TARGET_WORLD] == "2"
+    assert e1["MASTER_ADDR"] == c0.name
+    assert e1["MASTER_PORT"] == e0["MASTER_PORT"]
     assert network_name("sfx") in c1.attrs["NetworkSettings"]["Networks"]
     wait_for(lambda: "role join=1" in c1.logs().decode(), timeout=30)
 
     res = executor.rescale(spec, {"node1": ["0"]})
-    assert res.mode == "stopfree" and res.fallback is None
+    assert res.mode == "stopfree"
+    assert res.fallback is None
     assert res.left == ("flowcon-sfx--node1-w1",)
     names = [
         c.name
@@ -67,26 +73,32 @@ def test_stopfree_rescale_never_restarts_the_running_container(
     ]
     assert names == [c0.name]  # the leaver is removed
     c0.reload()
-    assert c0.id == host.id and c0.status == "running"
-    assert c0.attrs["State"]["StartedAt"] == started and c0.attrs["RestartCount"] == 0
+    assert c0.id == host.id
+    assert c0.status == "running"
+    assert c0.attrs["State"]["StartedAt"] == started
+    assert c0.attrs["RestartCount"] == 0
     state = executor.job("sfx")
-    assert state is not None and state.status == "running" and state.scaling == "stopfree"
+    assert state is not None
+    assert state.status == "running"
+    assert state.scaling == "stopfree"
 
 
 @pytest.mark.docker
 def test_a_container_that_will_not_leave_is_checkpoint_restarted(
     executor: Executor, docker_client
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     stubborn = LEAVER.replace("trap 'echo left; exit 144' USR1", "trap 'echo stay' USR1")
     spec = step_job_spec("sfy", command=["sh", "-c", stubborn], scaling="stopfree")
     executor.launch(spec, {"node1": ["0", "1"]})
     executor.options.leave_timeout_s = 2.0
     t0 = time.monotonic()
     res = executor.rescale(spec, {"node1": ["0"]})
-    assert res.mode == "restart" and "did not leave" in (res.fallback or "")
+    assert res.mode == "restart"
+    assert "did not leave" in (res.fallback or "")
     assert time.monotonic() - t0 < 30
     state = executor.job("sfy")
-    assert state is not None and [w.gpus for w in state.workers] == [("FAKE-node1-0",)]
+    assert state is not None
+    assert [w.gpus for w in state.workers] == [("FAKE-node1-0",)]
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,7 +119,7 @@ def example_image() -> str:
 @pytest.mark.slow
 def test_example_job_scales_1_2_1_without_restarting(
     executor: Executor, docker_client, example_image: str
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The elastic-example image (label flowcon.elastic=stopfree, no ``scaling`` key) on
     flowcon.elastic's stop-free runtime: 1 -> 2 -> 1 containers; the first container's id
     and processes stay, the step counter goes on without a restart."""
@@ -125,32 +137,39 @@ def test_example_job_scales_1_2_1_without_restarting(
     pids = host_pids(c0)
     started = c0.attrs["State"]["StartedAt"]
 
-    def at(world: int) -> list[dict]:  # type: ignore[type-arg]
+    def at(world: int) -> list[dict[str, Any]]:
         return [m for m in step_metrics(executor, "sfex") if m.get("world_size") == world]
 
     out = executor.rescale(spec, {"node1": ["0", "1"]})
-    assert out.mode == "stopfree" and out.joined == ("flowcon-sfex--node1-w1",)
+    assert out.mode == "stopfree"
+    assert out.joined == ("flowcon-sfex--node1-w1",)
     wait_for(lambda: len(at(2)) >= 3, timeout=240)
     back = executor.rescale(spec, {"node1": ["0"]})
-    assert back.mode == "stopfree" and back.fallback is None, back
+    assert back.mode == "stopfree", back
+    assert back.fallback is None, back
     seen = len(at(2))
     wait_for(lambda: [m for m in step_metrics(executor, "sfex")[-3:] if m.get("world_size") == 1]
              and len(at(2)) == seen, timeout=120)  # fmt: skip
     c0.reload()
-    assert c0.id == host.id and c0.status == "running" and c0.attrs["RestartCount"] == 0
+    assert c0.id == host.id
+    assert c0.status == "running"
+    assert c0.attrs["RestartCount"] == 0
     assert c0.attrs["State"]["StartedAt"] == started
     assert pids <= host_pids(c0), (pids, host_pids(c0))  # the launcher and its worker: same pids
     steps = [m["step"] for m in step_metrics(executor, "sfex")]
-    assert steps == sorted(steps) and len(set(steps)) == len(steps), steps  # no restart
+    assert steps == sorted(steps), steps
+    assert len(set(steps)) == len(steps), steps  # no restart
     worlds = [m.get("world_size") for m in step_metrics(executor, "sfex")]
-    assert worlds[0] == 1 and 2 in worlds and worlds[-1] == 1
+    assert worlds[0] == 1
+    assert 2 in worlds
+    assert worlds[-1] == 1
     found = docker_client.containers.list(
         ignore_removed=True, all=True, filters={"label": "flowcon.job=sfex"}
     )
     assert [c.name for c in found] == [c0.name]
 
 
-def _events(ex: Executor, job: str, kind: str) -> list[dict]:  # type: ignore[type-arg]
+def _events(ex: Executor, job: str, kind: str) -> list[dict[str, Any]]:
     """The job's ``"event"`` lines of ``kind`` from every container it has now."""
     return [
         obj
@@ -164,7 +183,7 @@ def _events(ex: Executor, job: str, kind: str) -> list[dict]:  # type: ignore[ty
 @pytest.mark.slow
 def test_a_killed_worker_container_is_replaced_while_the_job_goes_on(
     executor: Executor, docker_client, example_image: str
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The ``kill -9`` of one worker on the engine: one of three containers of the
     example job is killed (SIGKILL to its launcher and worker). The two others re-form from
     their in-memory state and go on training without a restart (same containers, rank 0's
@@ -194,21 +213,25 @@ def test_a_killed_worker_container_is_replaced_while_the_job_goes_on(
     docker_client.containers.get(victim).kill()  # SIGKILL
 
     def at_two() -> bool:
-        return sum(m.get("world_size") == 2 for m in step_metrics(executor, "sfk")[seen:]) >= 10
+        return sum(m.get("world_size") == 2 for m in step_metrics(executor, "sfk")[seen:]) >= 10  # type: ignore[no-any-return]
 
     wait_for(at_two, 60)
     (rec,) = _events(executor, "sfk", "recovered")
-    assert rec["world_size"] == 2 and rec["failed"] == 1 and rec["lost_steps"] <= 1, rec
+    assert rec["world_size"] == 2, rec
+    assert rec["failed"] == 1, rec
+    assert rec["lost_steps"] <= 1, rec
     events = executor.reconcile()
     assert [(e.kind, e.job) for e in events] == [("lost", "sfk")], events
     assert victim in (events[0].detail or "")
     for n, started in kept.items():  # the survivors were never restarted
         c = docker_client.containers.get(n)
-        assert c.status == "running" and c.attrs["State"]["StartedAt"] == started, n
+        assert c.status == "running", n
+        assert c.attrs["State"]["StartedAt"] == started, n
     assert [w.name for w in executor.job("sfk").workers] == names[:2]  # type: ignore[union-attr]
 
     res = executor.rescale(spec, placement)  # the allocator's next round: same GPUs
-    assert res.mode == "stopfree" and len(res.joined) == 1, res
+    assert res.mode == "stopfree", res
+    assert len(res.joined) == 1, res
     seen = len(step_metrics(executor, "sfk"))
     wait_for(
         lambda: sum(m.get("world_size") == 3 for m in step_metrics(executor, "sfk")[seen:]) >= 5,

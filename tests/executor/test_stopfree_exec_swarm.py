@@ -37,20 +37,20 @@ while true; do sleep 0.1 & wait $!; done
 
 
 @pytest.fixture
-def swarm_executor(swarm, labeled, tmp_path: Path):  # type: ignore[no-untyped-def]
+def swarm_executor(swarm, labeled, tmp_path: Path):
     ex = swarm_executor_for(swarm, labeled(), str(tmp_path / "ckpt"), 10.0)
     yield ex
     for name in list(ex.jobs()):
         ex.remove(name, grace_s=1.0)
 
 
-def _containers(client, job: str) -> list:  # type: ignore[no-untyped-def, type-arg]
-    return client.containers.list(
+def _containers(client, job: str) -> list[Any]:
+    return client.containers.list(  # type: ignore[no-any-return]
         ignore_removed=True, all=True, filters={"label": f"flowcon.job={job}"}
     )
 
 
-def test_join_on_node2_and_leave_keep_the_first_service(swarm, swarm_executor) -> None:  # type: ignore[no-untyped-def]
+def test_join_on_node2_and_leave_keep_the_first_service(swarm, swarm_executor) -> None:
     ex: Executor = swarm_executor
     spec = step_job_spec("swsf", command=["sh", "-c", LEAVER], scaling="stopfree")
     (host,) = ex.launch(spec, {"node1": ["0"]})
@@ -59,21 +59,26 @@ def test_join_on_node2_and_leave_keep_the_first_service(swarm, swarm_executor) -
     version = swarm.manager.services.get(host.id).attrs["Version"]["Index"]
 
     res = ex.rescale(spec, {"node1": ["0"], "node2": ["0"]})
-    assert res.mode == "stopfree" and res.joined == ("flowcon-swsf--node2-w1",)
+    assert res.mode == "stopfree"
+    assert res.joined == ("flowcon-swsf--node2-w1",)
     (c1,) = wait_for(lambda: _containers(swarm.node2, "swsf"), timeout=60)
     env = dict(e.split("=", 1) for e in c1.attrs["Config"]["Env"])
-    assert env[contract.ENV_JOIN] == "1" and env[contract.ENV_TARGET_WORLD] == "2"
+    assert env[contract.ENV_JOIN] == "1"
+    assert env[contract.ENV_TARGET_WORLD] == "2"
     assert env["MASTER_PORT"] == host.labels[contract.LABEL_MASTER_PORT]
     wait_for(lambda: ex.job("swsf").status == "running", timeout=60)  # type: ignore[union-attr]
 
     res = ex.rescale(spec, {"node1": ["0"]})
-    assert res.mode == "stopfree" and res.fallback is None, res
+    assert res.mode == "stopfree", res
+    assert res.fallback is None, res
     assert res.left == ("flowcon-swsf--node2-w1",)
     state = ex.job("swsf")
-    assert state is not None and [w.id for w in state.workers] == [host.id]
+    assert state is not None
+    assert [w.id for w in state.workers] == [host.id]
     assert swarm.manager.services.get(host.id).attrs["Version"]["Index"] == version
     c0.reload()
-    assert c0.status == "running" and c0.attrs["RestartCount"] == 0
+    assert c0.status == "running"
+    assert c0.attrs["RestartCount"] == 0
 
 
 # ---------------------------------------------------------------- the example job, 1-2-4-2-1
@@ -83,7 +88,7 @@ GBS = 32
 SAMPLES = 4096  # images/elastic-example/train.py: 128 steps an epoch at GBS 32
 
 
-def _reference(client, labels: dict[str, str], out: Path) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def _reference(client, labels: dict[str, str], out: Path) -> dict[str, Any]:
     """An uninterrupted 1-worker run of the same job (same image, same global batch): its
     final checkpoint."""
     out.mkdir()
@@ -113,7 +118,7 @@ def _reference(client, labels: dict[str, str], out: Path) -> dict[str, Any]:  # 
 @pytest.mark.slow
 def test_example_job_1_2_4_2_1_across_the_nodes(
     swarm, swarm_executor, labeled, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """The scale test on the engine: the elastic-example job (its own stop-free
     runtime, torch in the image) goes 1 -> 2 -> 4 -> 2 -> 1 containers mid-epoch, joining
     and leaving on both swarm nodes. The step counter of rank 0 (the store host, never
@@ -130,7 +135,7 @@ def test_example_job_1_2_4_2_1_across_the_nodes(
         env={"STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"},
     )
     assert ex.scaling_of(spec) == "stopfree"
-    (host,) = ex.launch(spec, {"node1": ["0"]})
+    (_host,) = ex.launch(spec, {"node1": ["0"]})
     wait_for(lambda: len(step_metrics(ex, "sw4")) >= 5, timeout=180)
     (c0,) = _containers(swarm.manager, "sw4")
     started = c0.attrs["State"]["StartedAt"]
@@ -164,7 +169,8 @@ def test_example_job_1_2_4_2_1_across_the_nodes(
     ):
         before = running()
         res = ex.rescale(spec, placement)
-        assert res.mode == "stopfree" and res.fallback is None, res
+        assert res.mode == "stopfree", res
+        assert res.fallback is None, res
         events.append((res.joined, res.left))
         reach(world)
         after = running()
@@ -176,7 +182,8 @@ def test_example_job_1_2_4_2_1_across_the_nodes(
     assert pids <= host_pids(c0), (pids, host_pids(c0))  # its launcher and worker: same processes
     assert [len(j) for j, _ in events] == [1, 2, 0, 0]
     assert [len(gone) for _, gone in events] == [0, 0, 2, 1]
-    assert any("node2" in n for n in events[0][0]) and any("node2" in n for n in events[3][1])
+    assert any("node2" in n for n in events[0][0])
+    assert any("node2" in n for n in events[3][1])
     wait_for(lambda: ex.job("sw4").status == "completed", timeout=300)  # type: ignore[union-attr]
 
     lines = step_metrics(ex, "sw4")
@@ -195,7 +202,8 @@ def test_example_job_1_2_4_2_1_across_the_nodes(
         else:  # the epoch the job ended in: no sample twice
             assert len(set(ids)) == len(ids), epoch
     c0.reload()
-    assert c0.attrs["State"]["StartedAt"] == started and c0.attrs["RestartCount"] == 0
+    assert c0.attrs["State"]["StartedAt"] == started
+    assert c0.attrs["RestartCount"] == 0
 
     final = torch.load(
         tmp_path / "ckpt" / "sw4" / "checkpoint.pt", map_location="cpu", weights_only=False

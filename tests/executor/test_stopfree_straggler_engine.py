@@ -5,6 +5,7 @@ remaining workers alone"); EDL section 5.2 (shared/papers/edl.txt)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -82,10 +83,7 @@ def _worker_id(c: Any) -> str:
 
 def _rate(steps: list[dict[str, Any]]) -> float:
     """Steps per second over consecutive rank-0 step lines: 1 / the median step interval."""
-    gaps = [
-        (b["ts"] - a["ts"]) / (b["step"] - a["step"])
-        for a, b in zip(steps, steps[1:], strict=False)
-    ]
+    gaps = [(b["ts"] - a["ts"]) / (b["step"] - a["step"]) for a, b in itertools.pairwise(steps)]
     return 1.0 / float(statistics.median(gaps))
 
 
@@ -172,7 +170,8 @@ def test_a_cpu_throttled_worker_is_removed_and_the_job_runs_at_the_rate_of_the_r
     pids = {c.name: _pids(c) for c in (c0, c1)}
 
     out = executor.rescale(spec, {"node1": ["0", "1", "2"]})
-    assert out.mode == "stopfree" and len(out.joined) == 1, out
+    assert out.mode == "stopfree", out
+    assert len(out.joined) == 1, out
     c2 = docker_client.containers.get(out.joined[0])
     straggler = _worker_id(c2)
     _wait(lambda: len(at(3)) >= 3, 120, lambda: f"{len(at(3))} steps at 3 workers")
@@ -209,7 +208,8 @@ def test_a_cpu_throttled_worker_is_removed_and_the_job_runs_at_the_rate_of_the_r
     }
     assert names == {c0.name, c1.name}
     state = executor.job(JOB)
-    assert state is not None and state.status == "running"
+    assert state is not None
+    assert state.status == "running"
 
     def after() -> list[dict[str, Any]]:
         return [m for m in at(2) if m["step"] > ev["step"]]
@@ -225,11 +225,13 @@ def test_a_cpu_throttled_worker_is_removed_and_the_job_runs_at_the_rate_of_the_r
     rate_after = max(rates_after)
     for c in (c0, c1):
         c.reload()
-        assert c.status == "running" and c.attrs["RestartCount"] == 0
+        assert c.status == "running"
+        assert c.attrs["RestartCount"] == 0
         assert pids[c.name] <= _pids(c), (c.name, pids[c.name], _pids(c))
     assert {c0.id, c1.id} == {w0.id, w1.id}
     steps = [m["step"] for m in _steps(_lines(c0))]
-    assert steps == sorted(steps) and len(set(steps)) == len(steps)  # never restarted
+    assert steps == sorted(steps)
+    assert len(set(steps)) == len(steps)  # never restarted
     print(
         json.dumps(
             {

@@ -33,17 +33,25 @@ def test_a_task_whose_node_restarted_is_lost_not_completed() -> None:
     by the allocator-swarm-node-restart scenario): state failed, Err "No such container",
     the ExitCode 0 of the running status. Before the fix this read as exited 0, and the
     job was reported completed."""
-    w = worker_from_service(Svc(), [task("failed", 0, err="No such container: x.1.abc")])
-    assert w.state == "dead" and w.node_lost and not w.completed and w.dead
-    assert worker_from_service(Svc(), [task("failed", None)]).node_lost
+    w = worker_from_service(Svc(), [task("failed", 0, err="No such container: x.1.abc")])  # type: ignore[arg-type]
+    assert w.state == "dead"
+    assert w.node_lost
+    assert not w.completed
+    assert w.dead
+    assert worker_from_service(Svc(), [task("failed", None)]).node_lost  # type: ignore[arg-type]
 
 
 def test_task_states() -> None:
-    done = worker_from_service(Svc(), [task("complete", 0)])
-    assert done.completed and not done.node_lost
-    crashed = worker_from_service(Svc(), [task("failed", 1)])
-    assert crashed.state == "exited" and crashed.exit_code == 1 and not crashed.node_lost
-    stopped = worker_from_service(Svc(), [task("shutdown", 143)])
-    assert stopped.exit_code == contract.EXIT_PREEMPTED and not stopped.node_lost
-    newest = worker_from_service(Svc(), [task("failed", 1, 3), task("running", 0, 9)])
-    assert newest.state == "running" and newest.image == "img:latest"
+    done = worker_from_service(Svc(), [task("complete", 0)])  # type: ignore[arg-type]
+    assert done.completed
+    assert not done.node_lost
+    crashed = worker_from_service(Svc(), [task("failed", 1)])  # type: ignore[arg-type]
+    assert crashed.state == "exited"
+    assert crashed.exit_code == 1
+    assert not crashed.node_lost
+    stopped = worker_from_service(Svc(), [task("shutdown", 143)])  # type: ignore[arg-type]
+    assert stopped.exit_code == contract.EXIT_PREEMPTED
+    assert not stopped.node_lost
+    newest = worker_from_service(Svc(), [task("failed", 1, 3), task("running", 0, 9)])  # type: ignore[arg-type]
+    assert newest.state == "running"
+    assert newest.image == "img:latest"

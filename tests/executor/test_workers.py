@@ -28,12 +28,19 @@ def test_worker_env_is_torchrun_like() -> None:
     spec = step_job_spec("envjob", global_batch_size=100, env={"LR": "0.1"})
     slots = plan_workers({"n1": ["u0", "u1"], "n2": ["u2"]})
     env = worker_env(spec, slots[1], slots, "master", 29500, checkpoint_every=7)
-    assert env["WORLD_SIZE"] == "3" and env["RANK"] == "2" and env["LOCAL_WORLD_SIZE"] == "1"
-    assert env["GROUP_RANK"] == "1" and env["FLOWCON_NUM_NODES"] == "2"
-    assert env["FLOWCON_LOCAL_BATCH_SIZE"] == "33" and env["FLOWCON_GLOBAL_BATCH_SIZE"] == "100"
-    assert env["FLOWCON_GPUS"] == "u2" and env["FLOWCON_PLACEMENT"] == "n1:u0,u1;n2:u2"
-    assert env["MASTER_ADDR"] == "master" and env["FLOWCON_CHECKPOINT_EVERY"] == "7"
-    assert env["LR"] == "0.1" and "LOCAL_RANK" not in env
+    assert env["WORLD_SIZE"] == "3"
+    assert env["RANK"] == "2"
+    assert env["LOCAL_WORLD_SIZE"] == "1"
+    assert env["GROUP_RANK"] == "1"
+    assert env["FLOWCON_NUM_NODES"] == "2"
+    assert env["FLOWCON_LOCAL_BATCH_SIZE"] == "33"
+    assert env["FLOWCON_GLOBAL_BATCH_SIZE"] == "100"
+    assert env["FLOWCON_GPUS"] == "u2"
+    assert env["FLOWCON_PLACEMENT"] == "n1:u0,u1;n2:u2"
+    assert env["MASTER_ADDR"] == "master"
+    assert env["FLOWCON_CHECKPOINT_EVERY"] == "7"
+    assert env["LR"] == "0.1"
+    assert "LOCAL_RANK" not in env
 
 
 def test_pack_placement_prefers_one_node() -> None:
@@ -59,7 +66,8 @@ def test_step_rate_skips_noise_and_first_line() -> None:
         '{"step":6,"event":"preempted","ts":103.5}',
     ]
     rate, n = step_rate(lines)
-    assert n == 2 and rate == pytest.approx(2.0)
+    assert n == 2
+    assert rate == pytest.approx(2.0)
     assert step_rate(['{"step":1,"ts":1}']) == (None, 0)
 
 
@@ -80,7 +88,8 @@ def test_metric_points_read_through_the_one_parser() -> None:
 def test_make_executor_picks_the_backend() -> None:
     client = object()  # backends only keep the client until they talk to it
     ex = make_executor({"backend": "engine", "network": "host", "grace_s": 5}, client=client)
-    assert ex.backend.kind == "engine" and ex.options.grace_s == 5.0
+    assert ex.backend.kind == "engine"
+    assert ex.options.grace_s == 5.0
     assert ex.backend.network == "host"  # type: ignore[attr-defined]
     assert make_executor({"backend": "swarm"}, client=client).backend.kind == "swarm"
     with pytest.raises(ValueError, match="engine' or 'swarm"):

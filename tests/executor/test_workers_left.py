@@ -70,7 +70,7 @@ def test_a_straggler_that_left_is_an_event_with_its_reason_and_a_count(tmp_path:
     try:
         metrics = AllocatorMetrics(store, 8)
         assert _counts(metrics) == {}
-        target = ExecutorTarget(ex, None)
+        target = ExecutorTarget(ex, None)  # type: ignore[arg-type]
         assert target.poll(store, metrics) == []  # the job goes on: nothing ended
         store_events = store.events(kind="worker_left")
         assert [(e.job, e.data) for e in store_events] == [
@@ -93,7 +93,7 @@ def test_poll_without_metrics_still_stores_the_event(tmp_path: Path) -> None:
     be.output[gone.name] = [_left("signal")]
     store = _store(tmp_path)
     try:
-        ExecutorTarget(ex, None).poll(store)
+        ExecutorTarget(ex, None).poll(store)  # type: ignore[arg-type]
         (ev,) = store.events(kind="worker_left")
         assert ev.data == {"container": gone.name, "reason": "signal"}
     finally:

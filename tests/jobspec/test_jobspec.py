@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,15 +33,19 @@ env: {LR: 0.1, DEBUG: true}
 
 def test_good_spec() -> None:
     spec = parse_jobspec(GOOD, now=NOW)
-    assert spec.name == "resnet-small" and spec.command == (
+    assert spec.name == "resnet-small"
+    assert spec.command == (
         "python3",
         "/opt/train.py",
         "--lr",
         "0.1",
     )
-    assert spec.deadline == NOW + 1800 and not spec.best_effort
-    assert spec.profile is not None and spec.profile.as_dict() == {1: 10.0, 2: 18.5, 4: 30.0}
-    assert spec.env == {"LR": "0.1", "DEBUG": "true"} and not spec.profile_auto
+    assert spec.deadline == NOW + 1800
+    assert not spec.best_effort
+    assert spec.profile is not None
+    assert spec.profile.as_dict() == {1: 10.0, 2: 18.5, 4: 30.0}
+    assert spec.env == {"LR": "0.1", "DEBUG": "true"}
+    assert not spec.profile_auto
 
 
 @pytest.mark.parametrize(
@@ -67,7 +72,9 @@ def test_deadline_forms() -> None:
     )
     assert spec.deadline == datetime(2023, 11, 15, tzinfo=UTC).timestamp()
     be = parse_jobspec({**base, "best_effort": True}, now=NOW)
-    assert be.deadline is None and be.best_effort and be.profile_auto
+    assert be.deadline is None
+    assert be.best_effort
+    assert be.profile_auto
 
 
 @pytest.mark.parametrize(
@@ -99,7 +106,7 @@ def test_deadline_forms() -> None:
         ({"deadlne": "1h"}, "deadlne"),  # typo: unknown field
     ],
 )
-def test_errors_name_the_field(patch: dict, field: str, tmp_path: Path) -> None:  # type: ignore[type-arg]
+def test_errors_name_the_field(patch: dict[str, Any], field: str, tmp_path: Path) -> None:
     import yaml
 
     data = yaml.safe_load(GOOD)
@@ -113,7 +120,8 @@ def test_errors_name_the_field(patch: dict, field: str, tmp_path: Path) -> None:
 def test_broken_yaml_and_non_mapping() -> None:
     with pytest.raises(JobSpecError) as err:
         parse_jobspec("name: [unclosed\n", now=NOW)
-    assert err.value.field == "yaml" and "line" in str(err.value)
+    assert err.value.field == "yaml"
+    assert "line" in str(err.value)
     with pytest.raises(JobSpecError) as err:
         parse_jobspec("- a\n- b\n", now=NOW)
     assert err.value.field == "spec"
@@ -150,5 +158,6 @@ def test_profile_counts_and_auto_profile() -> None:
         8
     ) == [3, 4]
     auto = parse_jobspec(GOOD.replace("profile: {1: 10, 2: 18.5, 4: 30}", "profile: auto"), now=NOW)
-    assert auto.profile_auto and auto.profile is None
+    assert auto.profile_auto
+    assert auto.profile is None
     assert auto.with_profile(spec.profile).profile == spec.profile  # type: ignore[arg-type]

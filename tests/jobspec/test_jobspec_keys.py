@@ -42,13 +42,15 @@ def refused(field: str, **extra: Any) -> str:
 
 def test_defaults_change_nothing() -> None:
     s = spec()
-    assert s.volumes == () and s.shm_size is None and s.labels == {}
+    assert s.volumes == ()
+    assert s.shm_size is None
+    assert s.labels == {}
     assert (s.cpus, s.cpus_per_gpu, s.memory, s.memory_per_gpu) == (None, None, None, None)
     assert (s.workdir, s.user, s.metric, s.soft_deadline) == (None, None, None, False)
 
 
 @pytest.mark.parametrize(
-    "text,size",
+    ("text", "size"),
     [
         (1024, 1024),
         ("512m", 512 * MIB),
@@ -90,7 +92,7 @@ def test_volumes_short_and_long_forms() -> None:
 
 
 @pytest.mark.parametrize(
-    "volumes,field,says",
+    ("volumes", "field", "says"),
     [
         ("/a:/b", "volumes", "a list"),
         (["/a"], "volumes[0]", "SOURCE:TARGET"),
@@ -127,7 +129,7 @@ def test_resources_per_worker_and_per_gpu() -> None:
 
 
 @pytest.mark.parametrize(
-    "extra,field,says",
+    ("extra", "field", "says"),
     [
         ({"cpus": 0}, "cpus", ">= 0.01"),
         ({"cpus": "4"}, "cpus", "number of CPUs"),
@@ -166,7 +168,7 @@ def test_workdir_user_labels() -> None:
 
 
 @pytest.mark.parametrize(
-    "extra,field,says",
+    ("extra", "field", "says"),
     [
         ({"workdir": "src"}, "workdir", "absolute"),
         ({"workdir": "/a/../b"}, "workdir", "'..'"),
@@ -205,7 +207,8 @@ REGEX = r"Epoch (?P<epoch>\d+) \| Step (?P<step>\d+) \| loss (?P<value>[0-9.eE+-
 def test_metric_forms() -> None:
     m = spec(metric={"name": "loss", "regex": REGEX, "goal": "min"}).metric
     assert m == MetricSpec("loss", REGEX, "min")
-    assert m is not None and m.compiled() is not None
+    assert m is not None
+    assert m.compiled() is not None
     lines = spec(metric={"regex": r"loss=(?P<value>\S+)", "steps_per_line": 10}).metric
     assert lines == MetricSpec("loss", r"loss=(?P<value>\S+)", "min", 10.0, None)
     epochs = spec(
@@ -216,12 +219,13 @@ def test_metric_forms() -> None:
             "name": "acc",
         }
     ).metric
-    assert epochs is not None and (epochs.goal, epochs.steps_per_epoch) == ("max", 500)
+    assert epochs is not None
+    assert (epochs.goal, epochs.steps_per_epoch) == ("max", 500)
     assert spec(metric={"name": "acc", "goal": "max"}).metric == MetricSpec("acc", None, "max")
 
 
 @pytest.mark.parametrize(
-    "metric,field,says",
+    ("metric", "field", "says"),
     [
         ("loss", "metric", "a mapping"),
         ({"regex": "loss (\\S+)"}, "metric.regex", "(?P<value>...)"),

@@ -79,11 +79,13 @@ def test_repeated_compare_alternates_and_aggregates(tmp_path: Path) -> None:
     assert configs["rep1-none"] == {"beta": 2}  # no control key without the agent
     assert configs["rep2-flowcon-weights"] == {"beta": 2, "control": "weights"}
     assert all(c[3] is True and c[4] == 0.5 for c in runs.calls)
-    assert len(results) == 2 and set(results[0]) == {"none", "flowcon[quota]", "flowcon[weights]"}
+    assert len(results) == 2
+    assert set(results[0]) == {"none", "flowcon[quota]", "flowcon[weights]"}
 
     data = json.loads((tmp_path / "compare.json").read_text())
     assert data == json.loads(json.dumps(summary))
-    assert data["repeats"] == 2 and data["threads"] == "pinned"
+    assert data["repeats"] == 2
+    assert data["threads"] == "pinned"
     assert data["host"]["forced"] is True
     assert data["runs"]["rep2"]["flowcon[weights]"] == "rep2-flowcon-weights"
     assert set(data["variants"]) == {"flowcon[quota]", "flowcon[weights]"}
@@ -110,7 +112,8 @@ def test_aggregate_table_names_each_control_mode(
     summary, _ = run_compare(None, spec, FakeRuns())
     print_aggregate(summary)
     out = capsys.readouterr().out
-    assert "flowcon[quota]" in out and "flowcon[weights]" in out
+    assert "flowcon[quota]" in out
+    assert "flowcon[weights]" in out
     assert max(len(line) for line in out.splitlines()) > 80
 
 
@@ -123,7 +126,8 @@ def test_single_compare_keeps_todays_layout(tmp_path: Path) -> None:
     assert cmp["jobs"][0]["change_pct"] == pytest.approx(-20.0)
     assert cmp["jobs"][0]["cpu_s_change_pct"] == pytest.approx(-20.0)
     data = json.loads((tmp_path / "compare.json").read_text())
-    assert "variants" not in data and data["makespan_change_pct"] is not None
+    assert "variants" not in data
+    assert data["makespan_change_pct"] is not None
     assert data["host"] == {"busy": None, "forced": False}
     assert "(makespan)" in (tmp_path / "compare.csv").read_text()
     assert (tmp_path / "jct.png").exists()
@@ -135,7 +139,8 @@ def test_check_host_refuses_a_busy_host_unless_forced(monkeypatch: pytest.Monkey
     with pytest.raises(HostBusy, match=r"host is busy: 1-minute load average 3.00.*--force"):
         check_host(LoadCheck(window=0.1))
     rec = check_host(LoadCheck(window=0.1, force=True))
-    assert rec["forced"] is True and "90 % busy" in rec["busy"]
+    assert rec["forced"] is True
+    assert "90 % busy" in rec["busy"]
     assert rec["start"]["load1"] == 3.0
     loads["now"] = HostLoad(0.1, 0.05, 0.1, 2)
     rec = check_host(LoadCheck(window=0.1, force=True))
@@ -152,7 +157,9 @@ def test_check_host_waits_for_the_load_average_to_settle(
     monkeypatch.setattr(hostload, "measure", lambda window: next(looks))
     slept: list[float] = []
     rec = check_host(LoadCheck(window=0.1, settle=60), sleep=slept.append)
-    assert slept == [10.0, 10.0] and rec["busy"] is None and rec["start"]["load1"] == 0.8
+    assert slept == [10.0, 10.0]
+    assert rec["busy"] is None
+    assert rec["start"]["load1"] == 0.8
     looks = iter(seq)
     with pytest.raises(HostBusy):
         check_host(LoadCheck(window=0.1, settle=10), sleep=slept.append)
@@ -160,5 +167,7 @@ def test_check_host_waits_for_the_load_average_to_settle(
 
 def test_measure_reads_the_host() -> None:
     load = hostload.measure(0.2)
-    assert 0.0 <= load.busy <= 1.0 and load.load1 >= 0 and load.cpus >= 1
+    assert 0.0 <= load.busy <= 1.0
+    assert load.load1 >= 0
+    assert load.cpus >= 1
     assert load.window == 0.2

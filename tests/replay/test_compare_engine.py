@@ -38,7 +38,7 @@ def scenario() -> dict[str, object]:
     }
 
 
-def test_compare_repeat_alternates_and_pins_threads(  # type: ignore[no-untyped-def]
+def test_compare_repeat_alternates_and_pins_threads(
     docker_client, labeled, cleanup_containers, tmp_path
 ) -> None:
     if not agent_available():
@@ -63,7 +63,8 @@ def test_compare_repeat_alternates_and_pins_threads(  # type: ignore[no-untyped-
     assert starts == sorted(starts), "runs did not alternate none, flowcon, flowcon, none"
     for d, r in results.items():
         assert r["policy"] == d.split("-")[1]
-        assert r["threads"] == "pinned" and r["adapt_threads"] is False
+        assert r["threads"] == "pinned"
+        assert r["adapt_threads"] is False
         assert set(r["host_load"]) == {"before", "after", "forced"}
         assert r["host_load"]["after"]["window_s"] == 0.5
         assert all(j["exit_code"] == 0 and j["steps"] == 25 for j in r["jobs"])
@@ -74,7 +75,8 @@ def test_compare_repeat_alternates_and_pins_threads(  # type: ignore[no-untyped-
         assert "threads=1 adapt=0" in own
 
     cmp = json.loads((out / "compare.json").read_text())
-    assert cmp["repeats"] == 2 and cmp["order"] == [["none", "flowcon"], ["flowcon", "none"]]
+    assert cmp["repeats"] == 2
+    assert cmp["order"] == [["none", "flowcon"], ["flowcon", "none"]]
     assert cmp["runs"]["rep2"] == {"flowcon": "rep2-flowcon", "none": "rep2-none"}
     assert cmp["host"]["forced"] == bool(cmp["host"]["busy"])
     v = cmp["variants"]["flowcon"]
@@ -82,7 +84,8 @@ def test_compare_repeat_alternates_and_pins_threads(  # type: ignore[no-untyped-
     for j in v["jobs"]:
         assert j["jct_change"]["n"] == 2
         assert j["jct_change"]["min"] <= j["jct_change"]["median"] <= j["jct_change"]["max"]
-        assert j["cpu_s_none"] > 0 and j["cpu_s"] > 0
+        assert j["cpu_s_none"] > 0
+        assert j["cpu_s"] > 0
     assert v["makespan_change"]["n"] == 2
     for i in (1, 2):
         assert (out / f"rep{i}-compare-flowcon.csv").exists()

@@ -52,7 +52,8 @@ def tree(tmp_path: Path) -> Path:
 def test_discovery_groups_by_scenario_and_label(tree: Path) -> None:
     entries, skipped = discover([tree])
     assert len(entries) == 8
-    assert len(skipped) == 1 and "broken" in skipped[0]
+    assert len(skipped) == 1
+    assert "broken" in skipped[0]
     groups = group(entries)
     assert sorted(groups) == ["fixed", "random-5"]
     assert list(groups["random-5"]) == ["none", "flowcon"]
@@ -112,12 +113,15 @@ def test_cpu_seconds_per_job() -> None:
 
 
 def test_html_is_self_contained_with_every_scenario_and_job(tree: Path, tmp_path: Path) -> None:
-    page, md = write_report([tree], tmp_path / "out" / "report.html")
+    page, _md = write_report([tree], tmp_path / "out" / "report.html")
     text = page.read_text()
-    assert "http://" not in text and "https://" not in text
+    assert "http://" not in text
+    assert "https://" not in text
     srcs = re.findall(r'src="([^"]*)"', text)
-    assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
-    assert "<link" not in text and "<script" not in text
+    assert srcs
+    assert all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert "<link" not in text
+    assert "<script" not in text
     for needle in ("fixed", "random-5", "vae", "mnist-cnn", "lstm", "(makespan)"):
         assert needle in text
     # repeated runs: median and min-max with n; the change of the medians
@@ -134,26 +138,31 @@ def test_html_is_self_contained_with_every_scenario_and_job(tree: Path, tmp_path
 
 
 def test_markdown_twin_links_pngs_beside_it(tree: Path, tmp_path: Path) -> None:
-    page, md = write_report([tree], tmp_path / "out" / "report.html", title="Study")
+    _page, md = write_report([tree], tmp_path / "out" / "report.html", title="Study")
     assert md == tmp_path / "out" / "report.md"
     text = md.read_text()
     assert text.startswith("# Study\n")
-    assert "## fixed (2 runs)" in text and "## random-5 (6 runs)" in text
+    assert "## fixed (2 runs)" in text
+    assert "## random-5 (6 runs)" in text
     assert "| vae | 100.0 s | 60.0 s | -40.0 % |" in text
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert len(links) == 10
     for link in links:
-        assert "/" not in link and (tmp_path / "out" / link).stat().st_size > 3000
+        assert "/" not in link
+        assert (tmp_path / "out" / link).stat().st_size > 3000
 
 
 def test_report_command(tree: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.html"
     res = CliRunner().invoke(report, [str(tree / "rep"), str(tree / "cmp"), "--out", str(out)])
     assert res.exit_code == 0, res.output
-    assert out.exists() and (tmp_path / "r.md").exists()
+    assert out.exists()
+    assert (tmp_path / "r.md").exists()
     empty = tmp_path / "empty"
     empty.mkdir()
     res = CliRunner().invoke(report, [str(empty)])
-    assert res.exit_code == 1 and "no replay result (result.json)" in res.output
+    assert res.exit_code == 1
+    assert "no replay result (result.json)" in res.output
     res = CliRunner().invoke(report, [str(tree), "--out", str(tmp_path / "r.txt")])
-    assert res.exit_code == 2 and "must end in .html" in res.output
+    assert res.exit_code == 2
+    assert "must end in .html" in res.output

@@ -35,8 +35,10 @@ def assert_title_inside(fig: Any) -> None:
             continue
         box = title.get_window_extent(renderer)
         outer = fig.bbox
-        assert box.x0 >= outer.x0 - 0.5 and box.x1 <= outer.x1 + 0.5, (box, outer)
-        assert box.y0 >= outer.y0 - 0.5 and box.y1 <= outer.y1 + 0.5, (box, outer)
+        assert box.x0 >= outer.x0 - 0.5, (box, outer)
+        assert box.x1 <= outer.x1 + 0.5, (box, outer)
+        assert box.y0 >= outer.y0 - 0.5, (box, outer)
+        assert box.y1 <= outer.y1 + 0.5, (box, outer)
 
 
 def test_jct_title_fits_with_few_jobs_and_long_names() -> None:
@@ -106,7 +108,8 @@ def test_heatmap_of_a_hand_made_grid(tmp_path: Path) -> None:
         texts = [t.get_text() for t in ax.texts]
         assert texts == ["-12.5 %", "+3.0 %", "-", "-42.1 %", "-", "-", "-", "-", "+8.0 %"]
         data = ax.images[0].get_array()
-        assert data[1][0] == -42.1 and np.ma.getmaskarray(data)[1][1]
+        assert data[1][0] == -42.1
+        assert np.ma.getmaskarray(data)[1][1]
         # symmetric colour scale around 0: green = faster, red = slower
         assert ax.images[0].get_clim() == (-42.1, 42.1)
         assert_title_inside(fig)

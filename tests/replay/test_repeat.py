@@ -35,18 +35,21 @@ def test_order_alternates_so_drift_cancels() -> None:
         ["flowcon[weights]", "flowcon[quota]", "none"],
     ]
     assert run_order(["flowcon"], 1) == [["none", "flowcon"]]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="repeat must be >= 1"):
         run_order(["flowcon"], 0)
 
 
 def test_variant_names() -> None:
     assert variants_for([]) == ["flowcon"]
     assert variants_for(["weights", "quota", "weights"]) == ["flowcon[weights]", "flowcon[quota]"]
-    assert variant_key(None) == "flowcon" and variant_key("cpuset") == "flowcon[cpuset]"
+    assert variant_key(None) == "flowcon"
+    assert variant_key("cpuset") == "flowcon[cpuset]"
     assert variant_control("flowcon[hybrid]") == "hybrid"
-    assert variant_control("flowcon") is None and variant_control(NONE) is None
+    assert variant_control("flowcon") is None
+    assert variant_control(NONE) is None
     assert variant_dir("flowcon[weights]") == "flowcon-weights"
-    assert variant_dir("none") == "none" and variant_dir("flowcon") == "flowcon"
+    assert variant_dir("none") == "none"
+    assert variant_dir("flowcon") == "flowcon"
 
 
 @pytest.mark.parametrize(
@@ -80,9 +83,11 @@ def test_cpu_seconds_sum_rate_times_interval() -> None:
 
 def test_change_and_spread() -> None:
     assert change(100, 80) == pytest.approx(-0.2)
-    assert change(None, 80) is None and change(0, 1) is None and change(1, None) is None
+    assert change(None, 80) is None
+    assert change(0, 1) is None
+    assert change(1, None) is None
     s = Spread.of([-0.1, None, -0.3, 0.2])
-    assert (s.median, s.low, s.high, s.n) == (pytest.approx(-0.1), -0.3, 0.2, 3)
+    assert (s.median, s.low, s.high, s.n) == (pytest.approx(-0.1), -0.3, 0.2, 3)  # type: ignore[comparison-overlap]
     assert Spread.of([None]).to_dict() == {"median": None, "min": None, "max": None, "n": 0}
 
 
@@ -106,11 +111,14 @@ def test_aggregate_hand_checked() -> None:
     out = aggregate(REPS, ["flowcon"])
     assert out["repeats"] == 2
     v = out["variants"]["flowcon"]
-    assert v["repeats"] == 2 and v["control"] is None
+    assert v["repeats"] == 2
+    assert v["control"] is None
     a, b = v["jobs"]
-    assert a["job"] == "a" and b["job"] == "b"
+    assert a["job"] == "a"
+    assert b["job"] == "b"
     # a: JCT changes -20 % (80/100) and -50 % (60/120): median -35 %
-    assert a["jct_none"] == pytest.approx(110) and a["jct"] == pytest.approx(70)
+    assert a["jct_none"] == pytest.approx(110)
+    assert a["jct"] == pytest.approx(70)
     assert a["jct_change"] == {
         "median": pytest.approx(-0.35),
         "min": pytest.approx(-0.5),
@@ -127,12 +135,14 @@ def test_aggregate_hand_checked() -> None:
     # CPU-seconds: a 90/100 = -10 %, 66/110 = -40 % -> -25 %; b -10 %, +10 % -> 0
     assert a["cpu_s_change"]["median"] == pytest.approx(-0.25)
     assert b["cpu_s_change"]["median"] == pytest.approx(0.0)
-    assert a["cpu_s_none"] == pytest.approx(105) and b["cpu_s"] == pytest.approx(300)
+    assert a["cpu_s_none"] == pytest.approx(105)
+    assert b["cpu_s"] == pytest.approx(300)
     # totals: 360/400 = -10 %, 396/410 = -3.41 % -> -6.71 %
     assert v["cpu_s_total_change"]["median"] == pytest.approx((-0.1 - 14 / 410) / 2)
     # makespan: 240/250 = -4 %, 270/260 = +3.85 % -> -0.077 %
     assert v["makespan_change"]["median"] == pytest.approx((-0.04 + 10 / 260) / 2)
-    assert v["makespan_none"] == pytest.approx(255) and v["makespan"] == pytest.approx(255)
+    assert v["makespan_none"] == pytest.approx(255)
+    assert v["makespan"] == pytest.approx(255)
     # best job per repetition: -20 %, -50 % -> -35 %; worst: +5 %, -10 % -> -2.5 %
     assert v["best_job_change"]["median"] == pytest.approx(-0.35)
     assert v["worst_job_change"]["median"] == pytest.approx(-0.025)

@@ -32,23 +32,32 @@ def test_scenario_names_resolve_to_shipped_files() -> None:
 
 def test_bad_label_and_agent_set_are_refused(tmp_path: Path) -> None:
     res = CliRunner().invoke(replay, ["fixed", "--policy", "none", "--label", "flowcon.enable=1"])
-    assert res.exit_code == 2 and "set by the replay itself" in res.output
+    assert res.exit_code == 2
+    assert "set by the replay itself" in res.output
     res = CliRunner().invoke(replay, ["fixed", "--agent-set", "novalue"])
-    assert res.exit_code == 2 and "KEY=VALUE" in res.output
+    assert res.exit_code == 2
+    assert "KEY=VALUE" in res.output
 
 
 def test_group_routes_scenarios_to_run() -> None:
     """`replay SCENARIO ...` reaches the run command; `replay run SCENARIO` too."""
     res = CliRunner().invoke(replay, ["fixed", "--repeat", "2"])
-    assert res.exit_code == 2 and "add --compare" in res.output, res.output
+    assert res.exit_code == 2, res.output
+    assert "add --compare" in res.output, res.output
     res = CliRunner().invoke(replay, ["--repeat", "2", "fixed"])  # an option first
-    assert res.exit_code == 2 and "add --compare" in res.output, res.output
+    assert res.exit_code == 2, res.output
+    assert "add --compare" in res.output, res.output
     res = CliRunner().invoke(replay, ["run", "fixed", "--repeat", "2"])
-    assert res.exit_code == 2 and "add --compare" in res.output, res.output
+    assert res.exit_code == 2, res.output
+    assert "add --compare" in res.output, res.output
     res = CliRunner().invoke(replay, ["--help"])
-    assert res.exit_code == 0 and "generate" in res.output and "run" in res.output
+    assert res.exit_code == 0
+    assert "generate" in res.output
+    assert "run" in res.output
     res = CliRunner().invoke(replay, ["fixed", "--help"])
-    assert res.exit_code == 0 and "--repeat" in res.output and "--control" in res.output
+    assert res.exit_code == 0
+    assert "--repeat" in res.output
+    assert "--control" in res.output
 
 
 def test_generate_subcommand(tmp_path: Path) -> None:
@@ -60,18 +69,23 @@ def test_generate_subcommand(tmp_path: Path) -> None:
     assert sc == random_scenario(4, 77, threads="pinned", name="mix77")
     assert "--seed 77" in out.read_text().splitlines()[0]
     res = CliRunner().invoke(replay, ["generate", "--jobs", "2", "--seed", "3"])
-    assert res.exit_code == 0 and "name: random-2" in res.output
+    assert res.exit_code == 0
+    assert "name: random-2" in res.output
     res = CliRunner().invoke(replay, ["generate", "--jobs", "2", "--seed", "3", "--name", "a b"])
-    assert res.exit_code == 2 and "--name" in res.output
+    assert res.exit_code == 2
+    assert "--name" in res.output
 
 
 def test_control_and_threads_choices_are_validated() -> None:
     res = CliRunner().invoke(replay, ["fixed", "--compare", "--control", "shares"])
-    assert res.exit_code == 2 and "'shares' is not one of" in res.output
+    assert res.exit_code == 2
+    assert "'shares' is not one of" in res.output
     res = CliRunner().invoke(replay, ["fixed", "--policy", "none", "--control", "weights"])
-    assert res.exit_code == 2 and "needs the agent" in res.output
+    assert res.exit_code == 2
+    assert "needs the agent" in res.output
     res = CliRunner().invoke(replay, ["fixed", "--threads", "all"])
-    assert res.exit_code == 2 and "'all' is not one of" in res.output
+    assert res.exit_code == 2
+    assert "'all' is not one of" in res.output
 
 
 def test_malformed_threads_in_scenario_names_the_field(tmp_path: Path) -> None:

@@ -51,11 +51,14 @@ def _cgroup_v1(root: Path, cid: str, usage: int, quota: int, shares: int = 1024)
 def test_cgroup_v1_and_v2(tmp_path: Path) -> None:
     _cgroup_v1(tmp_path, "abc", 5_000_000_000, 50_000, 512)
     r = CgroupCpu("abc", tmp_path).read()
-    assert r is not None and r.usage_ns == 5_000_000_000
-    assert r.limit_cpus == pytest.approx(0.5) and r.shares == 512
+    assert r is not None
+    assert r.usage_ns == 5_000_000_000
+    assert r.limit_cpus == pytest.approx(0.5)
+    assert r.shares == 512
     _cgroup_v1(tmp_path, "free", 7, -1)
     free = CgroupCpu("free", tmp_path).read()
-    assert free is not None and free.limit_cpus is None
+    assert free is not None
+    assert free.limit_cpus is None
 
     v2 = tmp_path / "v2" / "system.slice" / "docker-def.scope"
     v2.mkdir(parents=True)
@@ -63,10 +66,13 @@ def test_cgroup_v1_and_v2(tmp_path: Path) -> None:
     (v2 / "cpu.max").write_text("150000 100000\n")
     (v2 / "cpu.weight").write_text("100\n")
     r2 = CgroupCpu("def", tmp_path / "v2").read()
-    assert r2 is not None and r2.usage_ns == 1_500_000 and r2.limit_cpus == pytest.approx(1.5)
+    assert r2 is not None
+    assert r2.usage_ns == 1_500_000
+    assert r2.limit_cpus == pytest.approx(1.5)
 
     gone = CgroupCpu("missing", tmp_path)
-    assert not gone.found and gone.read() is None
+    assert not gone.found
+    assert gone.read() is None
     (tmp_path / "cpuacct" / "docker" / "abc" / "cpuacct.usage").write_text("garbage")
     assert CgroupCpu("abc", tmp_path).read() is None
 
@@ -82,8 +88,10 @@ def test_cgroup_cpuset_is_read_only_when_narrower_than_the_host(tmp_path: Path) 
         d.mkdir(parents=True)
         (d / "cpuset.cpus").write_text(cpus + "\n")
     pin, free = CgroupCpu("pin", tmp_path).read(), CgroupCpu("all", tmp_path).read()
-    assert pin is not None and pin.cpuset == "1"
-    assert free is not None and free.cpuset is None
+    assert pin is not None
+    assert pin.cpuset == "1"
+    assert free is not None
+    assert free.cpuset is None
 
     v2 = tmp_path / "v2" / "system.slice" / "docker-v2pin.scope"
     v2.mkdir(parents=True)
@@ -91,7 +99,8 @@ def test_cgroup_cpuset_is_read_only_when_narrower_than_the_host(tmp_path: Path) 
     (v2 / "cpu.stat").write_text("usage_usec 1\n")
     (v2 / "cpuset.cpus").write_text("2-3\n")
     r = CgroupCpu("v2pin", tmp_path / "v2").read()
-    assert r is not None and r.cpuset == "2-3"
+    assert r is not None
+    assert r.cpuset == "2-3"
 
 
 def test_limits_changed_sees_each_control_lever() -> None:
@@ -109,13 +118,19 @@ def test_limits_changed_sees_each_control_lever() -> None:
 
 
 def test_stats_reading() -> None:
-    stats = {"cpu_stats": {"cpu_usage": {"total_usage": 42}}}
+    stats: dict[str, object] = {"cpu_stats": {"cpu_usage": {"total_usage": 42}}}
     r = stats_reading(stats, {"HostConfig": {"NanoCpus": 1_500_000_000, "CpuShares": 0}})
-    assert r is not None and r.usage_ns == 42 and r.limit_cpus == 1.5 and r.shares is None
+    assert r is not None
+    assert r.usage_ns == 42
+    assert r.limit_cpus == 1.5
+    assert r.shares is None
     r = stats_reading(stats, {"HostConfig": {"CpuQuota": 50000, "CpuPeriod": 100000}})
-    assert r is not None and r.limit_cpus == 0.5 and r.cpuset is None
+    assert r is not None
+    assert r.limit_cpus == 0.5
+    assert r.cpuset is None
     r = stats_reading(stats, {"HostConfig": {"CpusetCpus": "0"}})
-    assert r is not None and r.cpuset == "0"
+    assert r is not None
+    assert r.cpuset == "0"
     assert stats_reading({}, {}) is None
 
 
@@ -133,14 +148,17 @@ def result(policy: str, jcts: dict[str, float], limit: float | None = None) -> R
 def test_comparison_and_makespan() -> None:
     none = result("none", {"a": 100.0, "b": 50.0})
     flow = result("flowcon", {"a": 110.0, "b": 25.0}, limit=0.5)
-    assert none.makespan == 100.0 and flow.makespan == 110.0
+    assert none.makespan == 100.0
+    assert flow.makespan == 110.0
     cmp = comparison(none, flow)
     rows = {r["job"]: r for r in cmp["jobs"]}
     assert rows["a"]["change_pct"] == pytest.approx(10.0)
     assert rows["b"]["change_pct"] == pytest.approx(-50.0)
     assert cmp["makespan_change_pct"] == pytest.approx(10.0)
-    assert cmp["flowcon_limits_changed"] and not cmp["none_limits_changed"]
-    assert change_pct(None, 1.0) is None and change_pct(0.0, 1.0) is None
+    assert cmp["flowcon_limits_changed"]
+    assert not cmp["none_limits_changed"]
+    assert change_pct(None, 1.0) is None
+    assert change_pct(0.0, 1.0) is None
     # a: 1 CPU for 99 s (first sample has no interval), b: 1 CPU for 49 s, over 100 s
     assert mean_cpus_used(none) == pytest.approx((99 + 49) / 100)
     assert cmp["mean_cpus_none"] == pytest.approx(1.48)
@@ -149,7 +167,8 @@ def test_comparison_and_makespan() -> None:
 def test_unfinished_job_has_no_makespan() -> None:
     r = result("none", {"a": 10.0})
     r.jobs.append(JobRecord("b", "img", 5.0, 5.0))
-    assert r.jobs[-1].jct is None and r.makespan is None
+    assert r.jobs[-1].jct is None
+    assert r.makespan is None
 
 
 def test_write_read_and_plot(tmp_path: Path) -> None:
@@ -173,7 +192,8 @@ def test_agent_is_scoped_to_its_own_run(tmp_path: Path) -> None:
     replay = Replay(None, scenario, "flowcon", tmp_path, run_id="abc123")
     settings = replay.agent_settings()
     assert settings["match_labels"] == {REPLAY_LABEL: "abc123"}
-    assert settings["alpha"] == scenario.alpha and settings["itval"] == scenario.itval
+    assert settings["alpha"] == scenario.alpha
+    assert settings["itval"] == scenario.itval
     # An explicit scope from the caller wins.
     replay = Replay(None, scenario, "flowcon", tmp_path, agent_config={"match_labels": {"x": "1"}})
     assert replay.agent_settings()["match_labels"] == {"x": "1"}

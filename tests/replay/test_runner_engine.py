@@ -61,19 +61,21 @@ def tiny(iterations: int = 60, itval: float = 2) -> dict[str, object]:
     }
 
 
-def leftovers(client, run_id: str) -> list[str]:  # type: ignore[no-untyped-def]
+def leftovers(client, run_id: str) -> list[str]:
     found = client.containers.list(
         ignore_removed=True, all=True, filters={"label": f"{REPLAY_LABEL}={run_id}"}
     )
     return [c.name for c in found]
 
 
-def check_completed(result, iterations: int) -> None:  # type: ignore[no-untyped-def]
+def check_completed(result, iterations: int) -> None:
     assert [j.name for j in result.jobs] == ["conv", "lin"]
     for j in result.jobs:
         assert j.ok, j
-        assert j.submitted is not None and j.finished is not None
-        assert j.jct is not None and 0 < j.jct < 300
+        assert j.submitted is not None
+        assert j.finished is not None
+        assert j.jct is not None
+        assert 0 < j.jct < 300
         assert j.steps == iterations
     lin = result.jobs[1]
     assert lin.submitted >= 1.5
@@ -84,7 +86,7 @@ def check_completed(result, iterations: int) -> None:  # type: ignore[no-untyped
     assert all(s.cpu >= 0 for s in result.samples)
 
 
-def test_replay_none_records_times(docker_client, labeled, cleanup_containers, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_replay_none_records_times(docker_client, labeled, cleanup_containers, tmp_path) -> None:
     sc = parse_scenario(tiny())
     run = Replay(
         docker_client, sc, "none", tmp_path, labels=labeled(), sample_interval=0.5, timeout=240
@@ -106,7 +108,7 @@ def test_replay_none_records_times(docker_client, labeled, cleanup_containers, t
     assert plot_jct({"none": result}, tmp_path / "jct.png").stat().st_size > 5000
 
 
-def test_replay_flowcon_agent_acts(docker_client, labeled, cleanup_containers, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_replay_flowcon_agent_acts(docker_client, labeled, cleanup_containers, tmp_path) -> None:
     if not agent_available():
         pytest.skip("the FlowCon agent (flowcon.agent.cli) is not installed yet")
     sc = parse_scenario(tiny(iterations=80))
@@ -127,7 +129,8 @@ def test_replay_flowcon_agent_acts(docker_client, labeled, cleanup_containers, t
     assert result.agent["exit_code"] == 0, Path(result.agent["log"]).read_text()[-2000:]
     assert result.agent["died_at"] is None
     cfg = yaml.safe_load((tmp_path / "flowcon" / "agent.yaml").read_text())
-    assert cfg["alpha"] == 0.05 and cfg["itval"] == 2
+    assert cfg["alpha"] == 0.05
+    assert cfg["itval"] == 2
     assert leftovers(docker_client, result.run_id) == []
 
     none = Replay(
@@ -136,22 +139,23 @@ def test_replay_flowcon_agent_acts(docker_client, labeled, cleanup_containers, t
     cmp = comparison(none, result)
     assert [r["job"] for r in cmp["jobs"]] == ["conv", "lin"]
     assert all(r["change_pct"] is not None for r in cmp["jobs"])
-    assert cmp["flowcon_limits_changed"] and not cmp["none_limits_changed"]
+    assert cmp["flowcon_limits_changed"]
+    assert not cmp["none_limits_changed"]
     paths = write_comparison(cmp, tmp_path)
     assert "(makespan)" in paths["csv"].read_text()
 
 
-def test_missing_image_is_a_clear_error(docker_client, labeled, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_missing_image_is_a_clear_error(docker_client, labeled, tmp_path) -> None:
     data = tiny()
     data["jobs"][1]["image"] = "flowcon/no-such-image:latest"  # type: ignore[index]
     run = Replay(docker_client, parse_scenario(data), "none", tmp_path, labels=labeled())
-    with pytest.raises(ReplayError, match="no-such-image.*never pull"):
+    with pytest.raises(ReplayError, match=r"no-such-image.*never pull"):
         run.run()
     assert leftovers(docker_client, run.run_id) == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupt_removes_containers(docker_client, test_run_id, tmp_path, sig) -> None:  # type: ignore[no-untyped-def]
+def test_interrupt_removes_containers(docker_client, test_run_id, tmp_path, sig) -> None:
     """Ctrl-C (SIGINT) or SIGTERM in the middle: the CLI exits 130, nothing is left."""
     data = tiny()
     for job in data["jobs"]:  # type: ignore[attr-defined]

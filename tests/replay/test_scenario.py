@@ -131,7 +131,8 @@ def test_name_defaults_to_file_stem(tmp_path: Path) -> None:
 def test_shipped_scenarios_load(name: str) -> None:
     sc = load_scenario(SCENARIOS / f"{name}.yaml")
     assert sc.name == name
-    assert 0 < sc.alpha <= 1 and sc.itval > 0
+    assert 0 < sc.alpha <= 1
+    assert sc.itval > 0
     assert all(j.image.startswith("flowcon/train-") for j in sc.jobs)
 
 
@@ -148,7 +149,9 @@ def test_random_scenarios_match_generator(n: int, seed: int, alpha: float, itval
     generated = random_scenario(n, seed, alpha=alpha, itval=itval)
     assert shipped == generated
     starts = [j.start for j in shipped.jobs]
-    assert starts == sorted(starts) and starts[0] == 0 and starts[-1] < 200
+    assert starts == sorted(starts)
+    assert starts[0] == 0
+    assert starts[-1] < 200
     assert len(shipped.jobs) == n
 
 
@@ -174,7 +177,8 @@ def test_work_scale_scales_default_iterations() -> None:
 
 def test_thread_modes_default_and_parse() -> None:
     sc = parse_scenario(good())
-    assert sc.threads == "quota" and sc.adapt_threads is True
+    assert sc.threads == "quota"
+    assert sc.adapt_threads is True
     a = sc.jobs[0]
     # quota: the images' default pool; adaptation always said explicitly
     assert sc.job_environment(a, 8) == {ADAPT_ENV: "1"}
@@ -220,7 +224,8 @@ def test_malformed_thread_settings(key: str, value: Any, words: str) -> None:
 
 def test_generator_threads_and_name() -> None:
     sc = random_scenario(5, seed=1001, threads="pinned", name="gen5-s1001")
-    assert sc.threads == "pinned" and sc.name == "gen5-s1001"
+    assert sc.threads == "pinned"
+    assert sc.name == "gen5-s1001"
     assert parse_scenario(yaml.safe_load(dump_scenario(sc))) == sc
     shipped = load_scenario(SCENARIOS / "random-5.yaml")
     assert [j.start for j in sc.jobs] != [j.start for j in shipped.jobs]

@@ -17,6 +17,7 @@ cap; when it is not, ``test_overhead_nonmonotone_relation`` states what still ho
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from hypothesis import given, settings
@@ -66,8 +67,11 @@ def cases(draw: st.DrawFn) -> dict[str, object]:
 
 def _fast(c: dict[str, object]) -> list[int] | None:
     total, job, now, now_k = c["total"], c["job"], c["now"], c["now_k"]
-    assert isinstance(total, int) and isinstance(job, Job) and isinstance(now_k, int)
-    assert isinstance(now, float) and isinstance(c["overhead"], float)
+    assert isinstance(total, int)
+    assert isinstance(job, Job)
+    assert isinstance(now_k, int)
+    assert isinstance(now, float)
+    assert isinstance(c["overhead"], float)
     ledger = SlotLedger(total, SLOT, overhead=c["overhead"], power_of_two=bool(c["p2"]))
     used = _Profile()
     occupied = c["occupied"]
@@ -86,8 +90,11 @@ def _fast(c: dict[str, object]) -> list[int] | None:
 
 def _reference(c: dict[str, object]) -> list[int] | None:
     job, now, occupied, total = c["job"], c["now"], c["occupied"], c["total"]
-    assert isinstance(job, Job) and isinstance(now, float) and isinstance(total, int)
-    assert isinstance(occupied, list) and isinstance(c["overhead"], float)
+    assert isinstance(job, Job)
+    assert isinstance(now, float)
+    assert isinstance(total, int)
+    assert isinstance(occupied, list)
+    assert isinstance(c["overhead"], float)
     return progressive_filling_reference(
         job, now, occupied, total, SLOT, overhead=c["overhead"], power_of_two=bool(c["p2"])
     )
@@ -96,8 +103,11 @@ def _reference(c: dict[str, object]) -> list[int] | None:
 def _satisfied_by_cap(c: dict[str, object]) -> list[bool]:
     """Line 17's test for every cap j = 1..G (the whole horizon at x(t) = min(j, free))."""
     job, now, occupied, total = c["job"], c["now"], c["occupied"], c["total"]
-    assert isinstance(job, Job) and isinstance(now, float) and isinstance(total, int)
-    assert isinstance(occupied, list) and isinstance(c["overhead"], float)
+    assert isinstance(job, Job)
+    assert isinstance(now, float)
+    assert isinstance(total, int)
+    assert isinstance(occupied, list)
+    assert isinstance(c["overhead"], float)
     assert job.deadline is not None
     now_k = int(c["now_k"])  # type: ignore[call-overload]
     end_k = math.ceil(job.deadline / SLOT - 1e-9)
@@ -115,7 +125,7 @@ def _satisfied_by_cap(c: dict[str, object]) -> list[bool]:
 
 
 def _monotone(ok: list[bool]) -> bool:
-    return all(a <= b for a, b in zip(ok, ok[1:], strict=False))
+    return all(a <= b for a, b in itertools.pairwise(ok))
 
 
 @settings(max_examples=400, deadline=None)

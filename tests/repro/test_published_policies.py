@@ -28,7 +28,8 @@ def _job(name: str, its: float, deadline: float, bs: int = 64) -> Job:
 
 def test_edf_gives_max_gpu_even_where_throughput_falls() -> None:
     a = _job("a", 600, 1000)
-    assert max_gpu(a) == 8 and max_gpu(_job("b", 1, 1, bs=4)) == 4
+    assert max_gpu(a) == 8
+    assert max_gpu(_job("b", 1, 1, bs=4)) == 4
     alloc = EDFPublished().schedule(0.0, ClusterState(16, jobs={"a": a}))
     assert alloc == {"a": 8}  # 8 GPUs (2.5 it/s) although 4 are faster (3.0 it/s)
 
@@ -41,11 +42,15 @@ def test_both_hold_the_share_from_now_ours_minimal_in_its_last_slot() -> None:
     ours, pub = SlotLedger(8, 60.0), PublishedLedger(8, 60.0)
     for led in (ours, pub):
         assert led.try_admit(job, {"a": job}, 0.0).admitted
-    assert pub.share("a", 0.0) == 2 and ours.share("a", 0.0) == 2
+    assert pub.share("a", 0.0) == 2
+    assert ours.share("a", 0.0) == 2
     p = pub.plan_of("a")
-    assert p is not None and p.gpus == (2,) * 7
+    assert p is not None
+    assert p.gpus == (2,) * 7
     o = ours.plan_of("a")
-    assert o is not None and o.start == 0.0 and o.gpus == (2,) * 6 + (1,)
+    assert o is not None
+    assert o.start == 0.0
+    assert o.gpus == (2,) * 6 + (1,)
 
 
 def test_a_batch_is_declined_together() -> None:

@@ -35,18 +35,23 @@ def slice_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("policy", NEW)
 def test_baseline_runs_a_195job_slice_sanely(slice_csv: Path, policy: str, world: str) -> None:
     res, summary = run_simulation(str(slice_csv), CLUSTER, policy, world=world)
-    assert isinstance(res, SimResult) and res.policy == policy
+    assert isinstance(res, SimResult)
+    assert res.policy == policy
     ids = [line.split(",")[0] for line in slice_csv.read_text().splitlines()[1:]]
     assert sorted(r.job.job_id for r in res.results) == sorted(ids)
-    assert summary["jobs"] == SLICE and summary["admitted"] == SLICE  # none drops jobs
+    assert summary["jobs"] == SLICE
+    assert summary["admitted"] == SLICE  # none drops jobs
     for r in res.results:
         j = r.job
-        assert r.admitted and r.finish is not None, (j.job_id, r.reason)
-        assert r.start is not None and j.submit_time <= r.start <= r.finish
+        assert r.admitted, (j.job_id, r.reason)
+        assert r.finish is not None, (j.job_id, r.reason)
+        assert r.start is not None
+        assert j.submit_time <= r.start <= r.finish
         assert j.done_iterations == pytest.approx(j.iterations)
         assert r.gpu_seconds > 0
     total = res.topology.total_gpus
-    assert res.timeline and max(busy for _, busy, _, _ in res.timeline) <= total
+    assert res.timeline
+    assert max(busy for _, busy, _, _ in res.timeline) <= total
     assert all(0 <= eff <= 1.0 + 1e-9 for _, _, eff, _ in res.timeline)
     with_deadline = [r for r in res.results if r.job.deadline is not None]
     met = sum(r.met_deadline for r in with_deadline)
@@ -81,4 +86,5 @@ def test_simulate_command_accepts_the_baseline(slice_csv: Path, policy: str) -> 
         )  # fmt: skip
         assert out.exit_code == 0, out.output
         summary = json.loads(out.output.strip().splitlines()[-1])
-        assert summary["jobs"] == SLICE and summary["world"] == world
+        assert summary["jobs"] == SLICE
+        assert summary["world"] == world

@@ -18,7 +18,7 @@ TRACE = (
 )
 
 
-@pytest.fixture()
+@pytest.fixture
 def files(tmp_path: Path) -> tuple[Path, Path]:
     tables = tmp_path / "tp"
     tables.mkdir()

@@ -26,13 +26,14 @@ def test_range_columns(tmp_path: Path) -> None:
         tmp_path, ",batch_size_min,batch_size_max", "a,0,10,m,,64,1,32,128\nb,0,10,m,,64,1,,\n"
     )
     a, b = jobs
-    assert a.batch_range.batches == (32, 64, 128) and a.batch_range.submitted == 64
+    assert a.batch_range.batches == (32, 64, 128)  # type: ignore[union-attr]
+    assert a.batch_range.submitted == 64  # type: ignore[union-attr]
     assert b.batch_range is None
 
 
 def test_one_side_defaults_to_the_batch(tmp_path: Path) -> None:
     (a,) = _load(tmp_path, ",batch_size_max", "a,0,10,m,,64,1,128\n")
-    assert a.batch_range.batches == (64, 128)
+    assert a.batch_range.batches == (64, 128)  # type: ignore[union-attr]
 
 
 def test_no_range_columns(tmp_path: Path) -> None:
@@ -48,4 +49,5 @@ def test_no_range_columns(tmp_path: Path) -> None:
 def test_bad_range_names_the_column(tmp_path: Path, cells: str, column: str) -> None:
     with pytest.raises(InputError) as exc:
         _load(tmp_path, ",batch_size_min,batch_size_max", f"a,0,10,m,,64,1,{cells}\n")
-    assert exc.value.column == column and exc.value.row == 2
+    assert exc.value.column == column
+    assert exc.value.row == 2

@@ -5,6 +5,7 @@ order, and bad arguments are refused by name."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -84,7 +85,7 @@ def test_sorted_by_new_submission_ties_in_given_order() -> None:
         out = jitter_submissions(jobs, seed, 1)
         assert [j.submit_time for j in out] == sorted(j.submit_time for j in out)
         rank = {j.job_id: i for i, j in enumerate(jobs)}
-        for a, b in zip(out, out[1:], strict=False):
+        for a, b in itertools.pairwise(out):
             if a.submit_time == b.submit_time:
                 assert rank[a.job_id] < rank[b.job_id]
 
@@ -121,14 +122,18 @@ def test_simulate_jitter_reproducible_and_reported(tmp_path: Path) -> None:
 
     a, b = run("--jitter", "1", "--seed", "3"), run("--jitter", "1", "--seed", "3")
     assert a["jitter"] == {"seconds": 1, "seed": 3}
-    assert a["deadlines_met"] == b["deadlines_met"] and a["decisions"] == b["decisions"]
+    assert a["deadlines_met"] == b["deadlines_met"]
+    assert a["decisions"] == b["decisions"]
     plain, zero = run(), run("--jitter", "0", "--seed", "3")
-    assert "jitter" not in plain and "jitter" not in zero
-    assert zero["decisions"] == plain["decisions"] and zero["rescales"] == plain["rescales"]
+    assert "jitter" not in plain
+    assert "jitter" not in zero
+    assert zero["decisions"] == plain["decisions"]
+    assert zero["rescales"] == plain["rescales"]
     # a copy is a different trace: some seed changes the run (guards against a no-op)
     assert any(
         run("--jitter", "1", "--seed", str(s))["decisions"] != plain["decisions"]
         for s in (1, 2, 3, 4)
     )
     bad = CliRunner().invoke(simulate, ["--trace", str(TRACE), "--jitter", "-1"])
-    assert bad.exit_code == 2 and "--jitter" in bad.output
+    assert bad.exit_code == 2
+    assert "--jitter" in bad.output

@@ -29,7 +29,8 @@ def test_metrics_by_hand() -> None:
     assert out["b"].finish == pytest.approx(157.5)
     assert not out["c"].admitted
     m = saxena_metrics(res)
-    assert m["jobs"] == 3 and m["completed"] == 2
+    assert m["jobs"] == 3
+    assert m["completed"] == 2
     assert m["drop_ratio"] == pytest.approx(1 / 3, abs=1e-4)
     # single-GPU time 120 s each; held: a 2*60 + 1*24 = 144, b 1*60 + 2*37.5 = 135
     assert m["sjs_efficiency"] == pytest.approx(240 / 279, abs=1e-4)

@@ -50,13 +50,16 @@ def test_bursty_arrivals_follow_the_phases() -> None:
 def test_jobs_carry_ranges_and_lengths() -> None:
     jobs = saxena_workload(TABLES, pattern="high", gpus=40, seed=2)
     for j in jobs:
-        assert j.batch_range is not None and j.deadline is None
+        assert j.batch_range is not None
+        assert j.deadline is None
         cat = next(c for c in CATEGORIES if c.model == j.model)
-        assert j.batch_range.low == cat.low and j.batch_size in j.batch_range.batches
+        assert j.batch_range.low == cat.low
+        assert j.batch_size in j.batch_range.batches
         one_gpu = j.iterations * j.batch_size / j.batch_range.base_rate()
         assert one_gpu == pytest.approx(cat.minutes * 60)
     fixed = [j for j in jobs if j.model == "inception3"]
-    assert fixed and all(j.min_gpus == j.max_gpus == 2 for j in fixed)
+    assert fixed
+    assert all(j.min_gpus == j.max_gpus == 2 for j in fixed)
 
 
 def test_bad_arguments() -> None:

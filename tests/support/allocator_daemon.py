@@ -39,12 +39,12 @@ executor:
 CONFIG = engine_config()
 
 
-def wait_for(pred, timeout=60.0, every=0.5):  # type: ignore[no-untyped-def]
+def wait_for(pred, timeout=60.0, every=0.5):
     """support.waiting.wait_for with longer defaults (daemons re-plan in slots)."""
     return poll(pred, timeout, every)
 
 
-def daemon_env(tmp_path, docker_client, labeled, test_run_id, config=CONFIG, image=TESTBOX_IMAGE):  # type: ignore[no-untyped-def]
+def daemon_env(tmp_path, docker_client, labeled, test_run_id, config=CONFIG, image=TESTBOX_IMAGE):
     """(cfg, start, run id): ``start()`` runs a daemon with the real executor on the
     engine; every daemon is stopped and every container/network/volume of the test is
     removed afterwards (a generator: use it with ``yield from`` in a fixture)."""
@@ -74,12 +74,12 @@ def daemon_env(tmp_path, docker_client, labeled, test_run_id, config=CONFIG, ima
         sweep(docker_client, f"{TEST_LABEL}={test_run_id}")
 
 
-def containers(docker_client, run_id, job=None):  # type: ignore[no-untyped-def]
+def containers(docker_client, run_id, job=None):
     labels = [f"{TEST_LABEL}={run_id}"]
     if job:
         labels.append(f"{LABEL_JOB}={job}")
     return docker_client.containers.list(ignore_removed=True, all=True, filters={"label": labels})
 
 
-def env_of(c):  # type: ignore[no-untyped-def]
+def env_of(c):
     return dict(e.split("=", 1) for e in c.attrs["Config"]["Env"])

@@ -13,7 +13,8 @@ def load_script(path: Path, name: str) -> ModuleType:
     registered in ``sys.modules`` before it runs, as dataclasses look their module up
     there."""
     spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None, path
+    assert spec is not None, path
+    assert spec.loader is not None, path
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)

@@ -100,7 +100,7 @@ def sweep(client: Any, label: str) -> None:
 
 
 @pytest.fixture
-def executor(docker_client, labeled, test_run_id):  # type: ignore[no-untyped-def]
+def executor(docker_client, labeled, test_run_id):
     """An engine-backend Executor with a declared 2x4 inventory; everything it made is removed."""
     from flowcon.engine.gpus import discover
     from flowcon.executor.backends.engine import EngineBackend
@@ -158,7 +158,7 @@ def swarm() -> Iterator[Swarm]:
         if label:
             nodes[label] = n.id
     try:
-        yield Swarm(manager, node2, nodes)
+        yield Swarm(manager, node2, nodes)  # type: ignore[arg-type]
     finally:
         sweep(manager, f"{SESSION_LABEL}={SESSION_ID}")
         sweep(node2, f"{SESSION_LABEL}={SESSION_ID}")

@@ -10,12 +10,18 @@ from flowcon.web.static import static_response
 def test_pages_and_files() -> None:
     for path in ("/ui", "/ui/"):
         found = static_response(path, "allocator.html")
-        assert found is not None and found[0] == 200 and found[2].startswith("text/html")
+        assert found is not None
+        assert found[0] == 200
+        assert found[2].startswith("text/html")
         assert b"/static/uPlot.iife.min.js" in found[1]
     js = static_response("/static/uPlot.iife.min.js", "agent.html")
-    assert js is not None and js[0] == 200 and "javascript" in js[2] and len(js[1]) > 40000
+    assert js is not None
+    assert js[0] == 200
+    assert "javascript" in js[2]
+    assert len(js[1]) > 40000
     css = static_response("/static/uPlot.min.css", "agent.html")
-    assert css is not None and css[2].startswith("text/css")
+    assert css is not None
+    assert css[2].startswith("text/css")
     assert static_response("/api/v1/jobs", "allocator.html") is None
 
 
@@ -34,11 +40,13 @@ def test_pages_and_files() -> None:
 )
 def test_refuses_anything_else(path: str) -> None:
     found = static_response(path, "agent.html")
-    assert found is not None and found[0] == 404
+    assert found is not None
+    assert found[0] == 404
 
 
 def test_vendored_uplot_has_its_licence() -> None:
     from importlib import resources
 
     lic = resources.files("flowcon.web").joinpath("static", "uPlot.LICENSE").read_text()
-    assert "MIT License" in lic and "Leon Sorokin" in lic
+    assert "MIT License" in lic
+    assert "Leon Sorokin" in lic

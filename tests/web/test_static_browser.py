@@ -34,7 +34,7 @@ CHROMIUM = next(
     None,
 )
 if CHROMIUM is None or os.environ.get("FLOWCON_NO_CHROMIUM") == "1":
-    pytestmark = [
+    pytestmark = [  # type: ignore[assignment]
         pytest.mark.browser,
         pytest.mark.skip(
             reason="no chromium on PATH (apt-get install chromium) or FLOWCON_NO_CHROMIUM=1"
@@ -78,7 +78,7 @@ class Cells(HTMLParser):
         a = dict(attrs)
         if tag == "tr" and a.get(self.attr):
             self._row = a[self.attr]
-            self.rows[self._row] = []
+            self.rows[self._row] = []  # type: ignore[index]
         elif tag == "td" and self._row is not None:
             self._cell = []
 
@@ -148,15 +148,18 @@ def test_allocator_view_shows_the_jobs_and_their_numbers(allocator: Any, tmp_pat
     assert set(rows.rows) == {"resnet-a", "bert-b", "too-tight-c"}
     for name, cells in rows.rows.items():
         j = jobs[name]
-        assert cells[0] == name and cells[1] == j["state"]
+        assert cells[0] == name
+        assert cells[1] == j["state"]
         # GPUs may move on between the API call and the page's poll: same plan, same slot
         assert cells[2] == str(allocator.store.get_job(name).gpus)
         assert cells[3].endswith("%")
     assert rows.rows["too-tight-c"][1] == "dropped"
-    assert int(rows.rows["resnet-a"][2]) >= 1 and int(rows.rows["bert-b"][2]) >= 1
+    assert int(rows.rows["resnet-a"][2]) >= 1
+    assert int(rows.rows["bert-b"][2]) >= 1
     # deadline vs predicted finish: a positive slack in seconds for an admitted job
     assert re.fullmatch(r"\d+", rows.rows["resnet-a"][7])
-    assert "dropped" in dom and "admitted" in dom  # the decisions table
+    assert "dropped" in dom
+    assert "admitted" in dom  # the decisions table
     assert dom.count("<canvas") >= 1  # uPlot drew the GPUs-per-job chart
     shot = tmp_path / "dashboard.png"
     chromium(allocator.url + f"/ui#token={read_token}", f"--screenshot={shot}")
@@ -210,7 +213,8 @@ def test_agent_view_shows_lists_and_limits(tmp_path: Path) -> None:
     assert 'data-container="vae"' in lists["NL"].group(1)  # type: ignore[union-attr]
     assert 'data-container="mlp"' in lists["WL"].group(1)  # type: ignore[union-attr]
     assert 'data-container="mnist"' in lists["CL"].group(1)  # type: ignore[union-attr]
-    assert "node node1" in dom and "4 CPUs" in dom
+    assert "node node1" in dom
+    assert "4 CPUs" in dom
     rows = Cells("data-row")
     rows.feed(dom)
     # container, job, list, G, limit L, CPU limit, CPU used, step
