@@ -31,8 +31,6 @@ never imports the live service; the papers' baselines and the reproductions buil
 from __future__ import annotations
 
 import ast
-import os
-import tomllib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -42,35 +40,12 @@ PACKAGE = "flowcon"
 Graph = Mapping[str, set[str]]
 
 
-def package_dirs(root: Path = ROOT) -> dict[str, Path]:
-    """Package name -> its directory, from pyproject's package-dir (or just ``flowcon/``)."""
-    data = tomllib.loads((root / "pyproject.toml").read_text())
-    dirs = data.get("tool", {}).get("setuptools", {}).get("package-dir", {})
-    out = {name: root / path for name, path in dirs.items() if name.split(".")[0] == PACKAGE}
-    return out or {PACKAGE: root / PACKAGE}
-
-
-def _python_files(base: Path) -> list[Path]:
-    """Every ``.py`` below ``base``, following the symlinked sub-packages (flowcon/agent ->
-    ../agent): pathlib's rglob does not follow symlinked directories."""
-    out: list[Path] = []
-    for folder, _, files in os.walk(base, followlinks=True):
-        out.extend(Path(folder) / f for f in files if f.endswith(".py"))
-    return sorted(out)
-
-
-def module_files(dirs: Mapping[str, Path]) -> dict[str, Path]:
-    """Module name -> source file, for every ``.py`` under the package directories."""
+def module_files(root: Path = ROOT) -> dict[str, Path]:
+    """Module name -> source file, for every ``.py`` of the package (plain folders)."""
     out: dict[str, Path] = {}
-    for pkg, base in dirs.items():
-        # a sub-package mapped elsewhere (flowcon.agent -> agent/) is not read under flowcon/
-        elsewhere = tuple(o for o in dirs if o != pkg and o.startswith(pkg + "."))
-        for path in _python_files(base):
-            rel = path.relative_to(base).with_suffix("").parts
-            name = ".".join((pkg, *(rel[:-1] if rel[-1] == "__init__" else rel)))
-            if any(name == o or name.startswith(o + ".") for o in elsewhere):
-                continue
-            out[name] = path
+    for path in sorted((root / PACKAGE).rglob("*.py")):
+        rel = path.relative_to(root).with_suffix("").parts
+        out[".".join(rel[:-1] if rel[-1] == "__init__" else rel)] = path
     return out
 
 
@@ -116,7 +91,7 @@ def imports_of(source: str, module: str, is_package: bool, modules: set[str]) ->
 
 
 def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
-    files = module_files(package_dirs(root))
+    files = module_files(root)
     names = set(files)
     return {
         m: imports_of(p.read_text(), m, p.name == "__init__.py", names) for m, p in files.items()
@@ -240,7 +215,16 @@ def later():
     assert find_cycles(graph) == [["flowcon.mod", "flowcon.y", "flowcon.mod"]]
 
 
-def test_the_graph_covers_the_mapped_packages() -> None:
+def test_a_package_importing_its_own_submodules_is_no_self_loop() -> None:
+    modules = {"flowcon", "flowcon.pkg", "flowcon.pkg.sub"}
+    found = imports_of("from flowcon.pkg import sub", "flowcon.pkg", True, modules)
+    assert found == {"flowcon.pkg.sub"}
+    # from a module that is not the package, the same line is an edge to both
+    found = imports_of("from flowcon.pkg import sub", "flowcon.other", False, modules)
+    assert found == {"flowcon.pkg", "flowcon.pkg.sub"}
+
+
+def test_the_graph_covers_every_package() -> None:
     graph = import_graph()
     assert "flowcon.executor.lifecycle" in graph
     assert "flowcon.contract" in graph
