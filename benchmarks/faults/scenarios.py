@@ -1243,7 +1243,7 @@ def report(summaries: list[Summary]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenario", action="append", choices=[s.name for s in SCENARIOS])
-    ap.add_argument("--runs", type=int, help="runs per scenario (default: the issue's count)")
+    ap.add_argument("--runs", type=int, help="runs per scenario (default: its own count)")
     ap.add_argument("--seed", type=int, default=15)
     ap.add_argument(
         "--label", action="append", default=[], help="KEY=VALUE on everything it creates"

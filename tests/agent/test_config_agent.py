@@ -1,4 +1,4 @@
-"""The agent's config (flowcon/agent/config.py): every bad value the issue lists is refused with
+"""The agent's config (flowcon/agent/config.py): every bad value of the reference is refused with
 a message naming the field; FLOWCON_* environment overrides, FLOWCON_CONFIG, *_FILE and
 the allocator token file / Swarm secret."""
 

@@ -57,7 +57,7 @@ def test_speaks_the_newest_version_both_know(tmp_path: Path, release: Release, s
 
 
 def test_engine_29_refuses_the_old_pin(tmp_path: Path) -> None:
-    """What the issue saw: a fixed /v1.41 gets Engine 29's refusal (the stub is faithful)."""
+    """Seen against Engine 29: a fixed /v1.41 gets its refusal (the stub is faithful)."""
     with StubEngine(tmp_path / "e.sock", ENGINE_29) as stub:
         eng = DockerEngine(stub.url, cgroup_root=None)
         with eng.http.open("GET", "/v1.41/containers/json") as resp:
