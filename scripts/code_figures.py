@@ -10,12 +10,12 @@ development history (work-item numbers, "stop N") in code, tests and docs.
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import re
-import sys
 from collections import defaultdict
 from pathlib import Path
+
+from flowcon.testing.import_graph import find_cycles, import_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 CODE_DIRS = ("flowcon", "tests", "benchmarks", "scripts")
@@ -34,72 +34,9 @@ def python_files(folder: str) -> list[Path]:
     return sorted(p for p in base.rglob("*.py") if "rootfs" not in p.parts and p.is_file())
 
 
-def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def imports_of(path: Path, package: str) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith(package))
-        elif (
-            isinstance(node, ast.ImportFrom)
-            and node.module
-            and node.level == 0
-            and node.module.startswith(package)
-        ):
-            found.add(node.module)
-            found.update(f"{node.module}.{a.name}" for a in node.names)
-    return found
-
-
-def cycles(package: str = "flowcon") -> list[list[str]]:
-    modules = {module_name(p): p for p in python_files(package)}
-    graph = {
-        name: sorted(m for m in imports_of(path, package) if m in modules and m != name)
-        for name, path in modules.items()
-    }
-    # Tarjan's strongly connected components; each of size > 1 holds a cycle.
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out: list[list[str]] = []
-    counter = [0]
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on_stack.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    sys.setrecursionlimit(10_000)
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return out
+def cycles() -> list[list[str]]:
+    """One loop per import cycle, by the import-graph test's own reading of the sources."""
+    return find_cycles(import_graph(ROOT))
 
 
 def history_references() -> list[str]:
@@ -162,7 +99,7 @@ def main() -> None:
         print(f"  {count:6d}  {name}")
     print(f"import cycles (TYPE_CHECKING and lazy imports counted): {len(found_cycles)}")
     for comp in found_cycles:
-        print("  " + " <-> ".join(comp))
+        print("  " + " -> ".join(comp))
     print(f"development-history references: {len(history)}")
     for hit in history[:20]:
         print(f"  {hit}")
