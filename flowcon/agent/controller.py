@@ -127,13 +127,13 @@ class Controller:
             else:
                 self._save()
 
-    def on_update(self, cid: str) -> None:
-        """The engine updated a container (its ``update`` event): if someone else changed
-        a managed container's CPU settings, it is left alone from now on and Algorithm 1
-        runs again for the others (flowcon/agent/foreign.py)."""
+    def on_update(self, cid: str, time_ns: int | None = None) -> None:
+        """The engine updated a container (its ``update`` event, at ``time_ns``): if
+        someone else changed a managed container's CPU settings, it is left alone from now
+        on and Algorithm 1 runs again for the others (flowcon/agent/foreign.py)."""
         with self.lock:
             try:
-                foreign = self.pool.updated(cid)
+                foreign = self.pool.updated(cid, time_ns)
             except ContainerGone:
                 return  # removed meanwhile: the die/destroy event releases it
             except EngineError as exc:
@@ -149,14 +149,15 @@ class Controller:
         self._save()
 
     def _algorithm1(self, trigger: str, priority: Iterable[str] = ()) -> None:
-        """Algorithm 1 on the managed containers; one that vanished meanwhile is released
-        and the others get a fresh run (itval reset)."""
-        vanished = self.executor.run(self.pool.managed(), trigger, priority)
-        for cid in vanished:
+        """Algorithm 1 on the managed containers; when one vanished meanwhile (it is
+        released) or someone else changed one just before its update (handed off), the
+        others get a fresh run (itval reset)."""
+        outcome = self.executor.run(self.pool.managed(), trigger, priority)
+        for cid in outcome.vanished:
             self.pool.release(cid, "vanished")
-        if vanished and self.pool.managed():
+        if (outcome.vanished or outcome.handed_off) and self.pool.managed():
             self.itval.reset()
-            self._algorithm1("vanished")
+            self._algorithm1("vanished" if outcome.vanished else "foreign")
 
     # ----- the periodic round -----------------------------------------------------------
 

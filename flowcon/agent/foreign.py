@@ -6,6 +6,13 @@ reports an update of the container (its ``update`` event) or the agent resumes a
 container after a restart, the container's current settings are compared with
 ``expected``: a field that differs was changed by someone else.
 
+The agent also reads the container's settings right before each update it sends: a
+change made since the agent last looked is found there, before the agent's update could
+replace it. The engine has no conditional update, so a change landing between that read
+and the update (a millisecond or two) is still replaced; ``OwnWrites`` finds it afterwards
+from the engine's events: an update carries one ``update`` event, so a second event of the
+same container inside the agent's read-to-answer window of an update is someone else's.
+
 The rule (docs/agent.md, "Changes made by someone else"): someone else's change wins.
 The agent logs it, counts it (``flowcon_agent_foreign_changes_total``), stops managing
 that container until it restarts (it leaves the lists; its current settings become its
@@ -16,7 +23,7 @@ and re-runs Algorithm 1 for the others.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from flowcon.engine.docker_engine import CpuSettings
 
@@ -78,3 +85,41 @@ def merge_unset(
 def describe(diff: Mapping[str, tuple[Value, Value]]) -> str:
     """``NanoCpus 1000000000 -> 500000000, CpuShares 512 -> 2048`` (sorted by field)."""
     return ", ".join(f"{k} {a} -> {b}" for k, (a, b) in sorted(diff.items()))
+
+
+@dataclass
+class Window:
+    """One update the agent sent: from the read before it to the engine's answer
+    (nanoseconds since the epoch, the clock the engine's events carry) and how many of
+    the container's ``update`` events fell inside it."""
+
+    start_ns: int
+    end_ns: int
+    events: int = 0
+
+
+class OwnWrites:
+    """The agent's recent updates per container, to tell a colliding update by someone
+    else from the agent's own by the engine's events (module docstring)."""
+
+    def __init__(self, keep: int = 8) -> None:
+        self.keep = keep
+        self._windows: dict[str, list[Window]] = {}
+
+    def record(self, cid: str, start_ns: int, end_ns: int) -> None:
+        windows = self._windows.setdefault(cid, [])
+        windows.append(Window(start_ns, end_ns))
+        del windows[: -self.keep]
+
+    def collided(self, cid: str, time_ns: int) -> bool:
+        """Count an ``update`` event of ``cid`` at ``time_ns``: True when it is the second
+        one inside one of the agent's own update windows (someone else's update landed
+        while the agent's was in flight)."""
+        for w in self._windows.get(cid, ()):
+            if w.start_ns <= time_ns <= w.end_ns:
+                w.events += 1
+                return w.events >= 2
+        return False
+
+    def forget(self, cid: str) -> None:
+        self._windows.pop(cid, None)

@@ -20,7 +20,8 @@ from typing import Any
 
 from flowcon.agent.config import Config
 from flowcon.agent.counters import AgentCounters
-from flowcon.agent.foreign import merge_expected
+from flowcon.agent.foreign import OwnWrites, foreign_fields, merge_expected
+from flowcon.agent.foreign import describe as describe_diff
 from flowcon.agent.monitor import ContainerMonitor
 from flowcon.core.backoff import Itval
 from flowcon.core.control import AppliedMode, ControlInput, CpuControl, plan_controls
@@ -78,6 +79,15 @@ class Tracked:
         return self.monitor.policy
 
 
+@dataclass
+class RunOutcome:
+    """Containers a run of Algorithm 1 could not apply its limits to: gone meanwhile, or
+    changed by someone else just before the update (handed off, nothing written)."""
+
+    vanished: list[str] = field(default_factory=list)
+    handed_off: list[str] = field(default_factory=list)
+
+
 def _fmt(x: float | None, digits: int = 4) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
@@ -104,6 +114,8 @@ class Executor:
         # called once a round before its updates are sent, with every changing
         # container's ``pending`` set (the controller persists the state there)
         self.before_updates: Callable[[], None] = lambda: None
+        # each update's read-to-answer window (flowcon/agent/foreign.py)
+        self.writes = OwnWrites()
 
     def _controls(
         self, managed: dict[str, Tracked], limits: dict[str, float]
@@ -126,11 +138,11 @@ class Executor:
 
     def run(
         self, managed: dict[str, Tracked], trigger: str, priority: Iterable[str] = ()
-    ) -> list[str]:
+    ) -> RunOutcome:
         """Algorithm 1 on ``managed``, applied; doubles itval when all are in CL.
-        Returns the ids of containers that vanished meanwhile."""
+        Says which containers vanished meanwhile or were handed off."""
         if not managed:
-            return []
+            return RunOutcome()
         lists = {cid: t.list for cid, t in managed.items() if t.list is not None}
         g = {cid: t.monitor.tracker.current() for cid, t in managed.items()}
         fresh = {cid for cid, t in managed.items() if t.fresh}
@@ -154,18 +166,21 @@ class Executor:
             if changing:
                 self.before_updates()
 
-        def apply(cid: str) -> str | None:
+        def apply(cid: str) -> tuple[str, str]:
             t = managed[cid]
             old_list, t.list = t.list, result.lists[cid]
-            ok = self.apply(t, result.decisions[cid], g[cid], old_list, trigger, controls[cid])
-            return None if ok else cid
+            dec = result.decisions[cid]
+            return cid, self.apply(t, dec, g[cid], old_list, trigger, controls[cid])
 
         # The container that triggered the run is limited first; the others in parallel
         # (each update is a round trip to the engine).
         outcomes = [apply(cid) for cid in first] + list(self.threads.map(apply, rest))
         if result.all_completing:
             self.itval.double()
-        return [cid for cid in outcomes if cid is not None]
+        return RunOutcome(
+            [cid for cid, out in outcomes if out == "vanished"],
+            [cid for cid, out in outcomes if out == "foreign"],
+        )
 
     def _unchanged(self, t: Tracked, ctl: CpuControl) -> bool:
         target = ctl.target
@@ -218,12 +233,42 @@ class Executor:
         else:
             self.engine.set_control(t.monitor.cid, ctl, original, self.host_cpus, previous)
 
+    def _changed_meanwhile(self, t: Tracked) -> bool:
+        """Read the container's settings right before an update: True (and handed off)
+        when someone else changed what the agent set; a change while it still has its
+        originals becomes its originals (as for an ``update`` event)."""
+        found = self.engine.inspect(t.monitor.cid).cpu
+        if found is None:
+            return False
+        if t.applied_cpus is None:
+            if found != t.original:
+                log.info("container=%s CPU settings changed before any limit: %s", t.name, found)
+                t.original = found
+            return False
+        diff = foreign_fields(t.expected, found)
+        if diff:
+            self.hand_off_changed(
+                t, found, f"CPU settings changed by someone else: {describe_diff(diff)}"
+            )
+        return bool(diff)
+
+    def hand_off_changed(self, t: Tracked, found: CpuSettings, why: str, warn: str = "") -> None:
+        """Someone else's change wins (flowcon/agent/foreign.py): logged, counted, hands off."""
+        log.warning("foreign change container=%s id=%s %s%s", t.name, t.monitor.cid[:12], why, warn)
+        self.counters.foreign_change()
+        t.pending = {}
+        self.writes.forget(t.monitor.cid)
+        hand_off(t, found, why)
+
     def _set(self, t: Tracked, ctl: CpuControl) -> str:
         if self._unchanged(t, ctl):
             return "unchanged"
         if not self.dry_run:
-            body = self._body(t, ctl)
+            start_ns = time.time_ns()
             try:
+                if self._changed_meanwhile(t):
+                    return "foreign"
+                body = self._body(t, ctl)
                 self._engine_set(t, ctl)
             except ContainerGone:
                 return "vanished"
@@ -231,6 +276,7 @@ class Executor:
                 log.warning("update of %s failed: %s", t.name, exc)
                 self.counters.engine_error("update")
                 return "failed"
+            self.writes.record(t.monitor.cid, start_ns, time.time_ns())
             t.expected = merge_expected(t.expected, body)
             t.pending = {}
             self.counters.cpu_update()
@@ -249,8 +295,9 @@ class Executor:
         old_list: ListName | None,
         trigger: str,
         ctl: CpuControl,
-    ) -> bool:
-        """Set one container's limit as ``ctl`` says; False if the container vanished."""
+    ) -> str:
+        """Set one container's limit as ``ctl`` says: how it went (``vanished``: gone,
+        ``foreign``: someone else changed it first, handed off)."""
         old = t.limit
         t.limit = dec.limit
         outcome = self._set(t, ctl)
@@ -270,7 +317,7 @@ class Executor:
             trigger,
             outcome,
         )
-        return outcome != "vanished"
+        return outcome
 
     def give_back(self, cid: str, t: Tracked) -> None:
         """A finished container's original settings, if we changed them (best effort)."""

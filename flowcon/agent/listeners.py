@@ -43,7 +43,7 @@ class EventListener:
         on_connect: Callable[[], object],
         backoff_initial: float = 0.25,
         backoff_max: float = 10.0,
-        on_update: Callable[[str], None] | None = None,
+        on_update: Callable[[str, int | None], None] | None = None,
     ) -> None:
         self.engine = engine
         self.on_start = on_start
@@ -85,7 +85,10 @@ class EventListener:
         elif action in FINISH_ACTIONS:
             self.on_finish(cid)  # cheap no-op for containers the controller does not track
         elif action in UPDATE_ACTIONS and self.on_update is not None and interesting(event):
-            self.on_update(cid)  # a no-op for containers the controller does not manage
+            # a no-op for containers the controller does not manage; the event's time
+            # tells the agent's own update from a colliding one (flowcon/agent/foreign.py)
+            stamp = event.get("timeNano")
+            self.on_update(cid, stamp if isinstance(stamp, int) else None)
 
     def _consume(self, stream: Any) -> None:
         """Dispatch the events of one connection until it ends or we stop."""

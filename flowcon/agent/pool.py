@@ -125,13 +125,12 @@ class WorkerPool:
     ) -> None:
         """Someone else's change wins (flowcon/agent/foreign.py): logged, counted, hands off."""
         why = f"CPU settings changed by someone else: {describe(diff)}"
-        log.warning("foreign change container=%s id=%s %s", t.name, t.monitor.cid[:12], why)
-        self.executor.counters.foreign_change()
-        hand_off(t, found, why)
+        self.executor.hand_off_changed(t, found, why)
 
-    def updated(self, cid: str) -> bool:
-        """The engine says a container was updated: True if it was a managed container
-        whose CPU settings someone else changed (it is then left alone)."""
+    def updated(self, cid: str, time_ns: int | None = None) -> bool:
+        """The engine says a container was updated (at ``time_ns``, the event's time):
+        True if it was a managed container whose CPU settings someone else changed (it is
+        then left alone)."""
         t = self.tracked.get(cid)
         if t is None or not t.managed:
             return False
@@ -144,17 +143,29 @@ class WorkerPool:
                 t.original = info.cpu
             return False
         diff = foreign_fields(t.expected, info.cpu)
-        if not diff:  # the agent's own update; others' changes to fields it never set
-            t.original = merge_unset(t.original or CpuSettings(), info.cpu, t.expected)
-            return False  # become originals (a restore must not undo them)
-        self.hand_off_changed(t, info.cpu, diff)
-        return True
+        if diff:
+            self.hand_off_changed(t, info.cpu, diff)
+            return True
+        if time_ns is not None and self.executor.writes.collided(cid, time_ns):
+            # someone else's update landed while the agent's was in flight, and the
+            # agent's came last: theirs is lost, and only they can set it again
+            self.executor.hand_off_changed(
+                t,
+                info.cpu,
+                "CPU settings updated by someone else while the agent's own update was in flight",
+                "; the agent's update may have replaced theirs: set it again",
+            )
+            return True
+        # the agent's own update; others' changes to fields it never set become originals
+        t.original = merge_unset(t.original or CpuSettings(), info.cpu, t.expected)
+        return False  # (a restore must not undo them)
 
     def release(self, cid: str, why: str) -> None:
         """Finished container: leave its list, give back its original settings (line 15)."""
         t = self.tracked.pop(cid, None)
         self.saved.containers.pop(cid, None)
         self.engine.forget(cid)
+        self.executor.writes.forget(cid)
         if t is None or not t.managed:
             return
         log.info("released container=%s id=%s reason=%s", t.name, cid[:12], why)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -632,6 +634,94 @@ def test_changes_while_the_agent_was_away_are_found_on_resume(tmp_path: Path) ->
     assert ctl2.counters.foreign_total() == 1
     assert nano(eng, "a") == 10**9
     assert nano(eng, "b") == HOST * 10**9  # b alone now: the whole host
+
+
+def operator_during_round(ctl: Controller, eng: FakeEngine, cid: str) -> None:
+    """Someone else's ``docker update`` of ``cid`` lands while a round has decided its
+    limits and not yet sent them (the round's write-ahead is the last step before)."""
+    save = ctl.executor.before_updates
+
+    def operator_then_save() -> None:
+        foreign_update(eng, cid, nano_cpus=700_000_000)
+        save()
+
+    ctl.executor.before_updates = operator_then_save
+
+
+def test_a_change_landing_during_a_round_is_not_overwritten(tmp_path: Path) -> None:
+    """Regression (the agent-foreign-change fault scenario): an operator's ``docker
+    update --cpus 0.7`` that landed after a round had decided, before it sent its
+    updates, was overwritten with the round's limit (NanoCpus=167000000), and the update
+    event read afterwards showed the agent's own value: never handed off. The agent now
+    reads a container's settings right before each update it sends."""
+    eng = FakeEngine()
+    eng.add("a", ON)
+    eng.add("b", ON)
+    ctl = make(eng, tmp_path)
+    ctl.resync()  # 2 CPUs each
+    operator_during_round(ctl, eng, "b")
+    n_b = sum(1 for cid, _ in eng.updates if cid == "b")
+    eng.add("c", ON)
+    ctl.on_start("c")  # a and b get new limits; b was changed meanwhile
+    assert eng.c["b"].cpu.nano_cpus == 700_000_000
+    assert sum(1 for cid, _ in eng.updates if cid == "b") == n_b  # nothing written to b
+    t = ctl.tracked["b"]
+    assert not t.managed
+    assert t.hands_off
+    assert "NanoCpus 2000000000 -> 700000000" in t.hands_off
+    assert ctl.counters.foreign_total() == 1
+    assert sorted(cid for cid, t in ctl.tracked.items() if t.managed) == ["a", "c"]
+    ctl.executor.before_updates = ctl._save
+    for _ in range(2):
+        ctl.round()
+    assert eng.c["b"].cpu.nano_cpus == 700_000_000
+    record = json.loads((tmp_path / "state.json").read_text())["containers"]["b"]
+    assert record["hands_off"] == t.hands_off
+    assert record["pending"] in ({}, None)
+
+
+def test_an_update_colliding_with_the_agents_own_is_found_by_its_event(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The engine has no conditional update: someone else's update landing between the
+    agent's read and its update is replaced. The engine's events tell: an update carries
+    one ``update`` event, and a second inside the agent's window is someone else's."""
+    eng = FakeEngine()
+    eng.add("a", ON)
+    eng.add("b", ON)
+    ctl = make(eng, tmp_path)
+    ctl.resync()
+    real = eng.update_cpu
+    stamps: dict[str, int] = {}
+
+    def operator_first(cid: str, body: dict[str, int | str]) -> None:
+        if cid == "b" and "operator" not in stamps:  # after the agent's read of b
+            foreign_update(eng, "b", nano_cpus=700_000_000)
+            stamps["operator"] = time.time_ns()
+        real(cid, body)
+        stamps.setdefault(cid, time.time_ns())  # the engine's event of this update
+
+    eng.update_cpu = operator_first  # type: ignore[method-assign]
+    eng.add("c", ON)
+    ctl.on_start("c")
+    eng.update_cpu = real  # type: ignore[method-assign]
+    assert eng.c["b"].cpu.nano_cpus != 700_000_000  # replaced: the window the engine leaves
+    ctl.on_update("b", stamps["b"])  # the agent's own event: its own value, nothing to do
+    ctl.on_update("a", stamps["a"])
+    ctl.on_update("a", stamps["a"] + 10**12)  # an event outside any window of a's
+    assert ctl.tracked["a"].managed
+    assert ctl.tracked["b"].managed
+    with caplog.at_level(logging.WARNING):
+        ctl.on_update("b", stamps["operator"])  # the second event inside b's window
+    t = ctl.tracked["b"]
+    assert not t.managed
+    assert t.hands_off
+    assert "in flight" in t.hands_off
+    assert "may have replaced theirs" in caplog.text
+    assert ctl.counters.foreign_total() == 1
+    n_b = sum(1 for cid, _ in eng.updates if cid == "b")
+    ctl.round()
+    assert sum(1 for cid, _ in eng.updates if cid == "b") == n_b
 
 
 class Killed(BaseException):

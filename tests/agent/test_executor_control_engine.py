@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -220,3 +221,34 @@ def test_hybrid_quota_for_thread_aware_weights_for_the_rest(docker_client, agent
     assert cgroup(plain)["weight"] == weight(plain, 256)
     assert host_config(plain)["CpuShares"] == 256
     assert cgroup(aware)["quota"] == pytest.approx(cores)
+
+
+def test_an_operators_update_during_a_round_is_never_overwritten(docker_client, agent) -> None:
+    """The agent-foreign-change fault scenario's overwrite, made deterministic: an
+    operator's ``docker update --cpus 0.7`` (the docker CLI) lands after a round has
+    decided its limits and before it sends them. The change wins: it is never written
+    over, the container is handed off, the others share the host."""
+    needs_cores(docker_client, 2)
+    ctl, start = agent("quota")
+    a, b = start("a"), start("b")
+    ctl.resync()
+    save = ctl.executor.before_updates
+
+    def operator_then_save() -> None:
+        subprocess.run(["docker", "update", "--cpus", "0.7", b.id], check=True, capture_output=True)
+        save()
+
+    ctl.executor.before_updates = operator_then_save
+    c = start("c")
+    ctl.on_start(c.id)  # a and b get new limits: b's was changed meanwhile
+    ctl.executor.before_updates = save
+    assert host_config(b)["NanoCpus"] == 7 * NANO // 10
+    t = ctl.tracked[b.id]
+    assert not t.managed
+    assert t.hands_off
+    assert "-> 700000000" in t.hands_off
+    assert sorted(ctl.pool.managed()) == sorted([a.id, c.id])
+    ctl.round()
+    assert host_config(b)["NanoCpus"] == 7 * NANO // 10
+    assert ctl.restore_all() == 2  # a and c; b keeps the operator's setting
+    assert host_config(b)["NanoCpus"] == 7 * NANO // 10

@@ -146,10 +146,17 @@ def test_stop_before_start_is_a_no_op() -> None:
 
 def test_update_events_reach_on_update_only_when_asked() -> None:
     eng = FlakyEngine()
-    updated: list[str] = []
+    updated: list[tuple[str, int | None]] = []
     lst = EventListener(eng, print, print, lambda: None)  # type: ignore[arg-type]
     lst.dispatch(ev("update", "a", **{"flowcon.enable": "true"}))  # no handler: ignored
-    lst = EventListener(eng, print, print, lambda: None, on_update=updated.append)  # type: ignore[arg-type]
+    lst = EventListener(
+        eng,  # type: ignore[arg-type]
+        print,
+        print,
+        lambda: None,
+        on_update=lambda cid, ns: updated.append((cid, ns)),
+    )
     lst.dispatch(ev("update", "a", **{"flowcon.enable": "true"}))
+    lst.dispatch({**ev("update", "b", **{"flowcon.enable": "true"}), "timeNano": 17})
     lst.dispatch(ev("update", "other", image="x"))  # not a FlowCon container
-    assert updated == ["a"]
+    assert updated == [("a", None), ("b", 17)]  # with the event's time where it has one
