@@ -153,6 +153,11 @@ EXIT_LEFT: Final = 144
 LINE_STEP: Final = "step"
 LINE_TS: Final = "ts"
 LINE_EVENT: Final = "event"
+# The job's own completion marker, printed once (rank 0) when all its iterations are done:
+# ``{"step": N, "event": "done"}`` (``flowcon.elastic`` prints it). Workers that exit 0
+# are a completion only with this marker or progress that reached the job's iterations
+# (flowcon/core/completion.py): a node restart or an engine stop can end a task with 0.
+EVENT_DONE: Final = "done"
 # Thread-aware jobs (the agent's ``control: hybrid``): the integer torch thread count the
 # job uses now, on its metric lines; a job whose lines carry it sizes its thread pool from
 # its CPU quota, so the agent may limit it by quota without oversubscribing it.

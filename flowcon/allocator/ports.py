@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from flowcon.alloc.placement import Placement, PlacementPlan
+from flowcon.core.completion import Completion
 from flowcon.jobspec.keys import MetricSpec
 from flowcon.jobspec.spec import JobSpec, ThroughputProfile
 
@@ -128,7 +129,18 @@ class Executor(Protocol):
     ) -> Rescaled: ...
     def suspend(self, job: str) -> float: ...
     def remove(self, job: str) -> None: ...
-    def reconcile(self, known: Iterable[str] | None = None) -> Sequence[ExecutorEvent]: ...
+    def reconcile(
+        self,
+        known: Iterable[str] | None = None,
+        confirm: Callable[[str], Completion] | None = None,
+    ) -> Sequence[ExecutorEvent]: ...
+    def completion(
+        self,
+        job: str,
+        iterations: float,
+        metric: MetricSpec | None = None,
+        reported_before: float | None = None,
+    ) -> Completion: ...
     def points(
         self, job: str, metric: MetricSpec | None = None
     ) -> Sequence[tuple[float, float]]: ...

@@ -19,6 +19,7 @@ from flowcon.allocator.ports import Executor, Inventory, NodePlacement, RunningJ
 from flowcon.allocator.store import ACTIVE_STATES, PENDING_STATES, JobRecord, Store
 from flowcon.allocator.views import LogLineView
 from flowcon.contract import LABEL_MASTER_PORT, SCALING_RESTART, SCALING_STOPFREE
+from flowcon.core.completion import Completion
 from flowcon.executor.workers import live_master_port
 from flowcon.jobspec.keys import MetricSpec
 from flowcon.jobspec.spec import JobSpec
@@ -199,14 +200,17 @@ class ExecutorTarget:
         active = [r.name for r in store.active_jobs()]
         out: list[tuple[str, str, str]] = []
         try:
-            events = self.executor.reconcile(known=active)
+            events = self.executor.reconcile(
+                known=active, confirm=lambda name: self._completion(store, name)
+            )
         except Exception as exc:
             self._engine_trouble("executor reconcile failed (engine down?)", exc)
             return out
         self._engine_back()
         for ev in events:
             if ev.kind == "completed":
-                out.append((ev.job, "completed", "all workers exited 0"))
+                why = "all workers exited 0" + (f"; {ev.detail}" if ev.detail else "")
+                out.append((ev.job, "completed", why))
             elif ev.kind == "failed":
                 out.append((ev.job, "failed", ev.detail or "workers died"))
             elif ev.kind == "restarted":
@@ -227,6 +231,16 @@ class ExecutorTarget:
                 if rec is None:
                     log.warning("job containers %s are not in the store: left alone", ev.job)
         return out
+
+    def _completion(self, store: Store, name: str) -> Completion:
+        """Did the job whose workers all exited 0 finish, by its own output
+        (flowcon/core/completion.py)?"""
+        rec = store.get_job(name)
+        if rec is None:
+            return Completion(True, "not in the store")
+        # a job that reported progress before and shows none now lost its output
+        before = rec.done_iterations if rec.observed_ts is not None else None
+        return self.executor.completion(name, rec.iterations, rec.spec.metric, before)
 
     def progress(self, name: str, metric: MetricSpec | None = None) -> tuple[float, float] | None:
         """(step, ts) of the last metric line of the job's rank-0 container."""

@@ -51,7 +51,7 @@ import torch
 import torch.distributed as dist
 
 from flowcon import contract
-from flowcon.contract import EXIT_PREEMPTED
+from flowcon.contract import EVENT_DONE, EXIT_PREEMPTED
 from flowcon.elastic.data import ElasticSampler as ElasticSampler
 from flowcon.elastic.lr import HybridScaling as HybridScaling
 from flowcon.elastic.state import Stateful, capture, restore, rng_state, set_rng_state
@@ -421,7 +421,7 @@ class Elastic:
     def _mark_done(self, total: int) -> None:
         if self.is_main:
             (self.env.checkpoint_dir / DONE_FILE).write_text(f"{total}\n")
-            self.report(step=total, event="done")
+            self.report(step=total, event=EVENT_DONE)  # the completion marker
 
     def report(self, **metrics: Any) -> None:
         """A metric line (flowcon.report) from rank 0 only, so each step is counted once."""

@@ -2,13 +2,16 @@
 
 ``logs`` and ``points`` read the rank-0 container (where ``flowcon.elastic`` reports),
 ``switch_gap`` a stop-free event's no-progress pause from every container's step lines, and
-``job_logs`` every worker's lines in time order (the API's and the CLI's job logs).
+``job_logs`` every worker's lines in time order (the API's and the CLI's job logs), and
+``completion`` whether workers that exited 0 finished the job (flowcon/core/completion.py).
 """
 
 from __future__ import annotations
 
+from flowcon.core.completion import Completion, done_marker, judge, unreadable
+from flowcon.core.metric_lines import regex_step_points, step_points
 from flowcon.executor import stopfree_plan as stopfree
-from flowcon.executor.backend import LogLine, Worker
+from flowcon.executor.backend import ExecutorError, LogLine, Worker
 from flowcon.executor.executor_base import ExecutorBase
 from flowcon.executor.profiling import worker_points
 from flowcon.jobspec.keys import MetricSpec
@@ -29,6 +32,33 @@ class JobLogsMixin(ExecutorBase):
         ws = self.backend.list_workers(self._selector(job))
         ws.sort(key=lambda w: w.node_rank)
         return worker_points(self.backend, ws[0], metric) if ws else []
+
+    def completion(
+        self,
+        job: str,
+        iterations: float,
+        metric: MetricSpec | None = None,
+        reported_before: float | None = None,
+    ) -> Completion:
+        """Whether the job's workers, which all exited 0, finished it: its rank-0 output's
+        completion marker or progress (flowcon/core/completion.py); ``reported_before``:
+        the step the job was last seen to report (None: never)."""
+        ws = sorted(self.backend.list_workers(self._selector(job)), key=lambda w: w.node_rank)
+        if not ws:
+            return unreadable("no worker left to read")
+        try:
+            lines = self.backend.read_logs(ws[0])
+        except ExecutorError as exc:
+            return unreadable(str(exc))
+        texts = [ln.text for ln in lines]
+        regex = metric.compiled() if metric is not None else None
+        if metric is not None and regex is not None:
+            timed = [(ln.ts_ns / 1e9, ln.text) for ln in lines]
+            points = regex_step_points(timed, regex, metric.steps_per_line, metric.steps_per_epoch)
+        else:
+            points = [(float(step), ts) for step, ts in step_points(texts)]
+        last = max((step for step, _ in points), default=None)
+        return judge(done_marker(texts), last, iterations, reported_before)
 
     def switch_gap(self, job: str, began: float, world: int) -> float | None:
         """The no-progress gap of a stop-free event begun at ``began`` (wall time) to

@@ -12,10 +12,11 @@ behind.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from flowcon.contract import EXIT_PREEMPTED, ROLE_PROFILE, SCALING_STOPFREE
+from flowcon.core.completion import Completion
 from flowcon.executor import stopfree_plan as stopfree
 from flowcon.executor.backend import Worker
 from flowcon.executor.executor_base import ExecutorBase, JobState
@@ -43,8 +44,16 @@ class ReconcileEvent:
 class ReconcileMixin(ExecutorBase):
     """The ``Executor``'s reconciling and its clean-up of what was left behind."""
 
-    def reconcile(self, known: Iterable[str] | None = None) -> list[ReconcileEvent]:
+    def reconcile(
+        self,
+        known: Iterable[str] | None = None,
+        confirm: Callable[[str], Completion] | None = None,
+    ) -> list[ReconcileEvent]:
         """Look at every managed job: report completions, restart dead jobs from checkpoint.
+
+        A job whose workers all exited 0 is completed only when ``confirm`` (when given)
+        says the job finished (flowcon/core/completion.py); otherwise it is restarted from
+        its checkpoint like a job with a dead worker, with ``confirm``'s reason.
 
         A dead worker (exited non-zero, killed, stopped by someone else) makes the whole job
         restart, because its peers would hang in the next collective: all its workers are
@@ -66,7 +75,11 @@ class ReconcileMixin(ExecutorBase):
                 events.append(ReconcileEvent(name, "left", w.name, reason))
             status = state.status
             if status == "completed":
-                events.append(ReconcileEvent(name, "completed"))
+                verdict = confirm(name) if confirm is not None else None
+                if verdict is None or verdict.own:
+                    events.append(ReconcileEvent(name, "completed", verdict.why if verdict else ""))
+                else:
+                    events.append(self._unfinished(name, state, verdict.why))
             elif status == "failed":
                 events.append(self._dead(name, state))
             elif status == "mixed":
@@ -117,6 +130,22 @@ class ReconcileMixin(ExecutorBase):
         what = "preempted (exit 143)" if preempted else why
         log.warning("job %s: restarted from checkpoint after %s", name, what)
         return ReconcileEvent(name, "restarted", why)
+
+    def _unfinished(self, name: str, state: JobState, why: str) -> ReconcileEvent:
+        """Workers that all exited 0 without finishing the job: restarted from its
+        checkpoint (a restart used), or ``failed`` after ``max_restarts``."""
+        n = self._restarts.get(name, 0)
+        if n >= self.options.max_restarts:
+            return ReconcileEvent(name, "failed", f"{why}; {n} restarts used")
+        self._restarts[name] = n + 1
+        if state.scaling == SCALING_STOPFREE:
+            # launched afresh by the next round (ExecutorTarget.apply), as after a dead
+            # store host: its joiners carry FLOWCON_JOIN
+            self._stop_all(list(state.workers), self.options.grace_s)
+        else:
+            self._parallel(self.backend.restart, [w for w in state.workers if not w.left])
+        log.warning("job %s: restarted from checkpoint: %s", name, why)
+        return ReconcileEvent(name, "restarted", f"{why}: restarted from its checkpoint")
 
     def _left_reason(self, w: Worker) -> str:
         """Why ``w`` left, from its last lines (before it is removed with them)."""

@@ -4,7 +4,8 @@ It runs on ``flowcon/testbox`` (busybox sh) under the real executor: it reads it
 from ``WORLD_SIZE``, advances ``RATE_<world>`` milli-iterations per second of wall time
 (so its speed follows the throughput curve it was admitted with, or a deliberately different
 one), prints flowcon metric lines, checkpoints its step and resumes from it after a
-checkpoint-restart, and exits 0 when ``FLOWCON_ITERATIONS`` are done (143 on SIGTERM).
+checkpoint-restart, and exits 0 when ``FLOWCON_ITERATIONS`` are done, after its completion
+marker line (``flowcon.contract.EVENT_DONE``; 143 on SIGTERM).
 Progress is computed from the clock, not counted per sleep, so fork overhead on a busy
 machine does not slow it down.
 """
@@ -33,6 +34,7 @@ while [ "$s" -lt "$n" ]; do
   [ "${RANK:-0}" = 0 ] && printf '{"step":%d,"ts":%s}\n' "$s" "$EPOCHREALTIME"
   save
 done
+[ "${RANK:-0}" = 0 ] && printf '{"step":%d,"event":"done","ts":%s}\n' "$s" "$EPOCHREALTIME"
 exit 0
 """
 

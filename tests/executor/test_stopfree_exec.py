@@ -401,6 +401,85 @@ def test_a_worker_lost_with_its_swarm_node_uses_no_restart() -> None:
         w.node_lost = False
 
 
+def progress_lines(last: int, done: bool = False) -> list[str]:
+    out = [json.dumps({"step": i, "ts": 1000.0 + i}) for i in range(1, last + 1)]
+    if done:
+        out.append(json.dumps({"step": last, "event": "done", "ts": 2000.0}))  # the marker
+    return out
+
+
+def test_workers_exiting_0_short_of_their_iterations_are_not_a_completion(tmp_path) -> None:
+    """Regression (allocator-swarm-node-restart fault scenario, run 2 of 3): a rate job's
+    task that a node restart ended read as exited 0, and the allocator recorded the job
+    completed ("all workers exited 0") at step 40 of its 100 iterations, its remaining
+    work lost without a word. A job is completed only by its own marker or progress
+    (flowcon/core/completion.py); otherwise it is restarted from its checkpoint, with an
+    event that says why, and fails after max_restarts."""
+    from flowcon.allocator.target import ExecutorTarget
+
+    store = Store(tmp_path / "s.db")
+    pl = Planner(store, total_gpus=4, slot_seconds=10.0)
+    s = spec(scaling="restart")  # 100 iterations
+    assert pl.submit(s, now=0.0).admitted
+    be = FakeBackend()
+    ex = executor(be, max_restarts=1)
+    ex.launch(s, {"node1": ["0"]})
+    target = ExecutorTarget(ex, None)  # type: ignore[arg-type]
+    (w,) = be.workers
+    be.output[w.name] = progress_lines(40)
+    w.state, w.exit_code = "exited", 0  # what the task showed after the node came back
+    assert target.poll(store) == []  # not completed ...
+    assert w.state == "running"  # ... restarted from its checkpoint
+    (ev,) = store.events("sf", kind="restarted")
+    assert "exited 0 at step 40 of 100 without the job's completion marker" in ev.data["detail"]
+    w.state, w.exit_code = "exited", 0  # again: its one restart is used
+    ((name, state, reason),) = target.poll(store)
+    assert (name, state) == ("sf", "failed")
+    assert "1 restarts used" in reason
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("output", "own", "why"),
+    [
+        (progress_lines(40, done=True), True, "the job reported done at step 40"),
+        (progress_lines(100), True, "its progress reached 100 of 100 iterations"),
+        (["hello", "no progress here"], True, "not confirmed: the job printed no progress"),
+        (progress_lines(99), False, "at step 99 of 100"),
+    ],
+)
+def test_a_completion_is_the_jobs_own_word(output: list[str], own: bool, why: str) -> None:
+    be = FakeBackend()
+    ex = executor(be)
+    s = spec(scaling="restart")
+    ex.launch(s, {"node1": ["0"]})
+    be.output[be.workers[0].name] = output
+    verdict = ex.completion("sf", 100)
+    assert verdict.own is own
+    assert why in verdict.why
+    be.workers[0].state, be.workers[0].exit_code = "exited", 0
+    (ev,) = ex.reconcile(confirm=lambda name: ex.completion(name, 100))
+    assert ev.kind == ("completed" if own else "restarted")
+    assert why in ev.detail
+
+
+def test_unreadable_output_is_not_a_completion() -> None:
+    from flowcon.executor.backend import ExecutorError
+
+    class Unreadable(FakeBackend):
+        def read_logs(
+            self, worker: Worker, after_ns: int = 0, tail: int | None = None
+        ) -> list[LogLine]:
+            raise ExecutorError("node2 is down")
+
+    be = Unreadable()
+    ex = executor(be)
+    ex.launch(spec(scaling="restart"), {"node1": ["0"]})
+    verdict = ex.completion("sf", 100)
+    assert not verdict.own
+    assert "could not be read: node2 is down" in verdict.why
+
+
 # ---------------------------------------------------------------- the measured pause
 
 

@@ -52,13 +52,36 @@ NODE_LABEL = "flowcon.node"  # the swarm node label scripts/swarm-up.sh sets
 _STARTING = {"new", "pending", "assigned", "accepted", "preparing", "ready", "starting"}
 
 
+def _created_ns(task: EngineJson) -> int:
+    """A task's ``CreatedAt`` (RFC 3339 with up to 9 fraction digits, trailing zeros cut)
+    in nanoseconds since the epoch; 0 when it has none or it does not parse."""
+    from datetime import datetime
+
+    raw = str(task.get("CreatedAt") or "").rstrip("Z")
+    whole, _, frac = raw.partition(".")
+    frac = frac.split("+")[0].split("-")[0]
+    try:
+        secs = int(datetime.fromisoformat(whole + "+00:00").timestamp())
+        return secs * 1_000_000_000 + int((frac + "000000000")[:9] or 0)
+    except ValueError:
+        return 0
+
+
+def current_task(tasks: Sequence[EngineJson]) -> EngineJson:
+    """The service's current task: the one created last (a restart is a new task). Not
+    the one updated last: an old task's status can still change after its successor was
+    created (its node reporting back after a restart), and its ``Version.Index`` then
+    passes the new task's."""
+    return max(tasks, key=lambda t: (_created_ns(t), (t.get("Version") or {}).get("Index", 0)))
+
+
 def worker_from_service(svc: Service, tasks: list[EngineJson]) -> Worker:
     spec = svc.attrs.get("Spec") or {}
     labels = dict(spec.get("Labels") or {})
     replicas = ((spec.get("Mode") or {}).get("Replicated") or {}).get("Replicas", 1)
     state, code, node_lost = "starting", None, False
     if tasks:
-        last = max(tasks, key=lambda t: (t.get("Version") or {}).get("Index", 0))
+        last = current_task(tasks)
         status = last.get("Status") or {}
         st = str(status.get("State", ""))
         raw = (status.get("ContainerStatus") or {}).get("ExitCode")
@@ -68,10 +91,12 @@ def worker_from_service(svc: Service, tasks: list[EngineJson]) -> Worker:
             state = "starting"
         elif st == "complete":
             state, code = "exited", 0
-        elif st == "failed" and raw in (None, 0):
+        elif st in ("failed", "shutdown") and raw in (None, 0):
             # A container that exits 0 completes; a failed task showing 0 kept its running
             # status: its node's engine stopped or restarted under it and lost the
-            # container ("No such container"). Not a success, and not the job's crash.
+            # container ("No such container"). A shut-down task showing 0 (often with no
+            # container at all) was stopped by the swarm, not ended by the job. Neither is
+            # a success, nor the job's crash.
             state, node_lost = "dead", True
         elif st in ("failed", "shutdown"):
             state, code = "exited", int(raw) if isinstance(raw, int) else 1
