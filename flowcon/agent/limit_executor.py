@@ -63,6 +63,9 @@ class Tracked:
     # ``expected`` as the update in flight will leave it, persisted before it is sent
     # (write-ahead): after a kill -9 mid-round the engine may show either
     pending: dict[str, int | str] = field(default_factory=dict)
+    # ``expected`` as an update the engine did not answer would leave it (the engine went
+    # away mid-request: it may or may not have applied it); {}: none outstanding
+    unconfirmed: dict[str, int | str] = field(default_factory=dict)
     # why the agent keeps its hands off this container (someone else changed its CPU
     # settings); None: it is managed as its labels say
     hands_off: str | None = None
@@ -246,11 +249,12 @@ class Executor:
                 t.original = found
             return False
         diff = foreign_fields(t.expected, found)
-        if diff:
+        if diff and not own_unanswered_update(t, found):
             self.hand_off_changed(
                 t, found, f"CPU settings changed by someone else: {describe_diff(diff)}"
             )
-        return bool(diff)
+            return True
+        return False
 
     def hand_off_changed(self, t: Tracked, found: CpuSettings, why: str, warn: str = "") -> None:
         """Someone else's change wins (flowcon/agent/foreign.py): logged, counted, hands off."""
@@ -265,6 +269,7 @@ class Executor:
             return "unchanged"
         if not self.dry_run:
             start_ns = time.time_ns()
+            body: dict[str, int | str] | None = None
             try:
                 if self._changed_meanwhile(t):
                     return "foreign"
@@ -275,10 +280,13 @@ class Executor:
             except EngineError as exc:
                 log.warning("update of %s failed: %s", t.name, exc)
                 self.counters.engine_error("update")
+                if body is not None:  # sent: the engine may have applied it all the same
+                    t.unconfirmed = merge_expected(t.expected, body)
                 return "failed"
             self.writes.record(t.monitor.cid, start_ns, time.time_ns())
             t.expected = merge_expected(t.expected, body)
             t.pending = {}
+            t.unconfirmed = {}
             self.counters.cpu_update()
         t.applied_cpus = ctl.target.cpus
         t.applied_mode = ctl.mode
@@ -360,6 +368,18 @@ def _forget_applied(t: Tracked) -> None:
     t.applied_cpus = t.applied_mode = t.applied_shares = t.applied_cpuset = None
     t.applied_cap = None
     t.expected = {}
+    t.unconfirmed = {}
+
+
+def own_unanswered_update(t: Tracked, found: CpuSettings) -> bool:
+    """True (and ``expected`` updated) when ``found`` is what the agent's own update that
+    the engine did not answer would have set: the engine applied it before it went away
+    (found by the agent-engine-restart fault scenario), so it is not someone else's."""
+    if not t.unconfirmed or foreign_fields(t.unconfirmed, found):
+        return False
+    log.info("container=%s shows the agent's unanswered update: it was applied", t.name)
+    t.expected, t.unconfirmed = t.unconfirmed, {}
+    return True
 
 
 def hand_off(t: Tracked, found: CpuSettings, why: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from flowcon.agent.config import Config
 from flowcon.agent.foreign import describe, foreign_fields, merge_unset
-from flowcon.agent.limit_executor import Executor, Tracked, hand_off
+from flowcon.agent.limit_executor import Executor, Tracked, hand_off, own_unanswered_update
 from flowcon.agent.monitor import ContainerMonitor
 from flowcon.agent.state_file import AgentState, ContainerRecord
 from flowcon.core.control import AppliedMode
@@ -143,7 +143,7 @@ class WorkerPool:
                 t.original = info.cpu
             return False
         diff = foreign_fields(t.expected, info.cpu)
-        if diff:
+        if diff and not own_unanswered_update(t, info.cpu):
             self.hand_off_changed(t, info.cpu, diff)
             return True
         if time_ns is not None and self.executor.writes.collided(cid, time_ns):

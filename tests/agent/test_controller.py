@@ -724,6 +724,40 @@ def test_an_update_colliding_with_the_agents_own_is_found_by_its_event(
     assert sum(1 for cid, _ in eng.updates if cid == "b") == n_b
 
 
+def test_an_update_the_engine_applied_but_did_not_answer_is_the_agents_own(
+    tmp_path: Path,
+) -> None:
+    """Regression (the agent-engine-restart fault scenario, 3 of 5 runs, after the read
+    before each update was added): the engine stopped while a round's updates were in
+    flight; it applied them but the answers were lost ("cannot connect"). The next round's
+    read found the agent's own values and took them for someone else's: every container
+    was let go, and the final restore left the agent's limits on them."""
+    eng = FakeEngine()
+    eng.add("a", ON)
+    eng.add("b", ON)
+    ctl = make(eng, tmp_path)
+    ctl.resync()  # 2 CPUs each
+    real = eng.update_cpu
+
+    def applied_then_gone(cid: str, body: dict[str, int | str]) -> None:
+        real(cid, body)
+        raise EngineUnavailable("update: cannot connect to the Docker engine")
+
+    eng.update_cpu = applied_then_gone  # type: ignore[method-assign]
+    eng.add("c", ON)
+    ctl.on_start("c")  # a and b get new limits; the engine applies them, answers nothing
+    eng.update_cpu = real  # type: ignore[method-assign]
+    for _ in range(3):
+        ctl.round()
+    assert ctl.counters.foreign_total() == 0
+    assert all(t.managed and t.hands_off is None for t in ctl.tracked.values())
+    # someone else's change after that is still someone else's
+    foreign_update(eng, "a", nano_cpus=10**9 + 1)
+    ctl.on_update("a")
+    assert ctl.tracked["a"].hands_off
+    assert ctl.counters.foreign_total() == 1
+
+
 class Killed(BaseException):
     """The agent killed (SIGKILL): nothing after this point runs, not even a finally."""
 
