@@ -3,6 +3,15 @@ checked after every run, and the table says how many runs broke it.
 
     python3 benchmarks/faults.py                       # every implemented scenario
     python3 benchmarks/faults.py --scenario api --runs 1000 --seed 7
+    python3 benchmarks/faults.py --scenario agent-foreign-change --runs 10 --repeat 3
+    python3 benchmarks/faults.py --scenario agent-foreign-change --replay 4:1808234871
+
+Each run has its own seed, drawn from ``--seed``, and prints one line on stderr (scenario,
+session, run, seed, outcome); ``--replay RUN:SEED`` sets up a fresh session and runs that
+one run with that seed again (a session's earlier runs are not replayed: a run that
+depends on them may need its whole session, ``--seed`` as printed at the start).
+``--repeat N`` runs each scenario's whole session N times in a row, each with a fresh
+set-up, so a rare interleaving gets many chances.
 
 Prints a table (scenario, runs, violations, recovery p50/p95) and, as its last line, one
 JSON object: per scenario {"runs", "violations", "recovery_p95_s"} (null for a scenario
@@ -188,30 +197,62 @@ class Summary:
         }
 
 
-def run_scenario(sc: Scenario, runs: int, seed: int) -> Summary:
-    """``runs`` runs of ``sc``; a run counts as one violation however many checks fail."""
+SEED_RANGE = 2**31
+
+
+def run_scenario(
+    sc: Scenario,
+    runs: int,
+    seed: int,
+    repeat: int = 1,
+    replay: tuple[int, int] | None = None,
+) -> Summary:
+    """``runs`` runs of ``sc`` in one session, ``repeat`` sessions in a row (each set up
+    afresh); a run counts as one violation however many checks fail. ``replay``: (run,
+    seed), that one run alone in a fresh session."""
     out = Summary(sc.name, implemented=sc.session is not None)
     if sc.session is None:
         return out
-    rng = random.Random(seed)
+    seeds = random.Random(seed)  # each session's and each run's seed, drawn in order
     try:
-        _runs(sc.session, rng, runs, out)
+        if replay is not None:
+            _runs(sc, random.Random(replay[1]), [replay], out, "replay")
+            return out
+        for k in range(repeat):
+            rng = random.Random(seeds.randrange(SEED_RANGE))
+            plan = [(i, seeds.randrange(SEED_RANGE)) for i in range(runs)]
+            _runs(sc, rng, plan, out, f"session {k + 1}/{repeat}")
     except Exception as exc:  # the scenario's set-up failed: not run, not passed
         out.error = f"{type(exc).__name__}: {exc}"
     return out
 
 
-def _runs(session: Session, rng: random.Random, runs: int, out: Summary) -> None:
-    with session(rng) as run:
-        for i in range(runs):
+def _runs(
+    sc: Scenario, rng: random.Random, plan: list[tuple[int, int]], out: Summary, session: str
+) -> None:
+    """The runs ``plan`` lists ((index, seed) each) in one session of ``sc``; the
+    session's generator is seeded with a run's seed right before that run."""
+    assert sc.session is not None
+    with sc.session(rng) as run:
+        for n, (i, run_seed) in enumerate(plan):
+            rng.seed(run_seed)
+            t0 = time.monotonic()
             result = run(i)
-            if i == runs - 1 and isinstance(run, FinalCheck):
+            if n == len(plan) - 1 and isinstance(run, FinalCheck):
                 # The scenario's end-of-session invariant counts with its last run.
                 result.violations.extend(f"final: {v}" for v in run.final())
             out.runs += 1
+            where = f"{session} run {i} seed {run_seed}"
+            verdict = f"{len(result.violations)} violation(s)" if result.violations else "ok"
+            print(
+                f"[{sc.name}] {where}: {verdict} ({time.monotonic() - t0:.2f} s;"
+                f" replay: --scenario {sc.name} --replay {i}:{run_seed})",
+                file=sys.stderr,
+                flush=True,
+            )
             if result.violations:
                 out.violations += 1
-                out.messages.extend(f"run {i}: {v}" for v in result.violations)
+                out.messages.extend(f"{where}: {v}" for v in result.violations)
             if result.recovery_s is not None:
                 out.recovery.append(result.recovery_s)
             for key, value in result.figures.items():
@@ -1244,11 +1285,35 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scenario", action="append", choices=[s.name for s in SCENARIOS])
     ap.add_argument("--runs", type=int, help="runs per scenario (default: its own count)")
-    ap.add_argument("--seed", type=int, default=15)
+    ap.add_argument("--seed", type=int, default=15, help="draws every session's and run's seed")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run each scenario's whole session N times, each set up afresh",
+    )
+    ap.add_argument(
+        "--replay",
+        metavar="RUN:SEED",
+        help="one run again in a fresh session, as its stderr line printed it (one --scenario)",
+    )
     ap.add_argument(
         "--label", action="append", default=[], help="KEY=VALUE on everything it creates"
     )
     args = ap.parse_args(argv)
+    if args.repeat < 1:
+        ap.error("--repeat: must be at least 1")
+    if args.runs is not None and args.runs < 1:
+        ap.error("--runs: must be at least 1")
+    replay: tuple[int, int] | None = None
+    if args.replay is not None:
+        run_i, sep, run_seed = args.replay.partition(":")
+        if not (sep and run_i.isdigit() and run_seed.isdigit()):
+            ap.error(f"--replay: {args.replay!r} is not RUN:SEED (two whole numbers)")
+        if not args.scenario or len(args.scenario) != 1:
+            ap.error("--replay: name exactly one --scenario")
+        replay = (int(run_i), int(run_seed))
     LABELS.update(kv.split("=", 1) for kv in args.label)
     chosen = [
         s for s in SCENARIOS if ((s.name in args.scenario) if args.scenario else not s.on_request)
@@ -1256,6 +1321,9 @@ def main(argv: list[str] | None = None) -> int:
     for s in SCENARIOS:
         if s.on_request and s not in chosen:
             print(f"{s.name}: run only with --scenario {s.name}: {s.on_request}", file=sys.stderr)
-    summaries = [run_scenario(s, args.runs or s.default_runs, args.seed) for s in chosen]
+    print(f"faults: --seed {args.seed}, {args.repeat} session(s) per scenario", file=sys.stderr)
+    summaries = [
+        run_scenario(s, args.runs or s.default_runs, args.seed, args.repeat, replay) for s in chosen
+    ]
     report(summaries)
     return 1 if any(s.violations or s.error for s in summaries) else 0

@@ -5,6 +5,7 @@ consistent. Also the regressions the scenario found, and checks that its checker
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,3 +126,51 @@ def test_framework_reports_not_implemented_and_not_run_honestly() -> None:
     assert failed.to_json()["violations"] is None
     assert "no engine" in failed.error
     assert faults.main(["--scenario", "inputs", "--runs", "3"]) == 0
+
+
+def test_each_run_has_a_printed_seed_that_replays_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """--repeat sets a session up afresh N times; every run prints its seed, and --replay
+    RUN:SEED gives that run the same draws again."""
+    sessions: list[int] = []
+    draws: dict[tuple[int, int], float] = {}  # (session, run) -> the run's first draw
+
+    @contextlib.contextmanager
+    def session(rng: random.Random) -> Iterator[object]:
+        sessions.append(len(sessions))
+        k = sessions[-1]
+
+        def run(i: int) -> faults.RunResult:
+            draws[(k, i)] = rng.random()
+            return faults.RunResult(["broken"] if i == 2 else [], 0.01)
+
+        yield run
+
+    sc = faults.Scenario("z", "seeds", 3, session)  # type: ignore[arg-type]
+    out = faults.run_scenario(sc, 3, seed=7, repeat=2)
+    assert len(sessions) == 2
+    assert (out.runs, out.violations) == (6, 2)
+    assert len(set(draws.values())) == 6  # every run its own seed
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("[z]")]
+    assert len(lines) == 6
+    failing = lines[2]
+    assert "session 1/2 run 2 seed " in failing
+    assert "1 violation(s)" in failing
+    assert "ok" in lines[0]
+    replay = failing.split("--replay ")[1].rstrip(")")
+    run_i, run_seed = (int(x) for x in replay.split(":"))
+    again = faults.run_scenario(sc, 1, seed=0, replay=(run_i, run_seed))
+    assert again.runs == 1
+    assert draws[(2, 2)] == draws[(0, 2)]  # the same draws as the printed run
+    assert any(f"seed {run_seed}" in m for m in out.messages)
+
+
+def test_faults_cli_refuses_bad_repeat_and_replay(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, field in (
+        (["--repeat", "0"], "--repeat"),
+        (["--scenario", "inputs", "--replay", "x"], "--replay"),
+        (["--replay", "1:2"], "--replay"),  # needs exactly one --scenario
+    ):
+        with pytest.raises(SystemExit) as exc:
+            faults.main(argv)
+        assert exc.value.code == 2
+        assert field in capsys.readouterr().err
