@@ -27,6 +27,7 @@ import yaml
 from pydantic import Field, field_validator
 
 from flowcon.contract import EXECUTOR_LABELS
+from flowcon.executor.reach import DEFAULT_PIDS_LIMIT, capability_problem
 from flowcon.policy_registry import POLICIES
 from flowcon.schema import SchemaError, Strict, env_overrides, merge, path_problem
 from flowcon.schema import validate as schema_validate
@@ -201,6 +202,49 @@ class ExecutorSection(Strict):
     labels: dict[str, str] = Field(
         default_factory=dict, description="a mapping of label: value (strings)"
     )
+    # What a job's containers may reach (flowcon/executor/reach.py, docs/security.md).
+    bind_roots: list[str] = Field(
+        default_factory=list,
+        description="a list of absolute host directories (default none: named volumes only)",
+    )
+    images: list[str] = Field(
+        default_factory=lambda: ["*"],
+        description="a list of image patterns such as registry.example.com/ml/* (default *)",
+    )
+    cap_add: list[str] = Field(
+        default_factory=list, description="a list of Docker's default capabilities"
+    )
+    pids_limit: int = Field(
+        DEFAULT_PIDS_LIMIT, ge=64, description="an integer >= 64 (processes and threads)"
+    )
+
+    @field_validator("bind_roots")
+    @classmethod
+    def _bind_roots(cls, value: list[str]) -> list[str]:
+        for root in value:
+            why = path_problem(root, absolute=True)
+            if why:
+                raise ValueError(f"{root!r}: {why}")
+            if root.strip("/") == "":
+                raise ValueError("'/' (the whole host) is not a root")
+        return value
+
+    @field_validator("images")
+    @classmethod
+    def _images(cls, value: list[str]) -> list[str]:
+        bad = [p for p in value if not p or any(c.isspace() for c in p)]
+        if bad:
+            raise ValueError(f"{bad[0]!r}: a pattern without spaces")
+        return value
+
+    @field_validator("cap_add")
+    @classmethod
+    def _cap_add(cls, value: list[str]) -> list[str]:
+        for cap in value:
+            why = capability_problem(cap)
+            if why:
+                raise ValueError(why)
+        return value
 
     @field_validator("labels")
     @classmethod

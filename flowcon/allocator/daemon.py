@@ -37,6 +37,7 @@ from flowcon.allocator.views import (
     ProfilingAnswer,
 )
 from flowcon.contract import SCALING_RESTART, Measurement
+from flowcon.executor.reach import Reach
 from flowcon.jobspec.spec import JobSpec, JobSpecError, parse_jobspec
 from flowcon.web.health import Liveness
 from flowcon.web.history import History
@@ -62,6 +63,8 @@ class Allocator:
             operator=self.token, user=cfg.user_token, read=cfg.read_token, agent=cfg.agent_token
         )
         self.target = target
+        # what a job's containers may reach: checked at submit and its dry run
+        self.reach = Reach.from_config(cfg.section("executor"))
         inventory = target.inventory if target is not None else None
         if total_gpus is None:
             if inventory is None:
@@ -313,12 +316,22 @@ class Allocator:
             containers=self.planner.intake.containers_of(name),
         )
 
-    def submit(self, spec: Mapping[str, object]) -> tuple[int, Answer]:
-        now = self.clock()
+    def _parse(self, spec: Mapping[str, object], now: float) -> JobSpec:
+        """The spec, checked, and within what the operator lets a job reach (400 naming
+        the field and the rule otherwise: flowcon/executor/reach.py)."""
         try:
             parsed = parse_jobspec(spec, now=now, allow_files=False)
         except JobSpecError as exc:
             raise ApiError(400, str(exc), field=exc.field, errors=exc.problems) from None
+        refused = self.reach.problems(parsed)
+        if refused:
+            errors = [f"{f}: {m}" for f, m in refused]
+            raise ApiError(400, errors[0], field=refused[0][0], errors=errors)
+        return parsed
+
+    def submit(self, spec: Mapping[str, object]) -> tuple[int, Answer]:
+        now = self.clock()
+        parsed = self._parse(spec, now)
         if parsed.profile_auto:
             return self._submit_auto(parsed, now)
         try:
@@ -334,10 +347,7 @@ class Allocator:
         """What ``submit`` would answer now, creating nothing (``sbatch --test-only``): the
         planner's policy decides on a copy of its state."""
         now = self.clock()
-        try:
-            parsed = parse_jobspec(spec, now=now, allow_files=False)
-        except JobSpecError as exc:
-            raise ApiError(400, str(exc), field=exc.field, errors=exc.problems) from None
+        parsed = self._parse(spec, now)
         if parsed.profile_auto:
             counts = self._profile_counts(parsed)
             return ProfilingAnswer(

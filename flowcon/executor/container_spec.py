@@ -4,7 +4,9 @@
 container (or Swarm service) gets: mounts, /dev/shm size, CPU and memory limits (per GPU
 values times the worker's GPU count, as Slurm's ``--cpus-per-gpu``/``--mem-per-gpu``),
 working directory, user, and labels (the spec's own, plus the ``flowcon.metric*`` labels
-that let a node's agent read the job's own format with the same regex).
+that let a node's agent read the job's own format with the same regex), and the operator's
+hardening (flowcon/executor/reach.py): every capability dropped but ``executor.cap_add``,
+``no-new-privileges``, a pids limit, private IPC.
 ``engine_kwargs`` and ``swarm_kwargs`` are the extra keyword arguments for docker-py's
 ``containers.create`` and ``services.create``; the backends add their own (name, command,
 env, FlowCon's labels, the checkpoint mount) around them.
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from flowcon import contract
+from flowcon.executor.reach import DEFAULT_PIDS_LIMIT, Reach
 from flowcon.jobspec.keys import default_shm
 from flowcon.jobspec.spec import JobSpec
 
@@ -38,6 +41,8 @@ class ContainerSettings:
     workdir: str | None = None
     user: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    cap_add: tuple[str, ...] = ()  # given back after dropping every capability
+    pids_limit: int = DEFAULT_PIDS_LIMIT
 
 
 def _scaled(per_worker: _N | None, per_gpu: _N | None, gpus: int) -> _N | None:
@@ -57,8 +62,10 @@ def metric_labels(spec: JobSpec) -> dict[str, str]:
     return out
 
 
-def settings_for(spec: JobSpec, gpus: int) -> ContainerSettings:
-    """Settings of a worker container holding ``gpus`` GPUs of ``spec``."""
+def settings_for(spec: JobSpec, gpus: int, reach: Reach | None = None) -> ContainerSettings:
+    """Settings of a worker container holding ``gpus`` GPUs of ``spec``, hardened as
+    ``reach`` (the operator's ``executor`` section) says."""
+    reach = reach or Reach()
     cpus = _scaled(spec.cpus, spec.cpus_per_gpu, gpus)
     memory = _scaled(spec.memory, spec.memory_per_gpu, gpus)
     mounts: tuple[dict[str, str | bool], ...] = tuple(
@@ -78,13 +85,26 @@ def settings_for(spec: JobSpec, gpus: int) -> ContainerSettings:
         workdir=spec.workdir,
         user=spec.user,
         labels={**dict(spec.labels), **metric_labels(spec)},
+        cap_add=reach.cap_add,
+        pids_limit=reach.pids_limit,
     )
 
 
 def engine_kwargs(s: ContainerSettings) -> SdkKwargs:
     """Keyword arguments of docker-py's ``containers.create`` for these settings (the
     checkpoint mount is the backend's: it goes first, these after it)."""
-    out: SdkKwargs = {"mounts": [dict(m) for m in s.mounts], "shm_size": s.shm_size}
+    out: SdkKwargs = {
+        "mounts": [dict(m) for m in s.mounts],
+        "shm_size": s.shm_size,
+        # what a job may reach (flowcon/executor/reach.py); Docker's default seccomp
+        # profile applies (no security_opt unconfines it), the PID namespace is private
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "pids_limit": s.pids_limit,
+        "ipc_mode": "private",
+    }
+    if s.cap_add:
+        out["cap_add"] = list(s.cap_add)
     if s.nano_cpus is not None:
         out["nano_cpus"] = s.nano_cpus
     if s.memory is not None:
@@ -99,16 +119,21 @@ def engine_kwargs(s: ContainerSettings) -> SdkKwargs:
 def swarm_kwargs(s: ContainerSettings) -> SdkKwargs:
     """Keyword arguments of docker-py's ``services.create``. A service has no shm size:
     /dev/shm is a tmpfs mount of that size (what ``docker service create --mount
-    type=tmpfs,dst=/dev/shm,tmpfs-size=...`` does)."""
+    type=tmpfs,dst=/dev/shm,tmpfs-size=...`` does). Services take no ``no-new-privileges``
+    before Engine API 1.46: every capability is dropped instead (docs/security.md)."""
     shm = {"Target": "/dev/shm", "Type": "tmpfs", "TmpfsOptions": {"SizeBytes": s.shm_size}}
-    out: SdkKwargs = {"mounts": [dict(m) for m in s.mounts] + [shm]}
-    limits: dict[str, int] = {}
+    out: SdkKwargs = {
+        "mounts": [dict(m) for m in s.mounts] + [shm],
+        "cap_drop": ["ALL"],
+    }
+    if s.cap_add:
+        out["cap_add"] = list(s.cap_add)
+    limits: dict[str, int] = {"Pids": s.pids_limit}
     if s.nano_cpus is not None:
         limits["NanoCPUs"] = s.nano_cpus
     if s.memory is not None:
         limits["MemoryBytes"] = s.memory
-    if limits:
-        out["resources"] = {"Limits": limits}
+    out["resources"] = {"Limits": limits}
     if s.workdir is not None:
         out["workdir"] = s.workdir
     if s.user is not None:

@@ -42,6 +42,7 @@ from flowcon.executor import stopfree_plan as stopfree
 from flowcon.executor.backend import Backend, ExecutorError, Worker, WorkerRequest
 from flowcon.executor.container_spec import settings_for
 from flowcon.executor.launchers import FLOWCON, container_suffix, launch_command, launch_env
+from flowcon.executor.reach import Reach
 from flowcon.executor.workers import (
     Placement,
     WorkerSlot,
@@ -115,6 +116,9 @@ class ExecutorOptions:
     leave_timeout_s: float = 60.0
     leave_resend_s: float = 2.0  # the leave signal again while a leaver still runs
     poll_s: float = 0.1
+    # what a job's containers may reach: host paths, images, capabilities, pids
+    # (flowcon/executor/reach.py)
+    reach: Reach = field(default_factory=Reach)
 
 
 class ExecutorBase:
@@ -272,6 +276,14 @@ class ExecutorBase:
         same_image = all(not w.image or w.image == spec.image for w in current)
         return have == want and same_world and same_image
 
+    def _refuse_beyond_reach(self, spec: JobSpec) -> None:
+        """ExecutorError when ``spec`` asks what the operator does not let a job reach (a
+        spec admitted under an older config, or not through the allocator)."""
+        refused = self.options.reach.problems(spec)
+        if refused:
+            where, why = refused[0]
+            raise ExecutorError(f"job {spec.name}: {where}: {why}")
+
     def _create_all(
         self,
         spec: JobSpec,
@@ -319,6 +331,7 @@ class ExecutorBase:
                 os.makedirs(f"{host_dir.rstrip('/')}/{spec.name}", exist_ok=True)
             except OSError as exc:
                 log.warning("cannot create checkpoint dir under %s: %s", host_dir, exc)
+        self._refuse_beyond_reach(spec)
         reqs = []
         for s in slots:
             if only is not None and s.node_rank not in only:
@@ -352,7 +365,7 @@ class ExecutorBase:
                     checkpoint_host_dir=f"{host_dir.rstrip('/')}/{spec.name}" if host_dir else None,
                     grace_s=self.options.grace_s,
                     network=network,
-                    settings=settings_for(spec, len(s.gpus)),
+                    settings=settings_for(spec, len(s.gpus), self.options.reach),
                     # an init as PID 1: a script without a SIGTERM handler still stops
                     init=spec.launcher != FLOWCON,
                 )

@@ -13,6 +13,7 @@ from flowcon.executor.backend import Backend
 from flowcon.executor.backends.engine import EngineBackend
 from flowcon.executor.backends.swarm import SwarmBackend
 from flowcon.executor.lifecycle import Executor, ExecutorOptions
+from flowcon.executor.reach import Reach
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -46,7 +47,8 @@ def make_executor(
 
     ``{backend: engine|swarm, grace_s: 30, max_restarts: 3, checkpoint_every: null,
     checkpoint_host_dir: null, network: auto|host|<network name>, labels: {},
-    leave_timeout_s: 60}``; ``extra_labels`` (a test's) are added to the config's ``labels``.
+    leave_timeout_s: 60, bind_roots: [], images: ["*"], cap_add: [], pids_limit: 4096}``;
+    ``extra_labels`` (a test's) are added to the config's ``labels``.
     """
     cfg = dict(config or {})
     opts = ExecutorOptions(
@@ -56,5 +58,6 @@ def make_executor(
         checkpoint_host_dir=cfg.get("checkpoint_host_dir"),
         extra_labels={**dict(cfg.get("labels") or {}), **dict(extra_labels or {})},
         leave_timeout_s=float(cfg.get("leave_timeout_s", 60.0)),
+        reach=Reach.from_config(cfg),
     )
     return Executor(make_backend(cfg, cast("DockerClient | None", client)), inventory, opts)

@@ -351,3 +351,20 @@ def test_cli_with_a_read_token_lists_but_cannot_submit(
     assert res.exit_code != 0, res.output
     assert "user or operator token" in res.output, res.output
     assert daemon.store.get_job("keep").state != "cancelled"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/etc", "/var/run", "/run", "/root", "/var/lib/docker", "/proc", "/dev", "/boot", "/home"],
+)
+def test_a_user_token_mounts_no_host_path(daemon: Allocator, path: str) -> None:
+    """Every one of these was accepted from a user token before: any user was root on
+    every node. Without executor.bind_roots a job gets named volumes only (dry run too)."""
+    before = daemon.store.count("jobs")
+    spec = job("hostile", volumes=["cache:/cache", f"{path}:/host"])
+    for url in ("/api/v1/jobs", "/api/v1/jobs?dry_run=true"):
+        status, out = call(daemon, "POST", url, "user", spec)
+        assert status == 400, out
+        assert out["field"] == "volumes[1].source", out
+        assert out["error"].startswith(f"volumes[1].source: {path!r} is not allowed: "), out
+    assert daemon.store.count("jobs") == before

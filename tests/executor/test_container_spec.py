@@ -41,6 +41,15 @@ FULL = spec(
 )
 
 
+# what every container gets whatever its spec (flowcon/executor/reach.py)
+HARDENED = {
+    "cap_drop": ["ALL"],
+    "security_opt": ["no-new-privileges"],
+    "pids_limit": 4096,
+    "ipc_mode": "private",
+}
+
+
 def test_engine_kwargs_carry_every_key() -> None:
     kw = engine_kwargs(settings_for(FULL, gpus=2))
     assert kw == {
@@ -49,6 +58,7 @@ def test_engine_kwargs_carry_every_key() -> None:
             {"Target": "/cache", "Source": "cache", "Type": "volume", "ReadOnly": False},
         ],
         "shm_size": 2 * GIB,
+        **HARDENED,
         "nano_cpus": 3_000_000_000,
         "mem_limit": 12 * GIB,
         "working_dir": "/work",
@@ -80,7 +90,7 @@ def test_per_gpu_values_scale_with_the_workers_gpus() -> None:
 
 def test_no_keys_gives_the_default_shm_and_no_limits() -> None:
     kw = engine_kwargs(settings_for(spec(), 4))
-    assert kw == {"mounts": [], "shm_size": GIB}
+    assert kw == {"mounts": [], "shm_size": GIB, **HARDENED}
     assert engine_kwargs(ContainerSettings()) == kw
 
 
@@ -92,11 +102,12 @@ def test_swarm_kwargs_carry_every_key() -> None:
             {"Target": "/cache", "Source": "cache", "Type": "volume", "ReadOnly": False},
             {"Target": "/dev/shm", "Type": "tmpfs", "TmpfsOptions": {"SizeBytes": 2 * GIB}},
         ],
-        "resources": {"Limits": {"NanoCPUs": 3_000_000_000, "MemoryBytes": 12 * GIB}},
+        "cap_drop": ["ALL"],
+        "resources": {"Limits": {"NanoCPUs": 3_000_000_000, "MemoryBytes": 12 * GIB, "Pids": 4096}},
         "workdir": "/work",
         "user": "1000:1000",
     }
     bare = swarm_kwargs(settings_for(spec(), 1))
-    assert "resources" not in bare
+    assert bare["resources"] == {"Limits": {"Pids": 4096}}
     assert "workdir" not in bare
     assert "user" not in bare

@@ -5,7 +5,7 @@ deadline_kind), both as the engine records it and as the job sees it from inside
 from __future__ import annotations
 
 import pytest
-from support.allocator_daemon import containers, daemon_env, wait_for
+from support.allocator_daemon import CONFIG, containers, daemon_env, wait_for
 from support.session import TEST_LABEL
 
 from flowcon.client.http import AllocatorClient
@@ -30,7 +30,9 @@ sleep 600
 
 @pytest.fixture
 def env(tmp_path, docker_client, labeled, test_run_id):
-    yield from daemon_env(tmp_path, docker_client, labeled, test_run_id)
+    # the test's folder is the one host path its jobs may mount (executor.bind_roots)
+    config = CONFIG + f"  bind_roots: [{tmp_path}]\n"
+    yield from daemon_env(tmp_path, docker_client, labeled, test_run_id, config=config)
 
 
 def test_every_spec_key_reaches_the_container(env, docker_client, labeled, tmp_path) -> None:
@@ -92,6 +94,15 @@ def test_every_spec_key_reaches_the_container(env, docker_client, labeled, tmp_p
     assert not mounts["/cache"].get("ReadOnly")
     assert "/flowcon/checkpoint" in mounts  # the executor's own mount is still there
     assert host["ShmSize"] == 256 * MIB
+    # what a job may reach (flowcon/executor/reach.py): no capability, no privilege gained
+    # through setuid, a pids limit, its own IPC namespace, Docker's seccomp profile
+    assert host["CapDrop"] == ["ALL"]
+    assert not host.get("CapAdd")
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["PidsLimit"] == 4096
+    assert host["IpcMode"] == "private"
+    assert host["Privileged"] is False
+    assert host["PidMode"] == ""
     assert host["NanoCpus"] == 500_000_000  # 0.25 CPU per GPU x 2 GPUs
     assert host["Memory"] == 128 * MIB  # 64m per GPU x 2 GPUs
     config = c.attrs["Config"]

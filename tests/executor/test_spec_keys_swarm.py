@@ -4,11 +4,13 @@ GPU, workdir, user, labels with the agent's metric labels."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from flowcon.executor.lifecycle import Executor
+from flowcon.executor.reach import Reach
 
 pytest.register_assert_rewrite("support.swarm_fixtures")  # it is also loaded as a plugin below
 from support.session import TESTBOX_IMAGE  # noqa: E402
@@ -60,6 +62,8 @@ def test_every_spec_key_reaches_the_service(swarm, swarm_executor, tmp_path, tes
             "launcher": "flowcon",  # one service holding both GPUs: per-GPU limits x 2
         }
     )
+    # the test's folder is the one host path its jobs may mount (executor.bind_roots)
+    ex.options = replace(ex.options, reach=Reach(bind_roots=(str(tmp_path),)))
     (w,) = ex.launch(spec, {"node1": ["0", "1"]})
     svc = swarm.manager.services.get(w.id)
     task = svc.attrs["Spec"]["TaskTemplate"]
@@ -71,7 +75,12 @@ def test_every_spec_key_reaches_the_service(swarm, swarm_executor, tmp_path, tes
     assert mounts["/dev/shm"]["Type"] == "tmpfs"
     assert mounts["/dev/shm"]["TmpfsOptions"]["SizeBytes"] == 256 * MIB
     assert "/flowcon/checkpoint" in mounts
-    assert task["Resources"]["Limits"] == {"NanoCPUs": 500_000_000, "MemoryBytes": 128 * MIB}
+    assert task["Resources"]["Limits"] == {
+        "NanoCPUs": 500_000_000,
+        "MemoryBytes": 128 * MIB,
+        "Pids": 4096,
+    }
+    assert cspec["CapabilityDrop"] == ["ALL"]  # the same limits as on the engine backend
     assert cspec["Dir"] == "/tmp"
     assert cspec["User"] == "1000:1000"
     for labels in (svc.attrs["Spec"]["Labels"], cspec["Labels"]):
@@ -89,5 +98,7 @@ def test_every_spec_key_reaches_the_service(swarm, swarm_executor, tmp_path, tes
     assert str(256 * 1024) in c.logs().decode()
     assert c.attrs["HostConfig"]["NanoCpus"] == 500_000_000
     assert c.attrs["HostConfig"]["Memory"] == 128 * MIB
+    assert c.attrs["HostConfig"]["CapDrop"] == ["ALL"]
+    assert c.attrs["HostConfig"]["PidsLimit"] == 4096
     assert c.attrs["Config"]["User"] == "1000:1000"
     assert c.attrs["Config"]["WorkingDir"] == "/tmp"

@@ -1,0 +1,145 @@
+"""What a job's containers may reach, as the operator's ``executor`` section allows (pure).
+
+A job spec comes from a user; the containers it becomes run on shared nodes. The operator
+decides what they may touch, and the executor enforces it on both backends:
+
+* **host paths**: a volume whose source is a host path must lie under one of
+  ``executor.bind_roots`` (default none: named volumes only). ``/``, ``..`` and the Docker
+  socket (or a folder that holds it) stay refused whatever the roots;
+* **images**: the image must match one of ``executor.images`` (glob patterns such as
+  ``registry.example.com/ml/*``; default ``*``: any);
+* **the container itself** (``hardening``): every capability dropped except
+  ``executor.cap_add`` (a few of Docker's defaults), ``no-new-privileges``, Docker's
+  default seccomp profile (never ``unconfined``), a pids limit (``executor.pids_limit``),
+  private IPC and PID namespaces.
+
+``problems`` lists what a spec asks beyond that, each as (field, message) naming the rule;
+the allocator refuses such a submit (and its dry run) with 400, and the executor refuses to
+create such a container (a spec admitted under an older config). See docs/security.md.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from flowcon.jobspec.keys import DOCKER_SOCKETS
+from flowcon.jobspec.spec import JobSpec
+
+# Docker's default capabilities: the only ones an operator may give back (``cap_add``);
+# SYS_ADMIN, NET_ADMIN, SYS_PTRACE and the like are never granted to a job.
+DEFAULT_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "NET_RAW",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
+DEFAULT_PIDS_LIMIT = 4096  # processes and threads per container (torch loaders use many)
+
+
+def capability_problem(name: str) -> str | None:
+    """Why ``name`` cannot be in ``executor.cap_add`` (None: it can)."""
+    bare = name.upper().removeprefix("CAP_")
+    if bare not in DEFAULT_CAPABILITIES:
+        allowed = ", ".join(sorted(DEFAULT_CAPABILITIES))
+        return f"{name!r} is not one of Docker's default capabilities ({allowed})"
+    return None
+
+
+@dataclass(frozen=True)
+class Reach:
+    """The operator's limits on what a job's containers reach."""
+
+    bind_roots: tuple[str, ...] = ()
+    images: tuple[str, ...] = ("*",)
+    cap_add: tuple[str, ...] = ()
+    pids_limit: int = DEFAULT_PIDS_LIMIT
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, object] | None) -> Reach:
+        """From an ``executor`` config section (already checked by its schema)."""
+        cfg = dict(section or {})
+        roots = cfg.get("bind_roots") or ()
+        images = cfg.get("images")
+        caps = cfg.get("cap_add") or ()
+        pids = cfg.get("pids_limit")
+        return cls(
+            bind_roots=tuple(_norm(str(r)) for r in _strings(roots)),
+            images=tuple(_strings(images)) if images is not None else ("*",),
+            cap_add=tuple(str(c).upper().removeprefix("CAP_") for c in _strings(caps)),
+            pids_limit=int(pids) if isinstance(pids, int) else DEFAULT_PIDS_LIMIT,
+        )
+
+    def problems(self, spec: JobSpec) -> list[tuple[str, str]]:
+        """What ``spec`` asks beyond these limits: (field, message) each, in field order."""
+        out: list[tuple[str, str]] = []
+        why = self.image_problem(spec.image)
+        if why:
+            out.append(("image", why))
+        for i, vol in enumerate(spec.volumes):
+            if vol.kind != "bind":
+                continue
+            why = self.source_problem(vol.source)
+            if why:
+                out.append((f"volumes[{i}].source", why))
+        return out
+
+    def image_problem(self, image: str) -> str | None:
+        if any(fnmatchcase(image, p) for p in self.images):
+            return None
+        return (
+            f"{image!r} is not allowed: images must match executor.images"
+            f" ({', '.join(self.images) or 'none'})"
+        )
+
+    def source_problem(self, source: str) -> str | None:
+        """Why the host path ``source`` may not be mounted (None: it may). The check is on
+        the path as written: symbolic links under an allowed root are not resolved yet, so
+        a root must be a tree users cannot create links in (docs/security.md)."""
+        norm = _norm(source)
+        if norm == "/" or ".." in source.split("/"):
+            return f"{source!r} is not allowed: the whole host, or a path with '..'"
+        if any(_under(sock, norm) for sock in DOCKER_SOCKETS):
+            return f"{source!r} is not allowed: it is or holds the Docker socket (root on the host)"
+        if not self.bind_roots:
+            return (
+                f"{source!r} is not allowed: host paths must be under an allowed root"
+                " (executor.bind_roots is empty: named volumes only)"
+            )
+        if not any(_under(norm, root) for root in self.bind_roots):
+            return (
+                f"{source!r} is not allowed: host paths must be under an allowed root"
+                f" (executor.bind_roots: {', '.join(self.bind_roots)})"
+            )
+        return None
+
+
+def _strings(value: object) -> Iterable[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [str(v) for v in value]
+    return []
+
+
+def _norm(path: str) -> str:
+    return posixpath.normpath("/" + path.strip("/")) if path.strip("/") else "/"
+
+
+def _under(path: str, root: str) -> bool:
+    """``path`` is ``root`` or inside it (both normalised, absolute)."""
+    return path == root or path.startswith(root.rstrip("/") + "/")

@@ -1,0 +1,127 @@
+"""What a job's containers may reach (flowcon/executor/reach.py): host paths only under the
+operator's roots, images from the allowlist, and the hardening every container gets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from flowcon.allocator.config import ExecutorSection
+from flowcon.executor.container_spec import engine_kwargs, settings_for, swarm_kwargs
+from flowcon.executor.reach import Reach
+from flowcon.jobspec.spec import parse_jobspec
+from flowcon.schema import SchemaError, validate
+
+# every one of these was accepted from a user token before (docs/security.md)
+HOST_PATHS = [
+    "/etc",
+    "/var/run",
+    "/run",
+    "/root",
+    "/var/lib/docker",
+    "/proc",
+    "/dev",
+    "/boot",
+    "/home",
+    "/usr",
+    "/srv/datasets/../../etc",
+]
+
+
+def spec(**over: Any) -> Any:
+    raw: dict[str, Any] = {
+        "name": "j",
+        "image": "flowcon/testbox:latest",
+        "command": "true",
+        "global_batch_size": 8,
+        "iterations": 10,
+        "best_effort": True,
+        "profile": {1: 1.0},
+    }
+    raw.update(over)
+    return parse_jobspec(raw)
+
+
+@pytest.mark.parametrize("path", HOST_PATHS)
+def test_no_host_path_by_default(path: str) -> None:
+    if ".." in path:  # refused by the spec itself already, and by the rule
+        with pytest.raises(ValueError, match=r"volumes\[0\]\.source"):
+            spec(volumes=[f"{path}:/x"])
+        assert Reach().source_problem(path)
+        return
+    ((where, why),) = Reach().problems(spec(volumes=["cache:/cache", f"{path}:/host"]))
+    assert where == "volumes[1].source"
+    if path in ("/var/run", "/run"):  # the folders that hold the Docker socket
+        assert (
+            why == f"{path!r} is not allowed: it is or holds the Docker socket (root on the host)"
+        )
+    else:
+        assert why == (
+            f"{path!r} is not allowed: host paths must be under an allowed root"
+            " (executor.bind_roots is empty: named volumes only)"
+        )
+
+
+def test_host_paths_under_an_allowed_root_only() -> None:
+    reach = Reach(bind_roots=("/srv/datasets",))
+    assert reach.problems(spec(volumes=["/srv/datasets/imagenet:/data:ro"])) == []
+    assert reach.problems(spec(volumes=["/srv/datasets:/data:ro"])) == []
+    ((where, why),) = reach.problems(spec(volumes=["/srv/datasets-evil:/data"]))
+    assert where == "volumes[0].source"
+    assert why == (
+        "'/srv/datasets-evil' is not allowed: host paths must be under an allowed root"
+        " (executor.bind_roots: /srv/datasets)"
+    )
+    assert reach.problems(spec(volumes=["/etc:/hostetc"]))[0][0] == "volumes[0].source"
+
+
+def test_the_docker_socket_and_its_folders_stay_refused_under_any_root() -> None:
+    reach = Reach(bind_roots=("/var", "/run"))
+    for path in ("/var/run", "/run", "/var", "/var/run/docker.sock"):
+        why = reach.source_problem(path)
+        assert why
+        assert "Docker socket" in why
+    assert reach.source_problem("/var/cache/data") is None
+
+
+def test_images_from_the_allowlist_only() -> None:
+    reach = Reach(images=("registry.example.com/ml/*", "flowcon/*"))
+    assert reach.problems(spec(image="flowcon/testbox:latest")) == []
+    assert reach.problems(spec(image="registry.example.com/ml/bert:1")) == []
+    ((where, why),) = reach.problems(spec(image="evil.example.com/flowcon/x:1"))
+    assert where == "image"
+    assert "executor.images (registry.example.com/ml/*, flowcon/*)" in why
+    assert Reach().problems(spec(image="anything:1")) == []  # default: any
+
+
+def test_config_names_the_field_of_a_bad_setting() -> None:
+    for raw, field in (
+        ({"bind_roots": ["relative/dir"]}, "bind_roots"),
+        ({"bind_roots": ["/"]}, "bind_roots"),
+        ({"cap_add": ["SYS_ADMIN"]}, "cap_add"),
+        ({"pids_limit": 10}, "pids_limit"),
+        ({"images": ["a b"]}, "images"),
+    ):
+        with pytest.raises(SchemaError) as exc:
+            validate(ExecutorSection, raw, "executor")
+        assert field in str(exc.value)
+    reach = Reach.from_config({"cap_add": ["cap_net_bind_service"], "pids_limit": 512})
+    assert reach.cap_add == ("NET_BIND_SERVICE",)
+    assert reach.pids_limit == 512
+
+
+def test_every_container_is_hardened_on_both_backends() -> None:
+    settings = settings_for(spec(), 1, Reach(cap_add=("CHOWN",), pids_limit=1024))
+    eng = engine_kwargs(settings)
+    assert eng["cap_drop"] == ["ALL"]
+    assert eng["cap_add"] == ["CHOWN"]
+    assert eng["security_opt"] == ["no-new-privileges"]
+    assert eng["pids_limit"] == 1024
+    assert eng["ipc_mode"] == "private"
+    assert "privileged" not in eng
+    assert "pid_mode" not in eng
+    sw = swarm_kwargs(settings)
+    assert sw["cap_drop"] == ["ALL"]
+    assert sw["cap_add"] == ["CHOWN"]
+    assert sw["resources"]["Limits"]["Pids"] == 1024
