@@ -31,7 +31,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
-from flowcon.allocator.auth import Credentials, required_role
+from flowcon.allocator.auth import Credentials, Principal, required_role
 from flowcon.allocator.store import write_failure
 from flowcon.allocator.views import Answer, JobDetail, JobView, LogPage
 from flowcon.textfile import safe_load_yaml
@@ -79,14 +79,22 @@ class Service(Protocol):
     def health(self) -> dict[str, object]: ...
     def history(self, since: float | None = None) -> dict[str, object]: ...
     def metrics_text(self) -> bytes: ...
-    def list_jobs(self) -> list[JobView]: ...
-    def get_job(self, name: str) -> JobDetail: ...
-    def submit(self, spec: Mapping[str, object]) -> tuple[int, Answer]: ...
-    def dry_run(self, spec: Mapping[str, object]) -> Answer: ...
+    # ``who``: the caller (None: the operator, as for calls from inside the process)
+    def list_jobs(self, who: Principal | None = None) -> list[JobView]: ...
+    def get_job(self, name: str, who: Principal | None = None) -> JobDetail: ...
+    def submit(
+        self, spec: Mapping[str, object], who: Principal | None = None
+    ) -> tuple[int, Answer]: ...
+    def dry_run(self, spec: Mapping[str, object], who: Principal | None = None) -> Answer: ...
     def job_logs(
-        self, name: str, rank: int | None = None, after_ns: int = 0, tail: int | None = None
+        self,
+        name: str,
+        rank: int | None = None,
+        after_ns: int = 0,
+        tail: int | None = None,
+        who: Principal | None = None,
     ) -> LogPage: ...
-    def cancel(self, name: str) -> JobView: ...
+    def cancel(self, name: str, who: Principal | None = None) -> JobView: ...
     def ingest_measurements(self, body: Mapping[str, object]) -> dict[str, object]: ...
 
 
@@ -123,6 +131,7 @@ class _Handler(BaseHTTPRequestHandler):
     service: Service
     credentials: Credentials
     _length = 0  # the request body's declared size, until the route reads it
+    _who: Principal | None = None  # the caller, once authorised
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("%s %s", self.address_string(), format % args)
@@ -139,9 +148,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _authorise(self, method: str, path: str) -> None:
         """401 without a known token, 403 when the token lacks the route's role."""
-        status = self.credentials.check(
-            self.headers.get("Authorization"), required_role(method, path)
-        )
+        header = self.headers.get("Authorization")
+        self._who = self.credentials.principal(header)
+        status = self.credentials.check(header, required_role(method, path))
         if status == 401:
             raise ApiError(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
         if status == 403:
@@ -204,6 +213,9 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, self.service.metrics_text(), "text/plain; version=0.0.4; charset=utf-8"
         if path == "/api/v1/jobs":
             return self._jobs(method)
+        if path == "/api/v1/whoami" and method == "GET" and self._who is not None:
+            who = self._who
+            return 200, {"name": who.name, "roles": sorted(who.roles)}, _JSON
         if path.startswith("/api/v1/jobs/"):
             return self._job(method, unquote(path[len("/api/v1/jobs/") :]))
         if path == "/api/v1/measurements":
@@ -225,7 +237,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _jobs(self, method: str) -> Reply:
         if method == "GET":
-            return 200, {"jobs": [j.to_json() for j in self.service.list_jobs()]}, _JSON
+            jobs = self.service.list_jobs(self._who)
+            return 200, {"jobs": [j.to_json() for j in jobs]}, _JSON
         if method == "POST":
             body = self._body()
             if isinstance(body, dict) and isinstance(body.get("spec"), dict):
@@ -233,8 +246,8 @@ class _Handler(BaseHTTPRequestHandler):
             if not isinstance(body, dict):
                 raise ApiError(400, "job spec must be a mapping", field="")
             if self._flag("dry_run"):
-                return 200, self.service.dry_run(body).to_json(), _JSON
-            status, out = self.service.submit(body)
+                return 200, self.service.dry_run(body, self._who).to_json(), _JSON
+            status, out = self.service.submit(body, self._who)
             return status, out.to_json(), _JSON
         raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
 
@@ -263,7 +276,8 @@ class _Handler(BaseHTTPRequestHandler):
         if method != "GET":
             raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
         after = self._int_arg("after") or 0
-        out = self.service.job_logs(name, self._int_arg("rank"), after, self._int_arg("tail"))
+        rank, tail = self._int_arg("rank"), self._int_arg("tail")
+        out = self.service.job_logs(name, rank, after, tail, self._who)
         return 200, out.to_json(), _JSON
 
     def _job(self, method: str, name: str) -> Reply:
@@ -272,9 +286,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not name or "/" in name:
             raise ApiError(404, "no such route")
         if method == "GET":
-            return 200, self.service.get_job(name).to_json(), _JSON
+            return 200, self.service.get_job(name, self._who).to_json(), _JSON
         if method == "DELETE":
-            return 200, self.service.cancel(name).to_json(), _JSON
+            return 200, self.service.cancel(name, self._who).to_json(), _JSON
         raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
 
     def _measurements(self, method: str) -> Reply:

@@ -7,6 +7,13 @@ Roles:
 * ``agent`` -- POST measurement reports, nothing else;
 * ``operator`` -- the legacy single ``token``: valid for every role.
 
+Principals: each token also names who calls (``Principal``): the operator, a named user
+(``allocator.users``, each with a token of their own), ``user`` for the shared legacy
+``user_token`` (one principal for everyone who holds it: not multi-tenant), ``reader`` and
+``agent``. A job belongs to the principal that submitted it; cancel, logs, the detail and
+a dry run of an existing name act only on the caller's own jobs unless the caller is the
+operator (docs/security.md).
+
 Public, no token: /healthz, /metrics, /ui and everything under /ui/ and /static/.
 A call without a known token is 401; a known token without the role is 403. Tokens are
 compared with ``hmac.compare_digest`` against every configured token (no early exit on
@@ -48,30 +55,82 @@ def required_role(method: str, path: str) -> Role:
     return "user"  # submit, its dry run (?dry_run=true), cancel, and any other change
 
 
+# the principal each role token names (a named user's token names that user)
+PRINCIPAL_OF_KIND = {"operator": "operator", "user": "user", "read": "reader", "agent": "agent"}
+RESERVED_NAMES = frozenset(PRINCIPAL_OF_KIND.values())
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who calls: a name (a job's ``owner``) and the kinds of token presented."""
+
+    name: str
+    kinds: frozenset[str]
+
+    @property
+    def operator(self) -> bool:
+        return "operator" in self.kinds
+
+    @property
+    def roles(self) -> frozenset[str]:
+        return frozenset(r for k in self.kinds for r in GRANTS[k])
+
+
 @dataclass(frozen=True)
 class Credentials:
-    """The configured tokens; None: that role has no token of its own."""
+    """The configured tokens; None: that role has no token of its own. ``users``: the
+    named users' (name, token) pairs."""
 
     operator: str | None = None
     user: str | None = None
     read: str | None = None
     agent: str | None = None
+    users: tuple[tuple[str, str], ...] = ()
 
-    def kinds(self, header: str | None) -> set[str]:
-        """The kinds of token (operator, user, read, agent) an Authorization header holds."""
+    @property
+    def multi_tenant(self) -> bool:
+        """Named users are configured: readers see no job's detail or logs."""
+        return bool(self.users)
+
+    def _presented(self, header: str | None) -> bytes | None:
         got = (header or "").strip()
         scheme, _, value = got.partition(" ")
         if scheme.lower() != "bearer" or not value.strip():
-            return set()
-        presented = value.strip().encode()
+            return None
+        return value.strip().encode()
+
+    def kinds(self, header: str | None) -> set[str]:
+        """The kinds of token (operator, user, read, agent) an Authorization header holds
+        (a named user's token is of kind user)."""
+        who = self.principal(header)
+        return set(who.kinds) if who is not None else set()
+
+    def principal(self, header: str | None) -> Principal | None:
+        """Who an Authorization header names; None: no known token."""
+        presented = self._presented(header)
+        if presented is None:
+            return None
         found: set[str] = set()
+        named: str | None = None
         for kind in ("operator", "user", "read", "agent"):
             expected = getattr(self, kind)
             # compare even for unset roles (against a dummy) so timing is uniform
             want = expected.encode() if expected else b"\x00unset\x00"
             if hmac.compare_digest(presented, want) and expected:
                 found.add(kind)
-        return found
+        for name, token in self.users:  # every one compared: no early exit
+            if hmac.compare_digest(presented, token.encode()) and token:
+                found.add("user")
+                named = named or name
+        if not found:
+            return None
+        if "operator" in found:
+            name = "operator"
+        elif named is not None:
+            name = named
+        else:
+            name = next(PRINCIPAL_OF_KIND[k] for k in ("user", "read", "agent") if k in found)
+        return Principal(name, frozenset(found))
 
     def check(self, header: str | None, role: Role) -> int:
         """200 when allowed, 401 when no known token was given, 403 when the token lacks

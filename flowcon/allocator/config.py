@@ -26,6 +26,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, field_validator
 
+from flowcon.allocator.auth import RESERVED_NAMES
 from flowcon.contract import EXECUTOR_LABELS
 from flowcon.executor.reach import DEFAULT_PIDS_LIMIT, capability_problem
 from flowcon.policy_registry import POLICIES
@@ -58,6 +59,7 @@ ROLES = ("agent", "user", "read")
 SECRETS_DIR = Path("/run/secrets")
 _HOSTPORT_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})$")
 _NETWORK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+_USER_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 
 
 @dataclass
@@ -69,6 +71,8 @@ class AllocatorConfig:
     agent_token: str | None = None  # POST measurements
     user_token: str | None = None  # submit, cancel (and read)
     read_token: str | None = None  # GET only
+    # named users, (name, token) each: a user role of their own, owning their jobs
+    users: tuple[tuple[str, str], ...] = ()
     slot_seconds: float = 60.0
     # weight of a new measurement in the EWMA of a job's speed at its current GPU count
     ewma_alpha: float = 0.3
@@ -128,6 +132,31 @@ def _file_field(role: str) -> Any:
     return Field(None, description=f"a file holding the {role} token (e.g. a Swarm secret)")
 
 
+class UserEntry(Strict):
+    """One named user: their token (inline, or a file such as a Swarm secret)."""
+
+    name: str = Field(description="a user name: a-z, 0-9 and '-', starting with a letter")
+    token: str | None = Field(None, description="the user's token (a string)")
+    token_file: str | None = Field(None, description="a file holding the user's token")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _USER_NAME_RE.match(value):
+            raise ValueError("a-z, 0-9 and '-', starting with a letter, at most 32")
+        if value in RESERVED_NAMES:
+            raise ValueError(f"a name other than {', '.join(sorted(RESERVED_NAMES))}")
+        return value
+
+    @field_validator("token_file")
+    @classmethod
+    def _file(cls, value: str | None) -> str | None:
+        why = path_problem(value) if value is not None else None
+        if why:
+            raise ValueError(why)
+        return value
+
+
 class AllocatorSection(Strict):
     listen: str = Field(DEFAULT_LISTEN, description="HOST:PORT with a port in 0..65535")
     url: str | None = Field(None, description="http(s)://HOST:PORT the clients use, or null")
@@ -147,6 +176,9 @@ class AllocatorSection(Strict):
     profile_min_lines: int = Field(6, ge=2, description="an integer >= 2")
     executor: Literal["engine", "swarm"] = Field(
         "engine", description="engine or swarm (legacy: use executor.backend)"
+    )
+    users: list[UserEntry] = Field(
+        default_factory=list, description="a list of {name, token or token_file}"
     )
     policy: str = Field("elasticflow", description=f"one of {', '.join(POLICIES)}")
 
@@ -334,6 +366,26 @@ def _role_token(
     return _read_token(default, where + str(default)) if default.is_file() else None
 
 
+def _users(sec: AllocatorSection, where: str) -> tuple[tuple[str, str], ...]:
+    """The named users' (name, token) pairs: one token each, no name or token twice."""
+    out: list[tuple[str, str]] = []
+    for i, u in enumerate(sec.users):
+        key = f"{where}allocator.users[{i}]"
+        token = u.token or (
+            _read_token(u.token_file, f"{key}.token_file") if u.token_file else None
+        )
+        if not token:
+            raise ConfigError(f"{key}: {u.name}: a token or a token_file is needed")
+        if any(name == u.name for name, _ in out):
+            raise ConfigError(f"{key}.name: {u.name!r} is listed twice")
+        taken = [name for name, t in out if t == token]
+        role_tokens = (sec.token, sec.user_token, sec.read_token, sec.agent_token)
+        if taken or token in role_tokens:
+            raise ConfigError(f"{key}: {u.name}'s token is another user's or a role's token")
+        out.append((u.name, token))
+    return tuple(out)
+
+
 def load_config(
     path: str | Path | None,
     environ: Mapping[str, str] | None = None,
@@ -359,6 +411,7 @@ def load_config(
         agent_token=_role_token(sec, "agent_token", "flowcon_agent_token", secrets, where),
         user_token=_role_token(sec, "user_token", "flowcon_user_token", secrets, where),
         read_token=_role_token(sec, "read_token", "flowcon_read_token", secrets, where),
+        users=_users(sec, where),
         slot_seconds=sec.slot_seconds,
         ewma_alpha=sec.ewma_alpha,
         min_measurements=sec.min_measurements,

@@ -15,15 +15,16 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from types import FrameType
 from typing import cast
 
 from flowcon.allocator.api import ApiError, ApiServer
-from flowcon.allocator.auth import Credentials
+from flowcon.allocator.auth import Credentials, Principal
 from flowcon.allocator.config import AllocatorConfig, ConfigError, ensure_token
 from flowcon.allocator.metrics import AllocatorMetrics
 from flowcon.allocator.planner import Plan, PlanError, Planner
-from flowcon.allocator.store import SCHEMA_VERSION, Store, write_failure
+from flowcon.allocator.store import SCHEMA_VERSION, JobRecord, Store, write_failure
 from flowcon.allocator.target import ExecutorTarget, build_placer, build_target
 from flowcon.allocator.views import (
     AdmissionView,
@@ -60,7 +61,11 @@ class Allocator:
         self.store = Store(cfg.db_path)
         self.token = ensure_token(cfg)  # the operator's: valid for every role
         self.credentials = Credentials(
-            operator=self.token, user=cfg.user_token, read=cfg.read_token, agent=cfg.agent_token
+            operator=self.token,
+            user=cfg.user_token,
+            read=cfg.read_token,
+            agent=cfg.agent_token,
+            users=cfg.users,
         )
         self.target = target
         # what a job's containers may reach: checked at submit and its dry run
@@ -296,13 +301,39 @@ class Allocator:
     def metrics_text(self) -> bytes:
         return self.metrics.render()
 
-    def list_jobs(self) -> list[JobView]:
-        return [JobView.of(r) for r in self.store.list_jobs()]
+    def _own(self, rec: JobRecord, who: Principal | None, what: str) -> None:
+        """403 unless ``who`` may ``what`` ``rec``: its owner or the operator (None: a call
+        from inside the process). Without named users (the shared-token set-up, not
+        multi-tenant: docs/security.md) every token with the role may, as before."""
+        if who is None or who.operator or rec.owner == who.name:
+            return
+        if not self.credentials.multi_tenant:
+            return
+        raise ApiError(
+            403,
+            f"job {rec.name!r} belongs to {rec.owner}: only its owner or the operator may"
+            f" {what} it",
+            owner=rec.owner,
+        )
 
-    def get_job(self, name: str) -> JobDetail:
+    def list_jobs(self, who: Principal | None = None) -> list[JobView]:
+        """Every job's name, state, owner and GPUs; another user's spec is left out for
+        a caller who may not see its detail."""
+        out = []
+        for rec in self.store.list_jobs():
+            view = JobView.of(rec)
+            try:
+                self._own(rec, who, "read")
+            except ApiError:
+                view = replace(view, spec={})
+            out.append(view)
+        return out
+
+    def get_job(self, name: str, who: Principal | None = None) -> JobDetail:
         rec = self.store.get_job(name)
         if rec is None:
             raise ApiError(404, f"no job {name!r}")
+        self._own(rec, who, "read")
         curve = self.planner.curve(rec).points if rec.profile else {}  # none while profiling
         return JobDetail(
             **JobView.fields_of(rec),
@@ -329,9 +360,20 @@ class Allocator:
             raise ApiError(400, errors[0], field=refused[0][0], errors=errors)
         return parsed
 
-    def submit(self, spec: Mapping[str, object]) -> tuple[int, Answer]:
+    def _owned_spec(self, spec: Mapping[str, object], who: Principal | None) -> JobSpec:
+        """The parsed spec with its owner (the caller; the operator for in-process calls);
+        a name that exists may be reused or tried only by its owner (or the operator)."""
+        parsed = self._parse(spec, self.clock())
+        old = self.store.get_job(parsed.name)
+        if old is not None:
+            self._own(old, who, "reuse the name of")
+        return replace(parsed, owner=who.name if who is not None else "operator")
+
+    def submit(
+        self, spec: Mapping[str, object], who: Principal | None = None
+    ) -> tuple[int, Answer]:
         now = self.clock()
-        parsed = self._parse(spec, now)
+        parsed = self._owned_spec(spec, who)
         if parsed.profile_auto:
             return self._submit_auto(parsed, now)
         try:
@@ -343,11 +385,11 @@ class Allocator:
             self.wake()  # start its containers now, not at the next slot
         return (201 if result.admitted else 200), result
 
-    def dry_run(self, spec: Mapping[str, object]) -> Answer:
+    def dry_run(self, spec: Mapping[str, object], who: Principal | None = None) -> Answer:
         """What ``submit`` would answer now, creating nothing (``sbatch --test-only``): the
         planner's policy decides on a copy of its state."""
         now = self.clock()
-        parsed = self._parse(spec, now)
+        parsed = self._owned_spec(spec, who)
         if parsed.profile_auto:
             counts = self._profile_counts(parsed)
             return ProfilingAnswer(
@@ -363,13 +405,19 @@ class Allocator:
             raise ApiError(exc.status, str(exc)) from None
 
     def job_logs(
-        self, name: str, rank: int | None = None, after_ns: int = 0, tail: int | None = None
+        self,
+        name: str,
+        rank: int | None = None,
+        after_ns: int = 0,
+        tail: int | None = None,
+        who: Principal | None = None,
     ) -> LogPage:
         """Output lines of the job's worker containers (services on Swarm), newer than
         ``after_ns``; ``cursor`` is what the next page asks ``after``."""
         rec = self.store.get_job(name)
         if rec is None:
             raise ApiError(404, f"no job {name!r}")
+        self._own(rec, who, "read the logs of")
         ranks: list[int] = []
         lines: list[LogLineView] = []
         note = None
@@ -493,9 +541,12 @@ class Allocator:
         if result.admitted:
             self.wake()
 
-    def cancel(self, name: str) -> JobView:
+    def cancel(self, name: str, who: Principal | None = None) -> JobView:
+        rec0 = self.store.get_job(name)
+        if rec0 is not None:
+            self._own(rec0, who, "cancel")
         try:
-            rec = self.planner.cancel(name, self.clock())
+            rec = self.planner.cancel(name, self.clock(), by=who.name if who else "operator")
         except PlanError as exc:
             raise ApiError(exc.status, str(exc)) from None
         self.wake()

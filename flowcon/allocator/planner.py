@@ -258,6 +258,7 @@ class Planner:
                 restart_overhead=self.overhead,
                 overheads=dict(self.overheads),
                 deadline=spec.deadline,
+                submitted_by=rec.owner,
             )
         gpus = 0
         if decision.admitted:
@@ -337,7 +338,7 @@ class Planner:
             revoked=decision.revoked,
         )
 
-    def cancel(self, name: str, now: float | None = None) -> JobRecord:
+    def cancel(self, name: str, now: float | None = None, by: str | None = None) -> JobRecord:
         now = self.clock() if now is None else now
         with self.store.transaction():
             rec = self.store.get_job(name)
@@ -348,7 +349,7 @@ class Planner:
             self.advance(now)
             rec = self.store.get_job(name)
             assert rec is not None
-            self._finish(rec, "cancelled", now, "cancelled by user")
+            self._finish(rec, "cancelled", now, f"cancelled by {by or 'user'}")
         return rec
 
     def finish(

@@ -50,6 +50,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, object]:
         "batch_size_min": spec.batch_size_min,
         "batch_size_max": spec.batch_size_max,
         "master_port": spec.master_port,
+        "owner": spec.owner,
     }
 
 
@@ -93,6 +94,7 @@ def spec_from_dict(data: Mapping[str, Json]) -> JobSpec:
         batch_size_min=_int_or_none(data.get("batch_size_min")),
         batch_size_max=_int_or_none(data.get("batch_size_max")),
         master_port=int(data["master_port"]) if data.get("master_port") else None,
+        owner=str(data["owner"]) if data.get("owner") else None,
     )
 
 

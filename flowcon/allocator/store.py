@@ -32,6 +32,8 @@ PENDING_STATES = ("profiling",)
 ACTIVE_STATES = ("admitted", "running")
 TERMINAL_STATES = ("completed", "dropped", "cancelled", "failed")
 ALL_STATES = PENDING_STATES + ACTIVE_STATES + TERMINAL_STATES
+# the owner of records from before owners: the principal of the shared user_token
+LEGACY_OWNER = "user"
 
 _SCHEMA_V1 = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -159,6 +161,11 @@ class JobRecord:
     @property
     def active(self) -> bool:
         return self.state in ACTIVE_STATES
+
+    @property
+    def owner(self) -> str:
+        """Who submitted it; a record from before owners belongs to the legacy ``user``."""
+        return self.spec.owner or LEGACY_OWNER
 
     @property
     def pending(self) -> bool:

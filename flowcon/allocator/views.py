@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Protocol
 
 from flowcon.allocator.records import Json, JsonObject, spec_json
-from flowcon.allocator.store import Event, JobRecord
+from flowcon.allocator.store import LEGACY_OWNER, Event, JobRecord
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -63,6 +63,7 @@ class JobView:
     measured_samples: dict[str, int]
     deadline_met: bool | None
     spec: JsonObject  # the spec's JSON as stored, env values "***"
+    owner: str = LEGACY_OWNER  # who submitted it (an older allocator's answer: the legacy)
 
     @staticmethod
     def fields_of(rec: JobRecord) -> JsonObject:
@@ -86,6 +87,7 @@ class JobView:
             "measured_samples": {str(k): int(v) for k, v in sorted(rec.measured_n.items())},
             "deadline_met": rec.deadline_met,
             "spec": spec_json(rec.spec, redact=True),
+            "owner": rec.owner,
         }
 
     @classmethod
@@ -117,6 +119,7 @@ class JobView:
             "measured_samples": dict(data.get("measured_samples") or {}),
             "deadline_met": data.get("deadline_met"),
             "spec": dict(data.get("spec") or {}),
+            "owner": str(data.get("owner") or LEGACY_OWNER),
         }
 
     @classmethod

@@ -250,6 +250,13 @@ ACTIVE = ("profiling", "admitted", "running")
 @click.option("-q", "--quiet", is_flag=True, help="Only the job names (like docker ps -q).")
 @click.option("--all/--active", "show_all", default=True, help="Include finished jobs.")
 @click.option(
+    "-A",
+    "--all-users",
+    is_flag=True,
+    help="Every user's jobs (like kubectl -A); default: a user's own (the operator and "
+    "readers see every job).",
+)
+@click.option(
     "-w",
     "--watch",
     is_flag=True,
@@ -277,16 +284,22 @@ def jobs(
     as_json: bool,
     quiet: bool,
     show_all: bool,
+    all_users: bool,
     watch: bool,
     interval: float,
     watch_count: int | None,
 ) -> None:
-    """List jobs: name, state, GPUs, progress, deadline, predicted finish."""
+    """List jobs: name, owner, state, GPUs, progress, deadline, predicted finish."""
     if as_json:
         output = "json"
     if quiet:
         output = "quiet"
     client = _client(config_path, url, token)
+    try:
+        me = None if all_users else client.own_name()
+    except Exception as exc:
+        _fail(exc)
+        raise  # not reached: _fail raises
 
     def fetch() -> list[JobView]:
         try:
@@ -294,6 +307,8 @@ def jobs(
         except Exception as exc:
             _fail(exc)
             raise  # not reached: _fail raises
+        if me is not None:
+            rows = [r for r in rows if r.owner == me]
         return rows if show_all else [r for r in rows if r.state in ACTIVE]
 
     if not watch:

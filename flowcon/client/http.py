@@ -57,6 +57,16 @@ class AllocatorClient:
         jobs: list[JsonObject] = self._call("GET", "/api/v1/jobs")[1].get("jobs", [])
         return jobs
 
+    def whoami(self) -> JsonObject | None:
+        """``{"name", "roles"}`` of this client's token; None from an allocator without
+        the route (one from before named users)."""
+        try:
+            return self._call("GET", "/api/v1/whoami")[1]
+        except ClientError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     def job(self, name: str) -> JsonObject:
         return self._call("GET", f"/api/v1/jobs/{quote(name, safe='')}")[1]
 
@@ -96,6 +106,14 @@ class AllocatorApi:
 
     def jobs(self) -> list[JobView]:
         return [JobView.from_json(j) for j in self.client.jobs()]
+
+    def own_name(self) -> str | None:
+        """The caller's name when it is a user (whose own jobs ``flowcon jobs`` lists by
+        default); None for the operator, a reader, or an allocator without names."""
+        me = self.client.whoami()
+        if not me or "user" not in (me.get("roles") or []) or me.get("name") == "operator":
+            return None
+        return str(me.get("name"))
 
     def job(self, name: str) -> JobDetail:
         return JobDetail.from_json(self.client.job(name))

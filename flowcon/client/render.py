@@ -82,7 +82,7 @@ def _human(seconds: float) -> str:
     return f"{s // 3600}h{(s % 3600) // 60:02d}m"
 
 
-_COLUMNS = ("name", "state", "GPUs", "progress", "deadline", "predicted finish", "note")
+_COLUMNS = ("name", "owner", "state", "GPUs", "progress", "deadline", "predicted finish", "note")
 
 _WIDE = ("submitted", "iterations", "min-max GPUs", "placement", "image")
 
@@ -113,6 +113,7 @@ def _deadline_text(r: JobView, now: float) -> str:
 def _row(r: JobView, now: float, wide: bool) -> list[str]:
     row = [
         r.name,
+        r.owner,
         r.state,
         str(r.gpus),
         f"{100 * r.progress:.1f}%",

@@ -169,6 +169,9 @@ class JobSpec:
     # the job's master port on host networking,
     # unique among live jobs, kept in the job's record (flowcon.executor.workers)
     master_port: int | None = None
+    # who submitted it (set by the allocator from the caller's token, never a spec key;
+    # kept in the record; None: a record from before owners, the legacy ``user``)
+    owner: str | None = None
 
     @property
     def batch_range(self) -> tuple[int, int] | None:

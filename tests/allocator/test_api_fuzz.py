@@ -65,9 +65,9 @@ def test_refused_request_that_changes_the_store_is_a_violation(fuzz, monkeypatch
     """The checker itself: a refusal with a side effect is reported."""
     real = fuzz.alloc.cancel
 
-    def cancel_with_side_effect(name: str) -> dict[str, object]:
+    def cancel_with_side_effect(name: str, who: object = None) -> dict[str, object]:
         fuzz.alloc.store.append_event("sneaky", name)
-        return real(name)  # type: ignore[no-any-return]
+        return real(name, who)  # type: ignore[no-any-return]
 
     monkeypatch.setattr(fuzz.alloc, "cancel", cancel_with_side_effect)
     req = faults.Request("x", "DELETE", "/api/v1/jobs/fz-none", None, faults._auth("user"))

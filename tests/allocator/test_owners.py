@@ -1,0 +1,177 @@
+"""Named users and job owners: each user has a token of their own; cancel, logs, the detail
+and a dry run of an existing name act only on the caller's own jobs unless the caller is
+the operator; the shared legacy user token is one principal named ``user``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from flowcon.allocator.config import AllocatorConfig, ConfigError, load_config
+from flowcon.allocator.daemon import Allocator
+from flowcon.client.http import AllocatorClient, ClientError
+
+TOKENS = {
+    "operator": "op-t0ken-0000",
+    "user": "shared-us3r-t0ken",
+    "read": "re4d-t0ken-0000",
+    "alice": "alice-t0ken-0000",
+    "bob": "bob-t0ken-00000",
+}
+
+
+def job(name: str, **kw: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": "flowcon/testbox:latest",
+        "command": ["sh", "-c", "true"],
+        "global_batch_size": 16,
+        "iterations": 100,
+        "deadline": 3600,
+        "profile": {"1": 10.0, "2": 18.0},
+        **kw,
+    }
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Allocator]:
+    cfg = AllocatorConfig(
+        state_dir=tmp_path / "state",
+        slot_seconds=1.0,
+        listen="127.0.0.1:0",
+        token=TOKENS["operator"],
+        user_token=TOKENS["user"],
+        read_token=TOKENS["read"],
+        users=(("alice", TOKENS["alice"]), ("bob", TOKENS["bob"])),
+    )
+    alloc = Allocator(cfg, target=None, total_gpus=8)
+    alloc.start(port=0)
+    yield alloc
+    alloc.stop()
+
+
+def as_(daemon: Allocator, who: str) -> AllocatorClient:
+    return AllocatorClient(daemon.url, TOKENS[who], timeout=10)
+
+
+def refused(call: Any, *args: Any) -> ClientError:
+    with pytest.raises(ClientError) as exc:
+        call(*args)
+    return exc.value
+
+
+def test_a_user_acts_only_on_their_own_jobs(daemon: Allocator) -> None:
+    alice, bob, op = as_(daemon, "alice"), as_(daemon, "bob"), as_(daemon, "operator")
+    alice.submit(job("ja"))
+    bob.submit(job("jb"))
+    assert alice.whoami() == {"name": "alice", "roles": ["read", "user"]}
+    listed = {j["name"]: j for j in alice.jobs()}
+    assert (listed["ja"]["owner"], listed["jb"]["owner"]) == ("alice", "bob")
+    assert listed["jb"]["spec"] == {}  # another user's spec is not shown
+    assert listed["ja"]["spec"]["image"] == "flowcon/testbox:latest"
+    for call, args in (
+        (alice.job, ("jb",)),
+        (alice.logs, ("jb",)),
+        (alice.cancel, ("jb",)),
+        (alice.dry_run, (job("jb"),)),
+        (alice.submit, (job("jb"),)),
+    ):
+        err = refused(call, *args)
+        assert err.status == 403, (call, err)
+        assert "belongs to bob: only its owner or the operator may" in str(err)
+    assert daemon.store.get_job("jb").active  # type: ignore[union-attr]
+    assert alice.job("ja")["owner"] == "alice"
+    # the operator may do all of it
+    assert op.job("jb")["owner"] == "bob"
+    assert op.cancel("jb")["state"] == "cancelled"
+    events = {e.kind: e.data for e in daemon.store.events(job="jb")}
+    assert events["admitted"]["submitted_by"] == "bob"
+    assert events["cancelled"]["reason"] == "cancelled by operator"
+    assert alice.cancel("ja")["reason"] == "cancelled by alice"
+
+
+def test_readers_list_but_see_no_detail_when_users_are_named(daemon: Allocator) -> None:
+    as_(daemon, "alice").submit(job("ja"))
+    reader = as_(daemon, "read")
+    assert [(j["name"], j["owner"], j["spec"]) for j in reader.jobs()] == [("ja", "alice", {})]
+    assert refused(reader.job, "ja").status == 403
+    assert refused(reader.logs, "ja").status == 403
+
+
+def test_the_shared_user_token_is_one_principal_named_user(daemon: Allocator) -> None:
+    shared = as_(daemon, "user")
+    shared.submit(job("js"))
+    assert shared.whoami()["name"] == "user"  # type: ignore[index]
+    assert shared.job("js")["owner"] == "user"
+    assert refused(as_(daemon, "alice").cancel, "js").status == 403
+    assert shared.cancel("js")["state"] == "cancelled"
+
+
+def test_without_named_users_nothing_changes(tmp_path: Path) -> None:
+    """A single-token set-up: the shared user token and the reader see every job."""
+    cfg = AllocatorConfig(
+        state_dir=tmp_path / "state",
+        listen="127.0.0.1:0",
+        token=TOKENS["operator"],
+        user_token=TOKENS["user"],
+        read_token=TOKENS["read"],
+    )
+    alloc = Allocator(cfg, target=None, total_gpus=8)
+    alloc.start(port=0)
+    try:
+        as_(alloc, "operator").submit(job("jo"))
+        assert as_(alloc, "read").job("jo")["owner"] == "operator"
+        assert as_(alloc, "read").logs("jo")["job"] == "jo"
+        assert as_(alloc, "user").job("jo")["owner"] == "operator"
+    finally:
+        alloc.stop()
+
+
+def test_flowcon_jobs_shows_the_owner_and_a_users_own_by_default(daemon: Allocator) -> None:
+    from flowcon.cli import main
+
+    as_(daemon, "alice").submit(job("ja"))
+    as_(daemon, "bob").submit(job("jb"))
+    runner = CliRunner()
+    base = ["jobs", "--url", daemon.url, "-o", "wide"]
+    own = runner.invoke(main, [*base, "--token", TOKENS["alice"]])
+    assert own.exit_code == 0, own.output
+    assert "owner" in own.output
+    assert "ja" in own.output
+    assert "jb" not in own.output
+    every = runner.invoke(main, [*base, "--token", TOKENS["alice"], "-A"])
+    assert "jb" in every.output
+    assert "bob" in every.output
+    op = runner.invoke(main, [*base, "--token", TOKENS["operator"]])
+    assert "ja" in op.output
+    assert "jb" in op.output
+    denied = runner.invoke(main, ["cancel", "jb", "--url", daemon.url, "--token", TOKENS["alice"]])
+    assert denied.exit_code != 0
+    assert "belongs to bob" in denied.output
+
+
+def test_users_in_the_config(tmp_path: Path) -> None:
+    (tmp_path / "bob.token").write_text("bob-from-a-file\n")
+    good = tmp_path / "good.yaml"
+    good.write_text(
+        "allocator:\n  users:\n    - {name: alice, token: a-t0ken}\n"
+        f"    - {{name: bob, token_file: {tmp_path / 'bob.token'}}}\n"
+    )
+    cfg = load_config(good, {}, tmp_path / "no-secrets")
+    assert cfg.users == (("alice", "a-t0ken"), ("bob", "bob-from-a-file"))
+    for body, says in (
+        ("[{name: alice}]", "allocator.users[0]: alice: a token or a token_file is needed"),
+        ("[{name: operator, token: x}]", 'allocator.users[0].name: "operator" is not allowed'),
+        ("[{name: Alice, token: x}]", 'allocator.users[0].name: "Alice" is not allowed'),
+        ("[{name: a, token: x}, {name: a, token: y}]", "allocator.users[1].name: 'a' is listed"),
+        ("[{name: a, token: x}, {name: b, token: x}]", "b's token is another user's"),
+    ):
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(f"allocator:\n  users: {body}\n")
+        with pytest.raises(ConfigError) as exc:
+            load_config(bad, {}, tmp_path / "no-secrets")
+        assert says in str(exc.value), (body, str(exc.value))
