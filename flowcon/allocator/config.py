@@ -27,6 +27,7 @@ import yaml
 from pydantic import Field, field_validator
 
 from flowcon.allocator.auth import RESERVED_NAMES
+from flowcon.allocator.quota import Quota
 from flowcon.contract import EXECUTOR_LABELS
 from flowcon.executor.reach import DEFAULT_PIDS_LIMIT, capability_problem
 from flowcon.policy_registry import POLICIES
@@ -73,6 +74,7 @@ class AllocatorConfig:
     read_token: str | None = None  # GET only
     # named users, (name, token) each: a user role of their own, owning their jobs
     users: tuple[tuple[str, str], ...] = ()
+    quotas: dict[str, Quota] = field(default_factory=dict)  # a named user's limits
     slot_seconds: float = 60.0
     # weight of a new measurement in the EWMA of a job's speed at its current GPU count
     ewma_alpha: float = 0.3
@@ -138,6 +140,12 @@ class UserEntry(Strict):
     name: str = Field(description="a user name: a-z, 0-9 and '-', starting with a letter")
     token: str | None = Field(None, description="the user's token (a string)")
     token_file: str | None = Field(None, description="a file holding the user's token")
+    max_gpus: int | None = Field(
+        None, ge=1, description="an integer >= 1: GPUs the user's deadline jobs may hold"
+    )
+    max_jobs: int | None = Field(
+        None, ge=1, description="an integer >= 1: the user's active jobs at a time"
+    )
 
     @field_validator("name")
     @classmethod
@@ -412,6 +420,7 @@ def load_config(
         user_token=_role_token(sec, "user_token", "flowcon_user_token", secrets, where),
         read_token=_role_token(sec, "read_token", "flowcon_read_token", secrets, where),
         users=_users(sec, where),
+        quotas={u.name: Quota(u.max_gpus, u.max_jobs) for u in sec.users},
         slot_seconds=sec.slot_seconds,
         ewma_alpha=sec.ewma_alpha,
         min_measurements=sec.min_measurements,

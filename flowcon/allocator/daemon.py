@@ -24,6 +24,7 @@ from flowcon.allocator.auth import Credentials, Principal
 from flowcon.allocator.config import AllocatorConfig, ConfigError, ensure_token
 from flowcon.allocator.metrics import AllocatorMetrics
 from flowcon.allocator.planner import Plan, PlanError, Planner
+from flowcon.allocator.quota import quota_problem
 from flowcon.allocator.store import SCHEMA_VERSION, JobRecord, Store, write_failure
 from flowcon.allocator.target import ExecutorTarget, build_placer, build_target
 from flowcon.allocator.views import (
@@ -367,7 +368,13 @@ class Allocator:
         old = self.store.get_job(parsed.name)
         if old is not None:
             self._own(old, who, "reuse the name of")
-        return replace(parsed, owner=who.name if who is not None else "operator")
+        owner = who.name if who is not None else "operator"
+        quota = self.cfg.quotas.get(owner)
+        if quota is not None:
+            why = quota_problem(owner, quota, self.store.list_jobs(), parsed)
+            if why:
+                raise ApiError(403, why, field="quota")
+        return replace(parsed, owner=owner)
 
     def submit(
         self, spec: Mapping[str, object], who: Principal | None = None

@@ -53,6 +53,8 @@ def _fail(exc: Exception, what: str = "request") -> None:
     if isinstance(exc, ClientError):
         msg = str(exc)
         field = exc.body.get("field")
+        if field == "quota" or "owner" in exc.body:
+            raise click.ClickException(msg)  # refused for who asks, not for what: exit 1
         if field is not None or exc.status == 400:
             raise InvalidInput(f"invalid {what}: {exc.body.get('error', msg)}")
         elif exc.status == 401:

@@ -4,6 +4,7 @@ the operator; the shared legacy user token is one principal named ``user``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 
 from flowcon.allocator.config import AllocatorConfig, ConfigError, load_config
 from flowcon.allocator.daemon import Allocator
+from flowcon.allocator.quota import Quota
 from flowcon.client.http import AllocatorClient, ClientError
 
 TOKENS = {
@@ -150,28 +152,81 @@ def test_flowcon_jobs_shows_the_owner_and_a_users_own_by_default(daemon: Allocat
     assert "ja" in op.output
     assert "jb" in op.output
     denied = runner.invoke(main, ["cancel", "jb", "--url", daemon.url, "--token", TOKENS["alice"]])
-    assert denied.exit_code != 0
-    assert "belongs to bob" in denied.output
+    assert denied.exit_code == 1
+    assert "Error: job 'jb' belongs to bob: only its owner or the operator may" in denied.output
 
 
 def test_users_in_the_config(tmp_path: Path) -> None:
     (tmp_path / "bob.token").write_text("bob-from-a-file\n")
     good = tmp_path / "good.yaml"
     good.write_text(
-        "allocator:\n  users:\n    - {name: alice, token: a-t0ken}\n"
+        "allocator:\n  users:\n    - {name: alice, token: a-t0ken, max_gpus: 8, max_jobs: 20}\n"
         f"    - {{name: bob, token_file: {tmp_path / 'bob.token'}}}\n"
     )
     cfg = load_config(good, {}, tmp_path / "no-secrets")
     assert cfg.users == (("alice", "a-t0ken"), ("bob", "bob-from-a-file"))
+    assert cfg.quotas == {"alice": Quota(8, 20), "bob": Quota()}
     for body, says in (
         ("[{name: alice}]", "allocator.users[0]: alice: a token or a token_file is needed"),
         ("[{name: operator, token: x}]", 'allocator.users[0].name: "operator" is not allowed'),
         ("[{name: Alice, token: x}]", 'allocator.users[0].name: "Alice" is not allowed'),
         ("[{name: a, token: x}, {name: a, token: y}]", "allocator.users[1].name: 'a' is listed"),
         ("[{name: a, token: x}, {name: b, token: x}]", "b's token is another user's"),
+        ("[{name: a, token: x, max_gpus: 0}]", "allocator.users[0].max_gpus: 0 is not allowed"),
     ):
         bad = tmp_path / "bad.yaml"
         bad.write_text(f"allocator:\n  users: {body}\n")
         with pytest.raises(ConfigError) as exc:
             load_config(bad, {}, tmp_path / "no-secrets")
         assert says in str(exc.value), (body, str(exc.value))
+
+
+@pytest.fixture
+def quota_daemon(tmp_path: Path) -> Iterator[Allocator]:
+    cfg = AllocatorConfig(
+        state_dir=tmp_path / "state",
+        slot_seconds=1.0,
+        listen="127.0.0.1:0",
+        token=TOKENS["operator"],
+        users=(("alice", TOKENS["alice"]), ("bob", TOKENS["bob"])),
+        quotas={"alice": Quota(max_gpus=2, max_jobs=2)},
+    )
+    alloc = Allocator(cfg, target=None, total_gpus=8)
+    alloc.start(port=0)
+    yield alloc
+    alloc.stop()
+
+
+def test_a_submit_over_a_users_quota_is_refused_naming_it(quota_daemon: Allocator) -> None:
+    from flowcon.cli import main
+
+    alice = as_(quota_daemon, "alice")
+    alice.submit(job("q1", max_gpus=2))
+    held = quota_daemon.store.get_job("q1").gpus  # type: ignore[union-attr]
+    assert held == 2
+    for call in (alice.submit, alice.dry_run):
+        err = refused(call, job("q2"))
+        assert err.status == 403
+        assert err.body["field"] == "quota"
+        assert str(err) == (
+            "quota: alice holds 2 of 2 GPUs in deadline jobs (max_gpus); this job needs at least 1"
+        )
+    # best-effort work uses spare GPUs: no GPU quota, but it is an active job
+    best = job("q3", best_effort=True)
+    del best["deadline"]
+    alice.submit(best)
+    err = refused(alice.submit, job("q4"))
+    assert str(err) == "quota: alice has 2 of 2 active jobs (max_jobs)"
+    # the CLI says it and exits non-zero; another user has no quota of alice's
+    spec = quota_daemon.store.get_job("q1").spec  # type: ignore[union-attr]
+    assert spec.owner == "alice"
+    out = CliRunner().invoke(
+        main,
+        ["submit", "--dry-run", "-", "--url", quota_daemon.url, "--token", TOKENS["alice"]],
+        input=json.dumps(job("q5")),
+    )
+    assert out.exit_code == 1
+    assert "Error: quota: alice has 2 of 2 active jobs (max_jobs)" in out.output
+    as_(quota_daemon, "bob").submit(job("b1"))
+    alice.cancel("q3")
+    alice.submit(best | {"name": "q6"})  # a job ended: room again
