@@ -31,6 +31,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
+from flowcon.allocator import audit
 from flowcon.allocator.auth import Credentials, Principal, required_role
 from flowcon.allocator.store import write_failure
 from flowcon.allocator.views import Answer, JobDetail, JobView, LogPage
@@ -95,6 +96,7 @@ class Service(Protocol):
         who: Principal | None = None,
     ) -> LogPage: ...
     def cancel(self, name: str, who: Principal | None = None) -> JobView: ...
+    def refused(self, reason: str) -> None: ...
     def ingest_measurements(self, body: Mapping[str, object]) -> dict[str, object]: ...
 
 
@@ -123,6 +125,14 @@ def _parse_body(raw: bytes, content_type: str) -> object:
         raise ApiError(HTTPStatus.BAD_REQUEST, "invalid JSON: nested too deeply") from None
 
 
+def _job_of(path: str) -> str | None:
+    """The job a ``/api/v1/jobs/{name}[/logs]`` path names (at most 64 characters)."""
+    prefix = "/api/v1/jobs/"
+    if not path.startswith(prefix):
+        return None
+    return unquote(path[len(prefix) :]).removesuffix("/logs")[:64] or None
+
+
 class _Handler(BaseHTTPRequestHandler):
     """The routes of the allocator; ``_handler_class`` binds the service and credentials."""
 
@@ -132,6 +142,7 @@ class _Handler(BaseHTTPRequestHandler):
     credentials: Credentials
     _length = 0  # the request body's declared size, until the route reads it
     _who: Principal | None = None  # the caller, once authorised
+    _audit_job: str | None = None  # the job a call is about (audit log)
 
     def log_message(self, format: str, *args: object) -> None:
         log.debug("%s %s", self.address_string(), format % args)
@@ -183,6 +194,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, method: str) -> None:
         path = urlsplit(self.path).path.rstrip("/") or "/"
         self._length = 0
+        self._who = None
+        self._audit_job = _job_of(path)
         try:
             try:
                 self._authorise(method, path)
@@ -198,7 +211,20 @@ class _Handler(BaseHTTPRequestHandler):
             status, body, ctype = _failure(method, path, exc)
         if self._length > 0:
             self.close_connection = True  # a body the route did not read
+        self._audit(method, path, status, body)
         self._send(status, body, ctype)
+
+    def _audit(self, method: str, path: str, status: int, body: object) -> None:
+        """One audit line for a change or a refusal (flowcon/allocator/audit.py)."""
+        if not audit.audited(method, path, status):
+            return
+        reason = audit.refusal_reason(status, body if isinstance(body, dict) else {})
+        who = self._who.name if self._who is not None else None
+        role = required_role(method, path)
+        source = str(self.client_address[0]) if self.client_address else ""
+        audit.record(who, role, source, method, path, self._audit_job, status, reason)
+        if reason:
+            self.service.refused(reason)
 
     # -- routes -----------------------------------------------------------------------
 
@@ -245,6 +271,8 @@ class _Handler(BaseHTTPRequestHandler):
                 body = body["spec"]
             if not isinstance(body, dict):
                 raise ApiError(400, "job spec must be a mapping", field="")
+            name = body.get("name")
+            self._audit_job = name[:64] if isinstance(name, str) else None
             if self._flag("dry_run"):
                 return 200, self.service.dry_run(body, self._who).to_json(), _JSON
             status, out = self.service.submit(body, self._who)

@@ -548,6 +548,10 @@ class Allocator:
         if result.admitted:
             self.wake()
 
+    def refused(self, reason: str) -> None:
+        """An API call was refused (``flowcon_allocator_refused_calls_total{reason}``)."""
+        self.metrics.refused(reason)
+
     def cancel(self, name: str, who: Principal | None = None) -> JobView:
         rec0 = self.store.get_job(name)
         if rec0 is not None:

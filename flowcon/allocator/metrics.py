@@ -119,6 +119,13 @@ class AllocatorMetrics:
             "Planning-loop iterations that failed (executor or engine errors included)",
             registry=self.registry,
         )
+        self._refused = Counter(
+            "flowcon_allocator_refused_calls",
+            "API calls refused, by reason (unauthenticated, forbidden, not_owner, quota,"
+            " invalid, not_found, conflict, body, method)",
+            ["reason"],
+            registry=self.registry,
+        )
         self._workers_left = Counter(
             "flowcon_allocator_workers_left",
             "Stop-free workers that left their job on their own (the job runs on without them;"
@@ -133,6 +140,10 @@ class AllocatorMetrics:
 
     def measurement(self, outcome: str) -> None:
         self._measurements.labels(outcome).inc()
+
+    def refused(self, reason: str) -> None:
+        """An API call was refused (``flowcon.allocator.audit.refusal_reason``)."""
+        self._refused.labels(reason).inc()
 
     def worker_left(self, reason: str) -> None:
         """A ``worker_left`` event was stored (``reason``: straggler, signal, withdrawn,

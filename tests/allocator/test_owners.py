@@ -5,6 +5,7 @@ the operator; the shared legacy user token is one principal named ``user``."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -230,3 +231,33 @@ def test_a_submit_over_a_users_quota_is_refused_naming_it(quota_daemon: Allocato
     as_(quota_daemon, "bob").submit(job("b1"))
     alice.cancel("q3")
     alice.submit(best | {"name": "q6"})  # a job ended: room again
+
+
+def test_every_change_and_refusal_is_one_audit_line(
+    daemon: Allocator, caplog: pytest.LogCaptureFixture
+) -> None:
+    alice, bob = as_(daemon, "alice"), as_(daemon, "bob")
+    with caplog.at_level(logging.INFO, logger="flowcon.allocator.audit"):
+        alice.submit(job("ja"))
+        refused(bob.cancel, "ja")
+        refused(AllocatorClient(daemon.url, "wrong-token").cancel, "ja")
+        refused(alice.submit, job("Bad Name"))
+        alice.jobs()  # an allowed read: not audited
+        alice.cancel("ja")
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name.endswith("audit")]
+    assert [(x["principal"], x["method"], x["job"], x["status"], x["reason"]) for x in lines] == [
+        ("alice", "POST", "ja", 201, None),
+        ("bob", "DELETE", "ja", 403, "not_owner"),
+        (None, "DELETE", "ja", 401, "unauthenticated"),
+        ("alice", "POST", "Bad Name", 400, "invalid"),
+        ("alice", "DELETE", "ja", 200, None),
+    ]
+    first = lines[0]
+    assert first["role"] == "user"
+    assert first["source"] == "127.0.0.1"
+    assert first["path"] == "/api/v1/jobs"
+    assert first["outcome"] == "allowed"
+    assert lines[1]["outcome"] == "refused"
+    metrics = daemon.metrics_text().decode()
+    for reason in ("not_owner", "unauthenticated", "invalid"):
+        assert f'flowcon_allocator_refused_calls_total{{reason="{reason}"}} 1.0' in metrics
