@@ -53,6 +53,11 @@ class AllocatorConfig(Strict):
         None, description="a file holding the token (e.g. /run/secrets/flowcon_agent_token)"
     )
     timeout: float = _finite(gt=0, default=5.0, description="seconds > 0")
+    cacert: str | None = Field(
+        None,
+        description="a PEM file: the CA of an https allocator's certificate (default: "
+        "FLOWCON_CACERT, else the system's CAs)",
+    )
 
     @field_validator("url")
     @classmethod
@@ -61,7 +66,7 @@ class AllocatorConfig(Strict):
             raise ValueError("http(s)://HOST:PORT of the allocator, or null")
         return value
 
-    @field_validator("token_file")
+    @field_validator("token_file", "cacert")
     @classmethod
     def _token_file(cls, value: str | None) -> str | None:
         why = path_problem(value) if value is not None else None

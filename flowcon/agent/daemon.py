@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from datetime import datetime, timedelta
@@ -20,6 +21,7 @@ from flowcon.agent.webview import AgentWeb
 from flowcon.contract import LABEL_ENABLE, LABEL_JOB, LABEL_METRIC
 from flowcon.engine.docker_engine import DockerEngine, EngineError
 from flowcon.engine.host import host_capacity
+from flowcon.tls import ENV_CACERT
 from flowcon.web.health import Liveness
 from flowcon.web.history import History
 from flowcon.web.server import HttpServer
@@ -90,6 +92,7 @@ class Agent:
                 config.allocator.token,
                 self.controller.node,
                 config.allocator.timeout,
+                config.allocator.cacert or os.environ.get(ENV_CACERT),
             )
             if config.allocator.url
             else None

@@ -14,6 +14,7 @@ import urllib.request
 from typing import Any
 
 from flowcon.contract import MEASUREMENT_FIELDS, Measurement, MeasurementReport
+from flowcon.tls import client_context
 
 log = logging.getLogger("flowcon.agent.reporter")
 
@@ -61,8 +62,17 @@ def only_fresh_rates(views: list[dict[str, Any]], last: dict[str, float]) -> lis
 
 
 class AllocatorReporter:
-    def __init__(self, url: str, token: str | None, node: str, timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        node: str,
+        timeout: float = 5.0,
+        cacert: str | None = None,
+    ) -> None:
+        """``cacert``: the CA (PEM) an https allocator's certificate is checked with."""
         self.endpoint = url.rstrip("/") + "/api/v1/measurements"
+        self._tls = client_context(cacert) if self.endpoint.startswith("https:") else None
         self.token = token
         self.node = node
         self.timeout = timeout
@@ -79,7 +89,7 @@ class AllocatorReporter:
             req.add_header("Authorization", f"Bearer {self.token}")
         t0 = time.monotonic()
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self._tls) as resp:
                 resp.read(1024)
             self.sent += 1
             if self.failures:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 import threading
 from collections.abc import Mapping
 from http import HTTPStatus
@@ -140,6 +141,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     service: Service
     credentials: Credentials
+    timeout = 60  # seconds a connection may idle (or hold its TLS handshake) before it closes
     _length = 0  # the request body's declared size, until the route reads it
     _who: Principal | None = None  # the caller, once authorised
     _audit_job: str | None = None  # the job a call is about (audit log)
@@ -354,6 +356,14 @@ def _handler_class(
     return type("Handler", (_Handler,), attrs)
 
 
+class _Server(ThreadingHTTPServer):
+    """The threading server, quiet about connections that fail before a request (a
+    plain-HTTP client on the TLS port, a scanner): one debug line, no traceback."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        log.debug("connection from %s failed", client_address, exc_info=True)
+
+
 class ApiServer:
     """The HTTP server on its own thread; ``port=0`` picks a free port."""
 
@@ -363,9 +373,18 @@ class ApiServer:
         token: Credentials | str,
         host: str = "127.0.0.1",
         port: int = 0,
+        tls: ssl.SSLContext | None = None,
     ):
-        self.httpd = ThreadingHTTPServer((host, port), _handler_class(service, token))
+        """``tls``: serve https with this context (flowcon/tls.py). The handshake happens
+        in the connection's own thread on its first read (``do_handshake_on_connect``
+        off), so a client that never sends one cannot stall the accepting thread."""
+        self.httpd = _Server((host, port), _handler_class(service, token))
         self.httpd.daemon_threads = True
+        self.scheme = "https" if tls is not None else "http"
+        if tls is not None:
+            self.httpd.socket = tls.wrap_socket(
+                self.httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._thread: threading.Thread | None = None
 
     @property
@@ -377,7 +396,7 @@ class ApiServer:
         host = str(self.httpd.server_address[0])
         if host in ("0.0.0.0", "::"):
             host = "127.0.0.1"
-        return f"http://{host}:{self.port}"
+        return f"{self.scheme}://{host}:{self.port}"
 
     def start(self) -> None:
         self._thread = threading.Thread(

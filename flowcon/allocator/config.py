@@ -34,6 +34,7 @@ from flowcon.policy_registry import POLICIES
 from flowcon.schema import SchemaError, Strict, env_overrides, merge, path_problem
 from flowcon.schema import validate as schema_validate
 from flowcon.textfile import NotText, SecretError, read_secret, read_text, safe_load_yaml
+from flowcon.tls import ENV_CACERT
 
 DEFAULT_PORT = 8470
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
@@ -75,6 +76,11 @@ class AllocatorConfig:
     # named users, (name, token) each: a user role of their own, owning their jobs
     users: tuple[tuple[str, str], ...] = ()
     quotas: dict[str, Quota] = field(default_factory=dict)  # a named user's limits
+    # TLS on the API (both or neither): the server's certificate (PEM, its chain) and key
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    # listen on a non-loopback address without TLS (a trusted network's choice)
+    insecure_listen: bool = False
     slot_seconds: float = 60.0
     # weight of a new measurement in the EWMA of a job's speed at its current GPU count
     ewma_alpha: float = 0.3
@@ -113,7 +119,21 @@ class AllocatorConfig:
         host = self.host
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
-        return f"http://{host}:{self.port}"
+        scheme = "https" if self.tls_cert_file else "http"
+        return f"{scheme}://{host}:{self.port}"
+
+    def listen_problem(self) -> str | None:
+        """Why the API may not listen where ``listen`` says (None: it may): a non-loopback
+        address without TLS sends every token in clear, unless the operator says so."""
+        host = self.host.strip("[]")
+        loopback = host in ("localhost", "::1") or host.startswith("127.")
+        if loopback or self.tls_cert_file or self.insecure_listen:
+            return None
+        return (
+            f"allocator.listen {self.listen} is not a loopback address and the API has no TLS:"
+            " every token would cross the network in clear; set allocator.tls_cert_file and"
+            " tls_key_file, or allocator.insecure_listen: true on a trusted network"
+        )
 
     def section(self, name: str) -> RawYaml:
         value = self.raw.get(name) or {}
@@ -188,6 +208,13 @@ class AllocatorSection(Strict):
     users: list[UserEntry] = Field(
         default_factory=list, description="a list of {name, token or token_file}"
     )
+    tls_cert_file: str | None = Field(
+        None, description="a PEM file: the API's TLS certificate (and its chain), or null"
+    )
+    tls_key_file: str | None = Field(None, description="a PEM file: its private key, or null")
+    insecure_listen: bool = Field(
+        False, description="true: listen on a non-loopback address without TLS"
+    )
     policy: str = Field("elasticflow", description=f"one of {', '.join(POLICIES)}")
 
     @field_validator("listen")
@@ -206,7 +233,13 @@ class AllocatorSection(Strict):
         return value
 
     @field_validator(
-        "state_dir", "token_file", "agent_token_file", "user_token_file", "read_token_file"
+        "state_dir",
+        "token_file",
+        "agent_token_file",
+        "user_token_file",
+        "read_token_file",
+        "tls_cert_file",
+        "tls_key_file",
     )
     @classmethod
     def _path(cls, value: str | None) -> str | None:
@@ -420,6 +453,7 @@ def load_config(
         user_token=_role_token(sec, "user_token", "flowcon_user_token", secrets, where),
         read_token=_role_token(sec, "read_token", "flowcon_read_token", secrets, where),
         users=_users(sec, where),
+        insecure_listen=sec.insecure_listen,
         quotas={u.name: Quota(u.max_gpus, u.max_jobs) for u in sec.users},
         slot_seconds=sec.slot_seconds,
         ewma_alpha=sec.ewma_alpha,
@@ -435,9 +469,15 @@ def load_config(
         },
         source=p,
     )
+    base = p.parent if p else Path.cwd()
     if sec.state_dir:
         sd = Path(sec.state_dir).expanduser()
-        cfg.state_dir = sd if sd.is_absolute() else ((p.parent if p else Path.cwd()) / sd).resolve()
+        cfg.state_dir = sd if sd.is_absolute() else (base / sd).resolve()
+    if bool(sec.tls_cert_file) != bool(sec.tls_key_file):
+        raise ConfigError(f"{where}allocator.tls_cert_file and tls_key_file: both, or neither")
+    if sec.tls_cert_file and sec.tls_key_file:
+        cfg.tls_cert_file = (base / Path(sec.tls_cert_file).expanduser()).resolve()
+        cfg.tls_key_file = (base / Path(sec.tls_key_file).expanduser()).resolve()
     return cfg
 
 
@@ -458,6 +498,22 @@ def ensure_token(cfg: AllocatorConfig) -> str:
         fh.write(token + "\n")
     os.chmod(path, 0o600)
     return token
+
+
+def client_cacert(config: str | Path | None) -> str | None:
+    """The CA a CLI client checks the API's certificate with: ``FLOWCON_CACERT``, else
+    the config file's ``allocator.tls_cert_file`` (a self-signed certificate is its own
+    CA); None: the system's CAs."""
+    if os.environ.get(ENV_CACERT):
+        return os.environ[ENV_CACERT]
+    config = config or os.environ.get(ENV_CONFIG)
+    if not config:
+        return None
+    try:
+        cert = load_config(config).tls_cert_file
+    except ConfigError:
+        return None
+    return str(cert) if cert else None
 
 
 def client_settings(

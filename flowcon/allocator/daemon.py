@@ -41,6 +41,7 @@ from flowcon.allocator.views import (
 from flowcon.contract import SCALING_RESTART, Measurement
 from flowcon.executor.reach import Reach
 from flowcon.jobspec.spec import JobSpec, JobSpecError, parse_jobspec
+from flowcon.tls import server_context
 from flowcon.web.health import Liveness
 from flowcon.web.history import History
 
@@ -139,11 +140,15 @@ class Allocator:
             spec = rec.spec
             self.store.append_event("profiling_restarted", rec.name)
             self._start_profiling(spec, spec.gpu_counts_to_profile(self.total_gpus))
+        tls = None
+        if self.cfg.tls_cert_file and self.cfg.tls_key_file:
+            tls = server_context(self.cfg.tls_cert_file, self.cfg.tls_key_file)
         self.server = ApiServer(
             self,
             self.credentials,
             host=host or self.cfg.host,
             port=self.cfg.port if port is None else port,
+            tls=tls,
         )
         self.server.start()
         self._loop = threading.Thread(target=self._run, name="allocator-plan", daemon=True)
@@ -628,6 +633,9 @@ def overhead_costs(store: Store) -> list[tuple[str, float]]:
 
 def run_daemon(cfg: AllocatorConfig) -> None:
     """``flowcon allocator``: run until SIGINT/SIGTERM."""
+    why = cfg.listen_problem()
+    if why:
+        raise ConfigError(why)
     target = build_target(cfg)
     alloc = Allocator(cfg, target)
     done = threading.Event()

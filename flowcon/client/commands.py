@@ -13,7 +13,13 @@ import click
 import yaml
 
 from flowcon.allocator.cli import config_option
-from flowcon.allocator.config import ENV_TOKEN, ENV_URL, ConfigError, client_settings
+from flowcon.allocator.config import (
+    ENV_TOKEN,
+    ENV_URL,
+    ConfigError,
+    client_cacert,
+    client_settings,
+)
 from flowcon.allocator.records import JsonObject
 from flowcon.allocator.views import JobView, LogLineView, SubmitAnswer
 from flowcon.client.http import AllocatorApi, AllocatorClient, ClientError
@@ -45,7 +51,7 @@ def _client(config_path: str | None, url: str | None, token: str | None) -> Allo
         u, t = client_settings(config_path, url, token)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    return AllocatorApi(AllocatorClient(u, t))
+    return AllocatorApi(AllocatorClient(u, t, cacert=client_cacert(config_path)))
 
 
 def _fail(exc: Exception, what: str = "request") -> None:

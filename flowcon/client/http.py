@@ -9,6 +9,7 @@ from urllib.parse import quote, urlencode
 
 from flowcon.allocator.records import JsonObject
 from flowcon.allocator.views import JobDetail, JobView, LogPage, SubmitAnswer
+from flowcon.tls import client_context
 
 
 class ClientError(RuntimeError):
@@ -24,10 +25,19 @@ class AllocatorClient:
     """The API's calls with their JSON answers as parsed (``AllocatorApi`` reads them as
     ``flowcon.allocator.views``)."""
 
-    def __init__(self, url: str, token: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        timeout: float = 30.0,
+        cacert: str | None = None,
+    ) -> None:
+        """``cacert``: the CA (PEM) an https URL's certificate is checked with (None: the
+        system's CAs)."""
         self.url = url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        self._tls = client_context(cacert) if self.url.startswith("https:") else None
 
     def _call(self, method: str, path: str, body: object = None) -> tuple[int, JsonObject]:
         data = None if body is None else json.dumps(body).encode()
@@ -37,7 +47,7 @@ class AllocatorClient:
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self._tls) as resp:
                 return resp.status, json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as exc:
             try:

@@ -58,7 +58,7 @@ def _load(tmp_path: Path, text: str, env: dict[str, str] | None = None) -> confi
         ("match_labels: {'bad key': x}", "match_labels: "),
         ("allocator: {url: ftp://x}", 'allocator.url: "ftp://x" is not allowed: http(s)://'),
         ("allocator: {timeout: 0}", "allocator.timeout: 0 is not allowed: seconds > 0"),
-        ("allocator: {tokn: x}", "allocator.tokn: unknown key (known: timeout, token"),
+        ("allocator: {tokn: x}", "allocator.tokn: unknown key (known: cacert, timeout, token"),
         ("alpah: 0.1", "alpah: unknown key (known: all_cl, allocator, alpha,"),
     ],
 )

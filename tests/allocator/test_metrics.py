@@ -25,6 +25,7 @@ EXPECTED = {
     "flowcon_allocator_round_seconds": "histogram",
     "flowcon_allocator_round_errors": "counter",
     "flowcon_allocator_workers_left": "counter",
+    "flowcon_allocator_refused_calls": "counter",
     "flowcon_build_info": "gauge",
 }
 
