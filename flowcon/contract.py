@@ -135,6 +135,13 @@ ENV_STRAGGLER: Final = "FLOWCON_STRAGGLER"
 # container after another) leave at the same boundary (default 1.0; 0: at the next one).
 ENV_LEAVE_SETTLE_S: Final = "FLOWCON_LEAVE_SETTLE_S"
 
+# The allocator's principals that are not named users (flowcon/allocator/auth.py): a job
+# of theirs mounts named volumes by their own names; a named user's are scoped to them.
+SHARED_PRINCIPALS: Final = ("operator", "user", "reader", "agent")
+# A named user's named volume NAME is the engine's volume USER_VOLUME_PREFIX + "OWNER.NAME"
+# (the "flowcon-" namespace no spec may name), unless the operator shares it.
+USER_VOLUME_PREFIX: Final = "flowcon-user-"
+
 # Where the executor mounts a job's checkpoint volume in each of its containers.
 CHECKPOINT_MOUNT: Final = "/flowcon/checkpoint"
 

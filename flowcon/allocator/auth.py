@@ -26,6 +26,8 @@ import hmac
 from dataclasses import dataclass
 from typing import Literal
 
+from flowcon.contract import SHARED_PRINCIPALS
+
 Role = Literal["public", "read", "user", "agent"]
 
 # what each kind of token may do
@@ -57,7 +59,7 @@ def required_role(method: str, path: str) -> Role:
 
 # the principal each role token names (a named user's token names that user)
 PRINCIPAL_OF_KIND = {"operator": "operator", "user": "user", "read": "reader", "agent": "agent"}
-RESERVED_NAMES = frozenset(PRINCIPAL_OF_KIND.values())
+RESERVED_NAMES = frozenset(SHARED_PRINCIPALS)
 
 
 @dataclass(frozen=True)

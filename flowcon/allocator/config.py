@@ -290,6 +290,10 @@ class ExecutorSection(Strict):
     pids_limit: int = Field(
         DEFAULT_PIDS_LIMIT, ge=64, description="an integer >= 64 (processes and threads)"
     )
+    shared_volumes: list[str] = Field(
+        default_factory=list,
+        description="a list of named volumes every user's jobs mount by their name",
+    )
 
     @field_validator("bind_roots")
     @classmethod

@@ -71,7 +71,8 @@ def settings_for(spec: JobSpec, gpus: int, reach: Reach | None = None) -> Contai
     mounts: tuple[dict[str, str | bool], ...] = tuple(
         {
             "Target": v.target,
-            "Source": v.source,
+            # a named user's named volume is their own (flowcon/executor/reach.py)
+            "Source": v.source if v.kind == "bind" else reach.volume_source(spec.owner, v.source),
             "Type": v.kind,
             "ReadOnly": v.read_only,
         }

@@ -6,6 +6,9 @@ decides what they may touch, and the executor enforces it on both backends:
 * **host paths**: a volume whose source is a host path must lie under one of
   ``executor.bind_roots`` (default none: named volumes only). ``/``, ``..`` and the Docker
   socket (or a folder that holds it) stay refused whatever the roots;
+* **named volumes**: a named user's are their own: ``cache`` in alice's spec is the
+  engine's ``flowcon-user-alice.cache``, which no other user's spec can name, unless the
+  operator lists ``cache`` in ``executor.shared_volumes``;
 * **images**: the image must match one of ``executor.images`` (glob patterns such as
   ``registry.example.com/ml/*``; default ``*``: any);
 * **the container itself** (``hardening``): every capability dropped except
@@ -25,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from flowcon.contract import SHARED_PRINCIPALS, USER_VOLUME_PREFIX
 from flowcon.jobspec.keys import DOCKER_SOCKETS
 from flowcon.jobspec.spec import JobSpec
 
@@ -68,6 +72,7 @@ class Reach:
     images: tuple[str, ...] = ("*",)
     cap_add: tuple[str, ...] = ()
     pids_limit: int = DEFAULT_PIDS_LIMIT
+    shared_volumes: tuple[str, ...] = ()  # named volumes every user's jobs mount by name
 
     @classmethod
     def from_config(cls, section: Mapping[str, object] | None) -> Reach:
@@ -77,12 +82,23 @@ class Reach:
         images = cfg.get("images")
         caps = cfg.get("cap_add") or ()
         pids = cfg.get("pids_limit")
+        shared = cfg.get("shared_volumes") or ()
         return cls(
             bind_roots=tuple(_norm(str(r)) for r in _strings(roots)),
             images=tuple(_strings(images)) if images is not None else ("*",),
             cap_add=tuple(str(c).upper().removeprefix("CAP_") for c in _strings(caps)),
             pids_limit=int(pids) if isinstance(pids, int) else DEFAULT_PIDS_LIMIT,
+            shared_volumes=tuple(_strings(shared)),
         )
+
+    def volume_source(self, owner: str | None, name: str) -> str:
+        """The engine's volume behind a spec's named volume ``name``: a named user's own
+        (``flowcon-user-OWNER.NAME``: another user's job cannot name it), unless the
+        operator shares ``name``; the name itself for the operator, the shared user token
+        and records from before owners."""
+        if owner is None or owner in SHARED_PRINCIPALS or name in self.shared_volumes:
+            return name
+        return f"{USER_VOLUME_PREFIX}{owner}.{name}"
 
     def problems(self, spec: JobSpec) -> list[tuple[str, str]]:
         """What ``spec`` asks beyond these limits: (field, message) each, in field order."""

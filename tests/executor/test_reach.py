@@ -3,6 +3,7 @@ operator's roots, images from the allowlist, and the hardening every container g
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -125,3 +126,23 @@ def test_every_container_is_hardened_on_both_backends() -> None:
     assert sw["cap_drop"] == ["ALL"]
     assert sw["cap_add"] == ["CHOWN"]
     assert sw["resources"]["Limits"]["Pids"] == 1024
+
+
+def test_a_named_users_volumes_are_their_own() -> None:
+    """``cache`` in alice's spec and in bob's are two volumes; neither can name the
+    other's (the ``flowcon-`` namespace is refused in a spec), unless the operator
+    shares the name."""
+    reach = Reach(shared_volumes=("datasets",))
+    vols = ["cache:/cache", "datasets:/data:ro"]
+
+    def sources(owner: str | None) -> list[object]:
+        mounts = settings_for(replace(spec(volumes=vols), owner=owner), 1, reach).mounts
+        return [m["Source"] for m in mounts]
+
+    assert sources("alice") == ["flowcon-user-alice.cache", "datasets"]
+    assert sources("bob") == ["flowcon-user-bob.cache", "datasets"]
+    for shared in ("operator", "user", None):  # the shared token, records from before
+        assert sources(shared) == ["cache", "datasets"]
+    with pytest.raises(ValueError, match="namespace"):
+        spec(volumes=["flowcon-user-alice.cache:/steal"])
+    assert Reach.from_config({"shared_volumes": ["a", "b"]}).shared_volumes == ("a", "b")
