@@ -19,6 +19,14 @@ that is not implemented yet; those are listed as such, not counted as passing).
 
 Scenarios implemented:
 
+  hostile-tenant
+        one named user (bob) against another's (alice's) jobs and against the host, on a
+        real in-process allocator (plan-only) with the operator's reach rules and a quota:
+        their job's detail, logs, cancel and name; host paths and path tricks; another
+        user's volume; images outside the allowlist; keys asking for more; oversized
+        values; forged tokens (benchmarks/faults/tenants.py). Invariant: every attempt is
+        refused with a 4xx naming the expected field, no store row changes, alice's jobs
+        stay hers and active. Recovery: seconds to the answer.
   api   generated requests against a real in-process allocator (plan-only, no executor)
         over real HTTP: bad JSON and YAML, huge or lying bodies, wrong, missing and
         under-privileged tokens, unknown fields and wrong types, names with ``../`` and
@@ -874,6 +882,15 @@ def api_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
             fuzz.stop()
 
 
+@contextmanager
+def hostile_tenant_session(rng: random.Random) -> Iterator[Callable[[int], RunResult]]:
+    """One user against another's jobs and the host (benchmarks/faults/tenants.py)."""
+    from .tenants import hostile_tenant_session as session
+
+    with session(rng) as run:
+        yield run
+
+
 # -- the inputs scenario ------------------------------------------------------------------
 
 CORPUS = REPO / "tests" / "data" / "malformed"
@@ -1177,6 +1194,12 @@ LABELS: dict[str, str] = {}
 
 SCENARIOS = [
     Scenario("api", "1,000 generated hostile and concurrent API requests", 1000, api_session),
+    Scenario(
+        "hostile-tenant",
+        "1,000 attempts by one user on another's jobs and on the host",
+        1000,
+        hostile_tenant_session,
+    ),
     Scenario(
         "agent-kill",
         "kill -9 of the agent at random moments of a round",
