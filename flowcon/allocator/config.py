@@ -30,6 +30,7 @@ from flowcon.allocator.auth import RESERVED_NAMES
 from flowcon.allocator.quota import Quota
 from flowcon.contract import EXECUTOR_LABELS
 from flowcon.executor.reach import DEFAULT_PIDS_LIMIT, capability_problem
+from flowcon.jobspec.keys import parse_size
 from flowcon.policy_registry import POLICIES
 from flowcon.schema import SchemaError, Strict, env_overrides, merge, path_problem
 from flowcon.schema import validate as schema_validate
@@ -294,6 +295,22 @@ class ExecutorSection(Strict):
         default_factory=list,
         description="a list of named volumes every user's jobs mount by their name",
     )
+    default_cpus_per_gpu: float | None = Field(
+        None, ge=0.01, allow_inf_nan=False, description="CPUs >= 0.01, or null (no limit)"
+    )
+    default_memory_per_gpu: str | int | None = Field(
+        None, description="a size like 8g or a number of bytes, or null (no limit)"
+    )
+
+    @field_validator("default_memory_per_gpu")
+    @classmethod
+    def _default_memory(cls, value: str | int | None) -> str | int | None:
+        if value is not None:
+            try:
+                parse_size(value, "default_memory_per_gpu")
+            except ValueError:
+                raise ValueError("a size like 8g, 512m or a number of bytes") from None
+        return value
 
     @field_validator("bind_roots")
     @classmethod

@@ -68,6 +68,10 @@ def settings_for(spec: JobSpec, gpus: int, reach: Reach | None = None) -> Contai
     reach = reach or Reach()
     cpus = _scaled(spec.cpus, spec.cpus_per_gpu, gpus)
     memory = _scaled(spec.memory, spec.memory_per_gpu, gpus)
+    if cpus is None:  # the operator's default, so no job starves the node
+        cpus = _scaled(None, reach.default_cpus_per_gpu, gpus)
+    if memory is None:
+        memory = _scaled(None, reach.default_memory_per_gpu, gpus)
     mounts: tuple[dict[str, str | bool], ...] = tuple(
         {
             "Target": v.target,

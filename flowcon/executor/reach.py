@@ -11,6 +11,8 @@ decides what they may touch, and the executor enforces it on both backends:
   operator lists ``cache`` in ``executor.shared_volumes``;
 * **images**: the image must match one of ``executor.images`` (glob patterns such as
   ``registry.example.com/ml/*``; default ``*``: any);
+* **CPU and memory**: a spec that gives no limit gets the operator's
+  ``executor.default_cpus_per_gpu`` and ``default_memory_per_gpu`` (times its GPUs);
 * **the container itself** (``hardening``): every capability dropped except
   ``executor.cap_add`` (a few of Docker's defaults), ``no-new-privileges``, Docker's
   default seccomp profile (never ``unconfined``), a pids limit (``executor.pids_limit``),
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
 from flowcon.contract import SHARED_PRINCIPALS, USER_VOLUME_PREFIX
-from flowcon.jobspec.keys import DOCKER_SOCKETS
+from flowcon.jobspec.keys import DOCKER_SOCKETS, parse_size
 from flowcon.jobspec.spec import JobSpec
 
 # Docker's default capabilities: the only ones an operator may give back (``cap_add``);
@@ -73,6 +75,10 @@ class Reach:
     cap_add: tuple[str, ...] = ()
     pids_limit: int = DEFAULT_PIDS_LIMIT
     shared_volumes: tuple[str, ...] = ()  # named volumes every user's jobs mount by name
+    # a worker's CPU and memory per GPU when its spec gives neither: no job starves the
+    # node (or the agent on it); None: no limit
+    default_cpus_per_gpu: float | None = None
+    default_memory_per_gpu: int | None = None  # bytes
 
     @classmethod
     def from_config(cls, section: Mapping[str, object] | None) -> Reach:
@@ -83,12 +89,17 @@ class Reach:
         caps = cfg.get("cap_add") or ()
         pids = cfg.get("pids_limit")
         shared = cfg.get("shared_volumes") or ()
+        cpus, memory = cfg.get("default_cpus_per_gpu"), cfg.get("default_memory_per_gpu")
         return cls(
             bind_roots=tuple(_norm(str(r)) for r in _strings(roots)),
             images=tuple(_strings(images)) if images is not None else ("*",),
             cap_add=tuple(str(c).upper().removeprefix("CAP_") for c in _strings(caps)),
             pids_limit=int(pids) if isinstance(pids, int) else DEFAULT_PIDS_LIMIT,
             shared_volumes=tuple(_strings(shared)),
+            default_cpus_per_gpu=float(cpus) if isinstance(cpus, int | float) else None,
+            default_memory_per_gpu=(
+                parse_size(memory, "executor.default_memory_per_gpu") if memory else None
+            ),
         )
 
     def volume_source(self, owner: str | None, name: str) -> str:

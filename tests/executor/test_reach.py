@@ -146,3 +146,17 @@ def test_a_named_users_volumes_are_their_own() -> None:
     with pytest.raises(ValueError, match="namespace"):
         spec(volumes=["flowcon-user-alice.cache:/steal"])
     assert Reach.from_config({"shared_volumes": ["a", "b"]}).shared_volumes == ("a", "b")
+
+
+def test_the_operators_default_limits_apply_when_the_spec_gives_none() -> None:
+    reach = Reach.from_config({"default_cpus_per_gpu": 4, "default_memory_per_gpu": "16g"})
+    s = settings_for(spec(), 2, reach)
+    assert s.nano_cpus == 8 * 10**9  # 4 CPUs per GPU x 2 GPUs
+    assert s.memory == 32 * 2**30
+    own = settings_for(spec(cpus_per_gpu=1.5, memory="6g"), 2, reach)
+    assert own.nano_cpus == 3 * 10**9  # the spec's own win
+    assert own.memory == 6 * 2**30
+    assert settings_for(spec(), 2).nano_cpus is None  # no default: no limit, as before
+    with pytest.raises(SchemaError) as exc:
+        validate(ExecutorSection, {"default_memory_per_gpu": "lots"}, "executor")
+    assert "default_memory_per_gpu" in str(exc.value)
