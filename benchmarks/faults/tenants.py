@@ -12,7 +12,7 @@ token (or a forged one), generated from a seeded ``random.Random``:
 * the host: volumes with host paths and path tricks, the Docker socket and its folders,
   ``..``, doubled slashes, another user's scoped volume by its engine name;
 * images outside the allowlist, keys that ask for more (``owner``, ``privileged``,
-  ``cap_add``, ``network_mode``, ``pid``), oversized values and bodies;
+  ``cap_add``, ``network_mode``, ``pid``, ``user: 0``), oversized values and bodies;
 * forged tokens: another user's name, bob's token altered, other schemes.
 
 Invariants: every attempt is answered with a 4xx (none succeeds, none is a 5xx); an
@@ -104,6 +104,9 @@ MORE_KEYS = [
     ("security_opt", ["seccomp=unconfined"]),
     ("devices", ["/dev/sda:/dev/sda"]),
     ("runtime", "runc"),
+    ("user", "0"),
+    ("user", "root:root"),
+    ("user", 0),
 ]
 
 

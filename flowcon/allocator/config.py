@@ -29,8 +29,8 @@ from pydantic import Field, field_validator
 from flowcon.allocator.auth import RESERVED_NAMES
 from flowcon.allocator.quota import Quota
 from flowcon.contract import EXECUTOR_LABELS
-from flowcon.executor.reach import DEFAULT_PIDS_LIMIT, capability_problem
-from flowcon.jobspec.keys import parse_size
+from flowcon.executor.reach import DEFAULT_PIDS_LIMIT, capability_problem, is_root
+from flowcon.jobspec.keys import parse_size, parse_user
 from flowcon.policy_registry import POLICIES
 from flowcon.schema import SchemaError, Strict, env_overrides, merge, path_problem
 from flowcon.schema import validate as schema_validate
@@ -295,12 +295,26 @@ class ExecutorSection(Strict):
         default_factory=list,
         description="a list of named volumes every user's jobs mount by their name",
     )
+    default_user: str | None = Field(
+        None, description="uid[:gid] a job runs as when its spec names none, or null (the image's)"
+    )
+    allow_root: bool = Field(False, description="true: a spec (or default_user) may name uid 0")
     default_cpus_per_gpu: float | None = Field(
         None, ge=0.01, allow_inf_nan=False, description="CPUs >= 0.01, or null (no limit)"
     )
     default_memory_per_gpu: str | int | None = Field(
         None, description="a size like 8g or a number of bytes, or null (no limit)"
     )
+
+    @field_validator("default_user")
+    @classmethod
+    def _default_user(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_user(value)
+            except ValueError:
+                raise ValueError("uid[:gid] (e.g. 1000:1000) or a user name[:group]") from None
+        return value
 
     @field_validator("default_memory_per_gpu")
     @classmethod
@@ -465,6 +479,12 @@ def load_config(
         raise ConfigError(str(exc)) from None
     sec = model.allocator
     where = f"{p}: " if p is not None else ""
+    ex = model.executor
+    if ex.default_user is not None and is_root(ex.default_user) and not ex.allow_root:
+        raise ConfigError(
+            f"{where}executor.default_user: {ex.default_user!r} is uid 0: pick another uid,"
+            " or set executor.allow_root: true"
+        )
     secrets = SECRETS_DIR if secrets_dir is None else secrets_dir
     cfg = AllocatorConfig(
         listen=sec.listen,

@@ -11,6 +11,8 @@ decides what they may touch, and the executor enforces it on both backends:
   operator lists ``cache`` in ``executor.shared_volumes``;
 * **images**: the image must match one of ``executor.images`` (glob patterns such as
   ``registry.example.com/ml/*``; default ``*``: any);
+* **user**: uid 0 (``root``) in a spec is refused unless ``executor.allow_root``; a spec
+  that names no user runs as ``executor.default_user`` when set (else the image's own);
 * **CPU and memory**: a spec that gives no limit gets the operator's
   ``executor.default_cpus_per_gpu`` and ``default_memory_per_gpu`` (times its GPUs);
 * **the container itself** (``hardening``): every capability dropped except
@@ -79,6 +81,9 @@ class Reach:
     # node (or the agent on it); None: no limit
     default_cpus_per_gpu: float | None = None
     default_memory_per_gpu: int | None = None  # bytes
+    # the user a container runs as when its spec names none (None: the image's own)
+    default_user: str | None = None
+    allow_root: bool = False  # a spec may name uid 0 / root
 
     @classmethod
     def from_config(cls, section: Mapping[str, object] | None) -> Reach:
@@ -90,6 +95,7 @@ class Reach:
         pids = cfg.get("pids_limit")
         shared = cfg.get("shared_volumes") or ()
         cpus, memory = cfg.get("default_cpus_per_gpu"), cfg.get("default_memory_per_gpu")
+        user = cfg.get("default_user")
         return cls(
             bind_roots=tuple(_norm(str(r)) for r in _strings(roots)),
             images=tuple(_strings(images)) if images is not None else ("*",),
@@ -100,6 +106,8 @@ class Reach:
             default_memory_per_gpu=(
                 parse_size(memory, "executor.default_memory_per_gpu") if memory else None
             ),
+            default_user=str(user) if user is not None else None,
+            allow_root=cfg.get("allow_root") is True,
         )
 
     def volume_source(self, owner: str | None, name: str) -> str:
@@ -117,6 +125,14 @@ class Reach:
         why = self.image_problem(spec.image)
         if why:
             out.append(("image", why))
+        if spec.user is not None and is_root(spec.user) and not self.allow_root:
+            out.append(
+                (
+                    "user",
+                    f"{spec.user!r} is not allowed: uid 0 is refused (executor.allow_root"
+                    " is false); run as another uid",
+                )
+            )
         for i, vol in enumerate(spec.volumes):
             if vol.kind != "bind":
                 continue
@@ -153,6 +169,11 @@ class Reach:
                 f" (executor.bind_roots: {', '.join(self.bind_roots)})"
             )
         return None
+
+
+def is_root(user: str) -> bool:
+    """``user`` (uid[:gid] or name[:group]) names uid 0."""
+    return user.split(":", 1)[0] in ("0", "root")
 
 
 def _strings(value: object) -> Iterable[str]:

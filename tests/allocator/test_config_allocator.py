@@ -24,7 +24,7 @@ def _load(
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("executor: {backend: engine, grace: 5}", "executor.grace: unknown key (known: backend"),
+        ("executor: {backend: engine, grace: 5}", "executor.grace: unknown key (known: allow_root"),
         ("executor: {backnd: swarm}", "executor.backnd: unknown key"),
         ("executor: {backend: kubernetes}", 'executor.backend: "kubernetes" is not allowed'),
         ("executor: {grace_s: -1}", "executor.grace_s: -1 is not allowed: seconds >= 0"),

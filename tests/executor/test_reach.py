@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from flowcon.allocator.config import ExecutorSection
+from flowcon.allocator.config import ConfigError, ExecutorSection, load_config
 from flowcon.executor.container_spec import engine_kwargs, settings_for, swarm_kwargs
 from flowcon.executor.reach import Reach
 from flowcon.jobspec.spec import parse_jobspec
@@ -160,3 +160,23 @@ def test_the_operators_default_limits_apply_when_the_spec_gives_none() -> None:
     with pytest.raises(SchemaError) as exc:
         validate(ExecutorSection, {"default_memory_per_gpu": "lots"}, "executor")
     assert "default_memory_per_gpu" in str(exc.value)
+
+
+def test_root_is_refused_unless_allowed_and_the_default_user_applies(tmp_path) -> None:
+    for user in ("0", "0:0", "root", "root:wheel", 0):
+        ((where, why),) = Reach().problems(spec(user=user))
+        assert where == "user"
+        assert "uid 0 is refused (executor.allow_root is false)" in why
+    assert Reach(allow_root=True).problems(spec(user="0")) == []
+    assert Reach().problems(spec(user="1000:1000")) == []
+    reach = Reach.from_config({"default_user": "1000:1000"})
+    assert settings_for(spec(), 1, reach).user == "1000:1000"
+    assert settings_for(spec(user="2000"), 1, reach).user == "2000"
+    assert settings_for(spec(), 1).user is None  # no default: the image's own user
+    path = tmp_path / "allocator.yaml"
+    path.write_text("executor: {default_user: '0:0'}\n")
+    with pytest.raises(ConfigError) as exc:
+        load_config(path, {}, tmp_path / "no-secrets")
+    assert "executor.default_user: '0:0' is uid 0" in str(exc.value)
+    path.write_text("executor: {default_user: '0:0', allow_root: true}\n")
+    assert load_config(path, {}, tmp_path / "no-secrets").section("executor")["allow_root"]
