@@ -79,10 +79,16 @@ def test_env_labels_network_and_no_device_requests(executor: Executor, docker_cl
     assert not c0.attrs["HostConfig"].get("DeviceRequests")  # no real GPUs here
     nets = c0.attrs["NetworkSettings"]["Networks"]
     assert network_name("exenv") in nets
-    # both ranks resolve the master on the job network
+    # both ranks reach the master by name on the job network (TCP: without capabilities
+    # a job cannot ping, flowcon/executor/reach.py)
     wait_for(lambda: "start rank=2" in c1.logs().decode())
-    _rc, out = c1.exec_run(["sh", "-c", f"busybox ping -c1 -W2 {c0.name} >/dev/null && echo ok"])
-    assert b"ok" in out, out
+    c0.exec_run(["sh", "-c", "busybox nc -l -p 29499 >/dev/null"], detach=True)
+
+    def reached() -> bool:
+        cmd = f"echo hi | busybox nc -w 2 {c0.name} 29499 && echo ok"
+        return b"ok" in c1.exec_run(["sh", "-c", cmd])[1]
+
+    wait_for(reached)
 
 
 @pytest.mark.docker
