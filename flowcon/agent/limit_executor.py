@@ -238,23 +238,33 @@ class Executor:
 
     def _changed_meanwhile(self, t: Tracked) -> bool:
         """Read the container's settings right before an update: True (and handed off)
-        when someone else changed what the agent set; a change while it still has its
-        originals becomes its originals (as for an ``update`` event)."""
+        when someone else changed what the agent set (``found_changed``)."""
         found = self.engine.inspect(t.monitor.cid).cpu
-        if found is None:
-            return False
+        return found is not None and self.found_changed(t, found)
+
+    def found_changed(self, t: Tracked, found: CpuSettings) -> bool:
+        """The container shows ``found`` (read before an update, or after its ``update``
+        event): True (and handed off) when someone else changed what the agent set. A
+        change while it still has its originals becomes its originals; the agent's own
+        unanswered update is its own."""
         if t.applied_cpus is None:
             if found != t.original:
                 log.info("container=%s CPU settings changed before any limit: %s", t.name, found)
                 t.original = found
             return False
         diff = foreign_fields(t.expected, found)
-        if diff and not own_unanswered_update(t, found):
-            self.hand_off_changed(
-                t, found, f"CPU settings changed by someone else: {describe_diff(diff)}"
-            )
+        if diff and not _own_unanswered_update(t, found):
+            self.hand_off_diff(t, found, diff)
             return True
         return False
+
+    def hand_off_diff(
+        self, t: Tracked, found: CpuSettings, diff: dict[str, tuple[int | str, int | str]]
+    ) -> None:
+        """``hand_off_changed`` for the fields ``diff`` someone else changed."""
+        self.hand_off_changed(
+            t, found, f"CPU settings changed by someone else: {describe_diff(diff)}"
+        )
 
     def hand_off_changed(self, t: Tracked, found: CpuSettings, why: str, warn: str = "") -> None:
         """Someone else's change wins (flowcon/agent/foreign.py): logged, counted, hands off."""
@@ -371,7 +381,7 @@ def _forget_applied(t: Tracked) -> None:
     t.unconfirmed = {}
 
 
-def own_unanswered_update(t: Tracked, found: CpuSettings) -> bool:
+def _own_unanswered_update(t: Tracked, found: CpuSettings) -> bool:
     """True (and ``expected`` updated) when ``found`` is what the agent's own update that
     the engine did not answer would have set: the engine applied it before it went away
     (found by the agent-engine-restart fault scenario), so it is not someone else's."""

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flowcon.agent.config import Config
-from flowcon.agent.foreign import describe, foreign_fields, merge_unset
-from flowcon.agent.limit_executor import Executor, Tracked, hand_off, own_unanswered_update
+from flowcon.agent.foreign import foreign_fields, merge_unset
+from flowcon.agent.limit_executor import Executor, Tracked, hand_off
 from flowcon.agent.monitor import ContainerMonitor
 from flowcon.agent.state_file import AgentState, ContainerRecord
 from flowcon.core.control import AppliedMode
@@ -114,18 +114,11 @@ class WorkerPool:
                 t.expected, diff = dict(t.pending), {}
             t.pending = {}
             if diff and t.applied_cpus is not None:  # changed while the agent was away
-                self.hand_off_changed(t, info.cpu or CpuSettings(), diff)
+                self.executor.hand_off_diff(t, info.cpu or CpuSettings(), diff)
         if policy.managed and t.original is None:
             t.original = info.cpu
         self.tracked[info.id] = t
         return t
-
-    def hand_off_changed(
-        self, t: Tracked, found: CpuSettings, diff: dict[str, tuple[int | str, int | str]]
-    ) -> None:
-        """Someone else's change wins (flowcon/agent/foreign.py): logged, counted, hands off."""
-        why = f"CPU settings changed by someone else: {describe(diff)}"
-        self.executor.hand_off_changed(t, found, why)
 
     def updated(self, cid: str, time_ns: int | None = None) -> bool:
         """The engine says a container was updated (at ``time_ns``, the event's time):
@@ -137,15 +130,10 @@ class WorkerPool:
         info = self.engine.inspect(cid)  # EngineError: the caller's to log
         if info.cpu is None:
             return False
-        if t.applied_cpus is None:
-            if info.cpu != t.original:  # at its originals: the new settings are its originals
-                log.info("container=%s CPU settings changed before any limit: %s", t.name, info.cpu)
-                t.original = info.cpu
-            return False
-        diff = foreign_fields(t.expected, info.cpu)
-        if diff and not own_unanswered_update(t, info.cpu):
-            self.hand_off_changed(t, info.cpu, diff)
+        if self.executor.found_changed(t, info.cpu):
             return True
+        if t.applied_cpus is None:  # at its originals: the new settings became them
+            return False
         if time_ns is not None and self.executor.writes.collided(cid, time_ns):
             # someone else's update landed while the agent's was in flight, and the
             # agent's came last: theirs is lost, and only they can set it again
