@@ -9,11 +9,10 @@
 from __future__ import annotations
 
 from flowcon.core.completion import Completion, done_marker, judge, unreadable
-from flowcon.core.metric_lines import regex_step_points, step_points
 from flowcon.executor import stopfree_plan as stopfree
 from flowcon.executor.backend import ExecutorError, LogLine, Worker
 from flowcon.executor.executor_base import ExecutorBase
-from flowcon.executor.profiling import worker_points
+from flowcon.executor.profiling import line_points, worker_points
 from flowcon.jobspec.keys import MetricSpec
 
 
@@ -50,15 +49,8 @@ class JobLogsMixin(ExecutorBase):
             lines = self.backend.read_logs(ws[0])
         except ExecutorError as exc:
             return unreadable(str(exc))
-        texts = [ln.text for ln in lines]
-        regex = metric.compiled() if metric is not None else None
-        if metric is not None and regex is not None:
-            timed = [(ln.ts_ns / 1e9, ln.text) for ln in lines]
-            points = regex_step_points(timed, regex, metric.steps_per_line, metric.steps_per_epoch)
-        else:
-            points = [(float(step), ts) for step, ts in step_points(texts)]
-        last = max((step for step, _ in points), default=None)
-        return judge(done_marker(texts), last, iterations, reported_before)
+        last = max((step for step, _ in line_points(lines, metric)), default=None)
+        return judge(done_marker(ln.text for ln in lines), last, iterations, reported_before)
 
     def switch_gap(self, job: str, began: float, world: int) -> float | None:
         """The no-progress gap of a stop-free event begun at ``began`` (wall time) to

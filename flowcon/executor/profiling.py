@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from flowcon.core.metric_lines import regex_step_points, step_points
-from flowcon.executor.backend import Backend, ExecutorError, Worker
+from flowcon.executor.backend import Backend, ExecutorError, LogLine, Worker
 from flowcon.executor.workers import Placement
 from flowcon.jobspec.keys import MetricSpec
 from flowcon.jobspec.spec import JobSpec, ThroughputProfile
@@ -54,14 +54,22 @@ def worker_points(
     """(step, ts) of a worker's metric lines: flowcon's JSON lines, or, for a spec with
     ``metric.regex``, the lines the regex matches on stdout and stderr, timed by the engine
     (``flowcon.core.metric_lines.regex_step_points`` says how steps are counted)."""
-    regex = metric.compiled() if metric is not None else None
-    if metric is None or regex is None:
+    if metric is None or metric.compiled() is None:
         return [(float(step), ts) for step, ts in step_points(backend.logs(worker))]
     try:  # stdout and stderr, each line with the engine's timestamp
         lines = backend.read_logs(worker)
     except ExecutorError as exc:
         log.warning("logs of %s: %s", worker.name, exc)
         return []
+    return line_points(lines, metric)
+
+
+def line_points(lines: Sequence[LogLine], metric: MetricSpec | None) -> list[tuple[float, float]]:
+    """(step, ts) of output lines already read: flowcon's JSON lines, or, for a spec with
+    ``metric.regex``, the lines the regex matches, timed by the engine."""
+    regex = metric.compiled() if metric is not None else None
+    if metric is None or regex is None:
+        return [(float(step), ts) for step, ts in step_points(ln.text for ln in lines)]
     timed = [(ln.ts_ns / 1e9, ln.text) for ln in lines]
     return regex_step_points(timed, regex, metric.steps_per_line, metric.steps_per_epoch)
 

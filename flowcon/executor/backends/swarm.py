@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
 from flowcon.contract import CHECKPOINT_MOUNT, LABEL_GPUS, LABEL_JOB, LABEL_NODE, LABEL_RANK
+from flowcon.engine.logs import parse_ts
 from flowcon.executor.backend import (
     EngineJson,
     ExecutorError,
@@ -53,18 +54,10 @@ _STARTING = {"new", "pending", "assigned", "accepted", "preparing", "ready", "st
 
 
 def _created_ns(task: EngineJson) -> int:
-    """A task's ``CreatedAt`` (RFC 3339 with up to 9 fraction digits, trailing zeros cut)
-    in nanoseconds since the epoch; 0 when it has none or it does not parse."""
-    from datetime import datetime
-
-    raw = str(task.get("CreatedAt") or "").rstrip("Z")
-    whole, _, frac = raw.partition(".")
-    frac = frac.split("+")[0].split("-")[0]
-    try:
-        secs = int(datetime.fromisoformat(whole + "+00:00").timestamp())
-        return secs * 1_000_000_000 + int((frac + "000000000")[:9] or 0)
-    except ValueError:
-        return 0
+    """A task's ``CreatedAt`` (RFC 3339 UTC, as the engine's log timestamps) in
+    nanoseconds since the epoch; 0 when it has none or it does not parse."""
+    parsed = parse_ts(str(task.get("CreatedAt") or "").encode() + b" ")
+    return parsed[0] if parsed is not None else 0
 
 
 def current_task(tasks: Sequence[EngineJson]) -> EngineJson:
