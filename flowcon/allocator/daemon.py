@@ -25,7 +25,14 @@ from flowcon.allocator.config import AllocatorConfig, ConfigError, ensure_token
 from flowcon.allocator.metrics import AllocatorMetrics
 from flowcon.allocator.planner import Plan, PlanError, Planner
 from flowcon.allocator.quota import quota_problem
-from flowcon.allocator.store import SCHEMA_VERSION, JobRecord, Store, write_failure
+from flowcon.allocator.store import (
+    ACTIVE_STATES,
+    PENDING_STATES,
+    SCHEMA_VERSION,
+    JobRecord,
+    Store,
+    write_failure,
+)
 from flowcon.allocator.target import ExecutorTarget, build_placer, build_target
 from flowcon.allocator.views import (
     AdmissionView,
@@ -307,13 +314,20 @@ class Allocator:
     def metrics_text(self) -> bytes:
         return self.metrics.render()
 
-    def _own(self, rec: JobRecord, who: Principal | None, what: str) -> None:
-        """403 unless ``who`` may ``what`` ``rec``: its owner or the operator (None: a call
-        from inside the process). Without named users (the shared-token set-up, not
+    def _may(self, rec: JobRecord, who: Principal | None) -> bool:
+        """Whether ``who`` may act on ``rec``: its owner or the operator (None: a call from
+        inside the process). Without named users (the shared-token set-up, not
         multi-tenant: docs/security.md) every token with the role may, as before."""
-        if who is None or who.operator or rec.owner == who.name:
-            return
-        if not self.credentials.multi_tenant:
+        return (
+            who is None
+            or who.operator
+            or rec.owner == who.name
+            or not self.credentials.multi_tenant
+        )
+
+    def _own(self, rec: JobRecord, who: Principal | None, what: str) -> None:
+        """403 unless ``who`` may ``what`` ``rec`` (``_may``)."""
+        if self._may(rec, who):
             return
         raise ApiError(
             403,
@@ -325,15 +339,8 @@ class Allocator:
     def list_jobs(self, who: Principal | None = None) -> list[JobView]:
         """Every job's name, state, owner and GPUs; another user's spec is left out for
         a caller who may not see its detail."""
-        out = []
-        for rec in self.store.list_jobs():
-            view = JobView.of(rec)
-            try:
-                self._own(rec, who, "read")
-            except ApiError:
-                view = replace(view, spec={})
-            out.append(view)
-        return out
+        views = [(JobView.of(rec), self._may(rec, who)) for rec in self.store.list_jobs()]
+        return [view if may else replace(view, spec={}) for view, may in views]
 
     def get_job(self, name: str, who: Principal | None = None) -> JobDetail:
         rec = self.store.get_job(name)
@@ -366,17 +373,18 @@ class Allocator:
             raise ApiError(400, errors[0], field=refused[0][0], errors=errors)
         return parsed
 
-    def _owned_spec(self, spec: Mapping[str, object], who: Principal | None) -> JobSpec:
+    def _owned_spec(self, spec: Mapping[str, object], who: Principal | None, now: float) -> JobSpec:
         """The parsed spec with its owner (the caller; the operator for in-process calls);
         a name that exists may be reused or tried only by its owner (or the operator)."""
-        parsed = self._parse(spec, self.clock())
+        parsed = self._parse(spec, now)
         old = self.store.get_job(parsed.name)
         if old is not None:
             self._own(old, who, "reuse the name of")
         owner = who.name if who is not None else "operator"
         quota = self.cfg.quotas.get(owner)
         if quota is not None:
-            why = quota_problem(owner, quota, self.store.list_jobs(), parsed)
+            mine = self.store.list_jobs(PENDING_STATES + ACTIVE_STATES)
+            why = quota_problem(owner, quota, mine, parsed)
             if why:
                 raise ApiError(403, why, field="quota")
         return replace(parsed, owner=owner)
@@ -385,7 +393,7 @@ class Allocator:
         self, spec: Mapping[str, object], who: Principal | None = None
     ) -> tuple[int, Answer]:
         now = self.clock()
-        parsed = self._owned_spec(spec, who)
+        parsed = self._owned_spec(spec, who, now)
         if parsed.profile_auto:
             return self._submit_auto(parsed, now)
         try:
@@ -401,7 +409,7 @@ class Allocator:
         """What ``submit`` would answer now, creating nothing (``sbatch --test-only``): the
         planner's policy decides on a copy of its state."""
         now = self.clock()
-        parsed = self._owned_spec(spec, who)
+        parsed = self._owned_spec(spec, who, now)
         if parsed.profile_auto:
             counts = self._profile_counts(parsed)
             return ProfilingAnswer(
