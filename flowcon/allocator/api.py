@@ -33,7 +33,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import yaml
 
 from flowcon.allocator import audit
-from flowcon.allocator.auth import Credentials, Principal, required_role
+from flowcon.allocator.auth import Credentials, Principal, Role, required_role
 from flowcon.allocator.store import write_failure
 from flowcon.allocator.views import Answer, JobDetail, JobView, LogPage
 from flowcon.textfile import safe_load_yaml
@@ -144,6 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = 60  # seconds a connection may idle (or hold its TLS handshake) before it closes
     _length = 0  # the request body's declared size, until the route reads it
     _who: Principal | None = None  # the caller, once authorised
+    _role: Role = "public"  # the role the route needs
     _audit_job: str | None = None  # the job a call is about (audit log)
 
     def log_message(self, format: str, *args: object) -> None:
@@ -161,9 +162,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _authorise(self, method: str, path: str) -> None:
         """401 without a known token, 403 when the token lacks the route's role."""
-        header = self.headers.get("Authorization")
-        self._who = self.credentials.principal(header)
-        status = self.credentials.check(header, required_role(method, path))
+        self._role = required_role(method, path)
+        self._who = self.credentials.principal(self.headers.get("Authorization"))
+        status = self.credentials.allows(self._who, self._role)
         if status == 401:
             raise ApiError(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
         if status == 403:
@@ -222,9 +223,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         reason = audit.refusal_reason(status, body if isinstance(body, dict) else {})
         who = self._who.name if self._who is not None else None
-        role = required_role(method, path)
         source = str(self.client_address[0]) if self.client_address else ""
-        audit.record(who, role, source, method, path, self._audit_job, status, reason)
+        audit.record(who, self._role, source, method, path, self._audit_job, status, reason)
         if reason:
             self.service.refused(reason)
 
