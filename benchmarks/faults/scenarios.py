@@ -729,6 +729,18 @@ def store_problems(store: Store, total_gpus: int) -> list[str]:
     return bad
 
 
+def call_alone(alloc: Allocator, port: int, req: Request) -> tuple[Answer, float, list[str]]:
+    """``req`` sent while the planning round's lock is held, so only it may change the
+    store: its answer, the seconds it took and the store's tables it changed."""
+    with alloc._lock:
+        before = snapshot(alloc.store)
+        t0 = time.monotonic()
+        ans = call(port, req)
+        took = time.monotonic() - t0
+        after = snapshot(alloc.store)
+    return ans, took, [t for t in before if before[t] != after[t]]
+
+
 class ApiFuzz:
     """The API scenario's session: one allocator, one request (or one race) per run."""
 
@@ -772,20 +784,11 @@ class ApiFuzz:
         return self.one(self.requests.next())
 
     def one(self, req: Request) -> RunResult:
-        store = self.alloc.store
-        # hold the planning round's lock: only this request may change the store
-        with self.alloc._lock:
-            before = snapshot(store)
-            t0 = time.monotonic()
-            ans = call(self.port, req)
-            took = time.monotonic() - t0
-            after = snapshot(store)
+        ans, took, changed = call_alone(self.alloc, self.port, req)
         problems = self.check_answer(req, ans)
-        if ans.status is not None and 400 <= ans.status < 500:
-            changed = [t for t in before if before[t] != after[t]]
-            if changed:
-                problems.append(f"{req.kind}: refused ({ans.status}) but changed {changed}")
-        problems += store_problems(store, self.TOTAL_GPUS)
+        if ans.status is not None and 400 <= ans.status < 500 and changed:
+            problems.append(f"{req.kind}: refused ({ans.status}) but changed {changed}")
+        problems += store_problems(self.alloc.store, self.TOTAL_GPUS)
         return RunResult(problems, took)
 
     @staticmethod

@@ -27,7 +27,6 @@ import contextlib
 import json
 import random
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,13 +38,13 @@ from flowcon.allocator.daemon import Allocator
 from flowcon.allocator.quota import Quota
 
 from .scenarios import (
-    PROFILE,
     Answer,
     Request,
     RunResult,
     call,
-    snapshot,
+    call_alone,
     store_problems,
+    valid_spec,
 )
 
 TENANT_TOKENS = {"operator": "op-tenant-t0ken", "alice": "alice-t0ken-x1", "bob": "bob-t0ken-y2"}
@@ -123,16 +122,7 @@ def _auth(token: str) -> dict[str, str]:
 
 
 def _spec(name: str, **over: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "image": "flowcon/testbox:latest",
-        "command": ["true"],
-        "global_batch_size": 16,
-        "iterations": 1000,
-        "profile": PROFILE,
-        "best_effort": True,
-        **over,
-    }
+    return {**valid_spec(name), **over}
 
 
 class Attempts:
@@ -291,14 +281,8 @@ class HostileTenant:
     def run(self, i: int) -> RunResult:
         attempt = self.attempts.next()
         store = self.alloc.store
-        with self.alloc._lock:  # only this request may change the store
-            before = snapshot(store)
-            t0 = time.monotonic()
-            ans = call(self.port, attempt.request)
-            took = time.monotonic() - t0
-            after = snapshot(store)
+        ans, took, changed = call_alone(self.alloc, self.port, attempt.request)
         problems = check(attempt, ans)
-        changed = [t for t in before if before[t] != after[t]]
         if changed:
             problems.append(f"{attempt.request.kind}: the store changed: {changed}")
         for name in ALICE_JOBS:
