@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from support.api_specs import api_job as job
 
 from flowcon.allocator.config import AllocatorConfig
 from flowcon.allocator.daemon import Allocator
@@ -27,21 +28,7 @@ TOKENS = {
     "agent": "agent-token-1",
     "operator": "operator-token-1",
 }
-PROFILE = {"1": 10.0, "2": 18.0, "4": 32.0, "8": 50.0}
 _names = (f"j{n}" for n in itertools.count())
-
-
-def job(name: str, **kw: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "image": "flowcon/testbox:latest",
-        "command": ["sh", "-c", "true"],
-        "global_batch_size": 16,
-        "iterations": 100,
-        "deadline": 3600,
-        "profile": PROFILE,
-        **kw,
-    }
 
 
 @pytest.fixture(scope="module")

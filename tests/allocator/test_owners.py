@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from support.api_specs import api_job as job
 
 from flowcon.allocator.config import AllocatorConfig, ConfigError, load_config
 from flowcon.allocator.daemon import Allocator
@@ -25,19 +26,6 @@ TOKENS = {
     "alice": "alice-t0ken-0000",
     "bob": "bob-t0ken-00000",
 }
-
-
-def job(name: str, **kw: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "image": "flowcon/testbox:latest",
-        "command": ["sh", "-c", "true"],
-        "global_batch_size": 16,
-        "iterations": 100,
-        "deadline": 3600,
-        "profile": {"1": 10.0, "2": 18.0},
-        **kw,
-    }
 
 
 @pytest.fixture
