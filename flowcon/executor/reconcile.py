@@ -116,19 +116,12 @@ class ReconcileMixin(ExecutorBase):
                 self.backend.remove(w)
             log.warning("job %s: removed %s; the job goes on without it", name, why)
             return ReconcileEvent(name, "lost", why)
-        if state.scaling == SCALING_STOPFREE:
-            # the store host died (or every worker): joiners carry FLOWCON_JOIN, so
-            # restarting the containers as they are would not re-form the job; removed, it
-            # is launched afresh by the next round (ExecutorTarget.apply) and resumes from
-            # its checkpoint
-            self._stop_all(list(state.workers), self.options.grace_s)
-            log.warning("job %s: removed for a relaunch after %s", name, why)
-            return ReconcileEvent(name, "restarted", why)
-        live = [w for w in state.workers if w.state in ("running", "starting")]
-        self._parallel(lambda w: self.backend.stop(w, self.options.grace_s), live)
-        self._parallel(self.backend.restart, [w for w in state.workers if not w.left])
+        relaunched = self._restart_from_checkpoint(state)
         what = "preempted (exit 143)" if preempted else why
-        log.warning("job %s: restarted from checkpoint after %s", name, what)
+        if relaunched:
+            log.warning("job %s: removed for a relaunch after %s", name, why)
+        else:
+            log.warning("job %s: restarted from checkpoint after %s", name, what)
         return ReconcileEvent(name, "restarted", why)
 
     def _unfinished(self, name: str, state: JobState, why: str) -> ReconcileEvent:
@@ -138,14 +131,22 @@ class ReconcileMixin(ExecutorBase):
         if n >= self.options.max_restarts:
             return ReconcileEvent(name, "failed", f"{why}; {n} restarts used")
         self._restarts[name] = n + 1
-        if state.scaling == SCALING_STOPFREE:
-            # launched afresh by the next round (ExecutorTarget.apply), as after a dead
-            # store host: its joiners carry FLOWCON_JOIN
-            self._stop_all(list(state.workers), self.options.grace_s)
-        else:
-            self._parallel(self.backend.restart, [w for w in state.workers if not w.left])
+        self._restart_from_checkpoint(state)
         log.warning("job %s: restarted from checkpoint: %s", name, why)
         return ReconcileEvent(name, "restarted", f"{why}: restarted from its checkpoint")
+
+    def _restart_from_checkpoint(self, state: JobState) -> bool:
+        """Start the job again from its checkpoint: its containers stopped and started
+        again; True when, stop-free, it was removed for a relaunch instead (its joiners
+        carry FLOWCON_JOIN, so restarting the containers as they are would not re-form the
+        job: the next round, ExecutorTarget.apply, launches it afresh)."""
+        if state.scaling == SCALING_STOPFREE:
+            self._stop_all(list(state.workers), self.options.grace_s)
+            return True
+        live = [w for w in state.workers if w.state in ("running", "starting")]
+        self._parallel(lambda w: self.backend.stop(w, self.options.grace_s), live)
+        self._parallel(self.backend.restart, [w for w in state.workers if not w.left])
+        return False
 
     def _left_reason(self, w: Worker) -> str:
         """Why ``w`` left, from its last lines (before it is removed with them)."""
