@@ -4,6 +4,7 @@ the operator; the shared legacy user token is one principal named ``user``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Iterator
@@ -28,21 +29,33 @@ TOKENS = {
 }
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Allocator]:
-    cfg = AllocatorConfig(
+NAMED = (("alice", TOKENS["alice"]), ("bob", TOKENS["bob"]))
+
+
+@contextlib.contextmanager
+def allocator(tmp_path: Path, **cfg: Any) -> Iterator[Allocator]:
+    """A plan-only allocator on 8 GPUs with the operator's token and ``cfg``."""
+    config = AllocatorConfig(
         state_dir=tmp_path / "state",
         slot_seconds=1.0,
         listen="127.0.0.1:0",
         token=TOKENS["operator"],
-        user_token=TOKENS["user"],
-        read_token=TOKENS["read"],
-        users=(("alice", TOKENS["alice"]), ("bob", TOKENS["bob"])),
+        **cfg,
     )
-    alloc = Allocator(cfg, target=None, total_gpus=8)
+    alloc = Allocator(config, target=None, total_gpus=8)
     alloc.start(port=0)
-    yield alloc
-    alloc.stop()
+    try:
+        yield alloc
+    finally:
+        alloc.stop()
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Allocator]:
+    with allocator(
+        tmp_path, user_token=TOKENS["user"], read_token=TOKENS["read"], users=NAMED
+    ) as alloc:
+        yield alloc
 
 
 def as_(daemon: Allocator, who: str) -> AllocatorClient:
@@ -104,22 +117,11 @@ def test_the_shared_user_token_is_one_principal_named_user(daemon: Allocator) ->
 
 def test_without_named_users_nothing_changes(tmp_path: Path) -> None:
     """A single-token set-up: the shared user token and the reader see every job."""
-    cfg = AllocatorConfig(
-        state_dir=tmp_path / "state",
-        listen="127.0.0.1:0",
-        token=TOKENS["operator"],
-        user_token=TOKENS["user"],
-        read_token=TOKENS["read"],
-    )
-    alloc = Allocator(cfg, target=None, total_gpus=8)
-    alloc.start(port=0)
-    try:
+    with allocator(tmp_path, user_token=TOKENS["user"], read_token=TOKENS["read"]) as alloc:
         as_(alloc, "operator").submit(job("jo"))
         assert as_(alloc, "read").job("jo")["owner"] == "operator"
         assert as_(alloc, "read").logs("jo")["job"] == "jo"
         assert as_(alloc, "user").job("jo")["owner"] == "operator"
-    finally:
-        alloc.stop()
 
 
 def test_flowcon_jobs_shows_the_owner_and_a_users_own_by_default(daemon: Allocator) -> None:
@@ -172,18 +174,8 @@ def test_users_in_the_config(tmp_path: Path) -> None:
 
 @pytest.fixture
 def quota_daemon(tmp_path: Path) -> Iterator[Allocator]:
-    cfg = AllocatorConfig(
-        state_dir=tmp_path / "state",
-        slot_seconds=1.0,
-        listen="127.0.0.1:0",
-        token=TOKENS["operator"],
-        users=(("alice", TOKENS["alice"]), ("bob", TOKENS["bob"])),
-        quotas={"alice": Quota(max_gpus=2, max_jobs=2)},
-    )
-    alloc = Allocator(cfg, target=None, total_gpus=8)
-    alloc.start(port=0)
-    yield alloc
-    alloc.stop()
+    with allocator(tmp_path, users=NAMED, quotas={"alice": Quota(max_gpus=2, max_jobs=2)}) as alloc:
+        yield alloc
 
 
 def test_a_submit_over_a_users_quota_is_refused_naming_it(quota_daemon: Allocator) -> None:
