@@ -12,9 +12,11 @@ on the real engine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -221,13 +223,21 @@ executor:
 
 
 class Logs:
-    """Every container of a job, its creation time and its latest output (containers go
-    when the job completes, so the test keeps what they printed)."""
+    """Every container of a job, its creation time and its output (containers go when the
+    job completes, so the test keeps what they printed: each container's output is
+    followed from when it is first seen, so its last lines arrive even when the
+    allocator removes it between two polls)."""
 
     def __init__(self, docker_client: Any, run_id: str, job: str) -> None:
         self.client, self.labels = docker_client, [f"{TEST_LABEL}={run_id}", f"{LABEL_JOB}={job}"]
         self.seen: dict[str, tuple[str, str, str]] = {}  # id -> (created, name, output)
         self.config: dict[str, str] = {}  # id -> command line and environment
+        self._followed: dict[str, bytearray] = {}  # id -> its output so far
+
+    def _follow(self, c: Any, out: bytearray) -> None:
+        with contextlib.suppress(Exception):  # the stream ends when the container goes
+            for chunk in c.logs(stdout=True, stderr=False, stream=True, follow=True):
+                out.extend(chunk)
 
     def poll(self) -> None:
         try:  # the SDK inspects each listed container: one removed meanwhile is a 404
@@ -235,14 +245,22 @@ class Logs:
                 ignore_removed=True, all=True, filters={"label": self.labels}
             )
         except docker.errors.NotFound:
-            return  # the next poll sees the job's containers as they are then
+            found = []  # the next poll sees the job's containers as they are then
         for c in found:
             try:
-                self.seen[c.id] = (c.attrs["Created"], c.name, out_of(c))
+                created = c.attrs["Created"]
                 conf = c.attrs["Config"]
                 self.config[c.id] = " ".join([*(conf["Cmd"] or []), *(conf["Env"] or [])])
             except Exception:
                 continue  # removed meanwhile
+            if c.id not in self._followed:
+                self._followed[c.id] = bytearray()
+                threading.Thread(
+                    target=self._follow, args=(c, self._followed[c.id]), daemon=True
+                ).start()
+            self.seen[c.id] = (created, c.name, "")
+        for cid, (created, name, _) in self.seen.items():
+            self.seen[cid] = (created, name, bytes(self._followed[cid]).decode(errors="replace"))
 
     def generations(self) -> list[dict[int, list[tuple[int, int]]]]:
         """Per start of the job (rank-0 containers in creation order): rank -> epochs."""
