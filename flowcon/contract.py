@@ -13,7 +13,7 @@ crosses a process boundary is named here once:
 
 from __future__ import annotations
 
-from typing import Final, TypedDict
+from typing import Final, NotRequired, TypedDict
 
 # ------------------------------------------------------------------ labels (agent side)
 # A container opts in to CPU control with ``flowcon.enable=true``; its progress metric is
@@ -185,6 +185,10 @@ class Measurement(TypedDict):
     value: float | None
     ts: float
     step_ts: float | None
+    # The container's use of the host's GPUs over the same interval, a fraction (NVML;
+    # flowcon.core.gpu_usage), sent with the throughput; absent or None: no GPU measured
+    # (an older agent, a CPU container, no NVML). Older allocators ignore it.
+    gpu_utilization: NotRequired[float | None]
 
 
 class MeasurementReport(TypedDict):

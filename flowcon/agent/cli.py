@@ -84,6 +84,18 @@ def _mem(used: Any, limit: Any) -> str:
     return f"{_fmt_bytes(used)} / {_fmt_bytes(limit)}" if limit else _fmt_bytes(used)
 
 
+def _gpu_cells(view: Any) -> tuple[str, str]:
+    """GPU % (of one GPU, summed over the container's GPUs, as CPU % is of one CPU) and its
+    device memory, from the agent's last round (NVML); "-" for a container on no GPU."""
+    gpus = view.get("gpus") or []
+    if not gpus:
+        return "-", "-"
+    utils = [g.get("util") for g in gpus]
+    pct = "?" if any(u is None for u in utils) else f"{sum(utils) * 100:.1f}"
+    where = ",".join(str(g.get("gpu")) for g in gpus)
+    return f"{pct} (GPU {where})", _fmt_bytes(view.get("gpu_mem_bytes"))
+
+
 @click.command()
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), help="YAML config.")
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), help="State file to read.")
@@ -148,6 +160,8 @@ def status(config_path: str | None, state_path: str | None, as_json: bool, no_en
         "CONTROL",
         "CPU %",
         "MEM USAGE / LIMIT",
+        "GPU %",
+        "GPU MEM",
         "METRIC",
         "STEP",
         "STEP/S",
@@ -180,6 +194,7 @@ def status(config_path: str | None, state_path: str | None, as_json: bool, no_en
             _control(rec),
             cpu_pct,
             mem,
+            *_gpu_cells(v),
             metric,
             _num(v.get("step"), "d"),
             _num(v.get("iterations_per_second"), ".2f"),

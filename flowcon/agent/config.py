@@ -118,6 +118,11 @@ class Config(Strict):
     # With CPU from cgroups, block/network I/O (shown by `flowcon status`) come from the
     # engine's stats at most this often, in seconds (0: every round).
     io_stats_interval: float = _finite(ge=0, default=60.0, description="seconds >= 0")
+    # GPUs (docs/agent.md, "GPUs"): "auto" samples NVML each round when it is present (per
+    # container utilisation, memory, processes; one warning and CPU only where it is not);
+    # "off" never loads NVML. gpu_weight: the GPU share's weight in a GPU job's R (CPU: 1).
+    gpu_source: Literal["auto", "off"] = Field("auto", description="auto or off")
+    gpu_weight: float = _finite(ge=0, default=1.0, description="a number >= 0")
     dry_run: bool = Field(False, description="true or false")
     # How Algorithm 1's shares are applied (flowcon/core/control.py, docs/agent.md).
     control: ControlMode = Field(DEFAULT_CONTROL, description="quota, weights, cpuset or hybrid")

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 from flowcon.agent.config import Config
 from flowcon.agent.counters import AgentCounters
@@ -23,6 +23,7 @@ from flowcon.agent.limit_executor import Executor, Tracked
 from flowcon.agent.pool import WorkerPool, container_record, container_view
 from flowcon.agent.state_file import AgentState, StateStore
 from flowcon.core.backoff import Itval
+from flowcon.core.gpu_usage import GpuSample
 from flowcon.engine.docker_engine import (
     ContainerGone,
     ContainerInfo,
@@ -35,6 +36,19 @@ from flowcon.engine.protocol import Engine
 log = logging.getLogger("flowcon.agent")
 
 
+class GpuSource(Protocol):
+    """One NVML sample of the host's GPUs per round (``flowcon.engine.gpus.GpuSampler``)."""
+
+    @property
+    def count(self) -> int: ...
+
+    def sample(self) -> GpuSample | None: ...
+
+
+# a container's PIDs (id, cgroup parent, init pid) -> the PIDs in its cgroup, or None
+PidsOf = Callable[[str, str, int], "set[int] | None"]
+
+
 class Controller:
     def __init__(
         self,
@@ -44,8 +58,13 @@ class Controller:
         store: StateStore | None = None,
         dry_run: bool = False,
         clock: Callable[[], float] = time.time,
+        gpus: GpuSource | None = None,
+        pids_of: PidsOf | None = None,
     ) -> None:
         self.engine = engine
+        # GPU measurement: both or neither (the daemon passes NVML and the cgroup PIDs)
+        self.gpus = gpus if pids_of is not None else None
+        self.pids_of = pids_of
         self.cfg = config
         self.host_cpus = host_cpus
         self.store = store
@@ -162,10 +181,14 @@ class Controller:
     # ----- the periodic round -----------------------------------------------------------
 
     def _measure(
-        self, t: Tracked, now: float, stats: Stats | None = None
+        self, t: Tracked, now: float, stats: Stats | None = None, gpu: GpuSample | None = None
     ) -> tuple[Tracked, float | None, str | None]:
+        look: tuple[GpuSample, set[int] | None] | None = None
+        if gpu is not None and self.pids_of is not None:
+            m = t.monitor
+            look = (gpu, self.pids_of(m.cid, m.cgroup_parent, m.pid))
         try:
-            return t, t.monitor.measure(self.engine, now, stats), None
+            return t, t.monitor.measure(self.engine, now, stats, look), None
         except ContainerGone:
             return t, None, None
         except EngineError as exc:
@@ -219,7 +242,8 @@ class Controller:
         mono = time.monotonic()
         need = [t for t in todo if t.monitor.needs_engine_stats(mono)]
         stats = dict(self._threads.map(self._engine_stats, need)) if need else {}
-        results = [self._measure(t, now, stats.get(t.monitor.cid)) for t in todo]
+        gpu = self.gpus.sample() if self.gpus is not None and todo else None
+        results = [self._measure(t, now, stats.get(t.monitor.cid), gpu) for t in todo]
         with self.lock:
             for t, g, err in results:
                 if err:

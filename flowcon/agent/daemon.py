@@ -20,6 +20,7 @@ from flowcon.agent.state_file import StateStore
 from flowcon.agent.webview import AgentWeb
 from flowcon.contract import LABEL_ENABLE, LABEL_JOB, LABEL_METRIC
 from flowcon.engine.docker_engine import DockerEngine, EngineError
+from flowcon.engine.gpus import GpuSampler
 from flowcon.engine.host import host_capacity
 from flowcon.tls import ENV_CACERT
 from flowcon.web.health import Liveness
@@ -75,8 +76,17 @@ class Agent:
         except EngineError as exc:  # the engine may come up later (run) or not (run_once)
             self.engine_error = str(exc)
         self.host_cpus = cpus
+        # GPUs: NVML sampled once a round (one warning and CPU only where it is absent)
+        self.gpus = GpuSampler() if config.gpu_source == "auto" else None
+        measured = self.gpus is not None and self.gpus.available
         self.controller = Controller(
-            self.engine, config, cpus, StateStore(config.state_file), dry_run=self.dry_run
+            self.engine,
+            config,
+            cpus,
+            StateStore(config.state_file),
+            dry_run=self.dry_run,
+            gpus=self.gpus if measured else None,
+            pids_of=self.engine.cgroup_pids if measured else None,
         )
         # metrics, /healthz, /api/history and /ui share the metrics port
         self.exporter = Exporter(self.controller.counters)
@@ -241,4 +251,6 @@ class Agent:
         with self.controller.lock:  # a round in progress finishes first
             n = self.controller.restore_all()
         log.info("stopped; restored %d container(s)", n)
+        if self.gpus is not None:
+            self.gpus.close()
         self.engine.close()

@@ -6,6 +6,11 @@ with cAdvisor's ``container_*`` series on ``id`` or ``name``; ``job`` is the con
 ``flowcon.job`` label (Prometheus stores it as ``exported_job`` unless the scrape sets
 ``honor_labels``), ``list`` its Algorithm 1 list (NL, WL, CL; ``none`` while unmanaged).
 The full list with types is in docs/deploy-agent.md ("Metrics").
+
+Per container and GPU (labels ``id``, ``name``, ``job``, ``list``, ``gpu``, ``UUID``):
+``gpu`` (the NVML index) and ``UUID`` are spelt as NVIDIA's DCGM exporter spells them, so
+``flowcon_container_gpu_*`` joins with its ``DCGM_FI_DEV_*`` series of the same GPU
+(``... * on(UUID) group_left DCGM_FI_DEV_GPU_UTIL``).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from flowcon.agent.counters import AgentCounters
 from flowcon.web.build_info import register_build_info
 
 CONTAINER_LABELS = ["id", "name", "job", "list"]
+GPU_LABELS = [*CONTAINER_LABELS, "gpu", "UUID"]  # DCGM exporter's names for a GPU
 LISTS = ("NL", "WL", "CL", "none")
 
 
@@ -110,6 +116,30 @@ class Exporter:
             labels,
             registry=r,
         )
+        self.gpu_share = Gauge(
+            "flowcon_container_gpu_usage_ratio",
+            "GPU used over the last interval, a fraction of the host's GPUs (NVML)",
+            labels,
+            registry=r,
+        )
+        self.gpu_util = Gauge(
+            "flowcon_container_gpu_utilization_ratio",
+            "The container's processes' utilisation of one GPU, a fraction (NVML)",
+            GPU_LABELS,
+            registry=r,
+        )
+        self.gpu_mem = Gauge(
+            "flowcon_container_gpu_memory_used_bytes",
+            "Device memory the container's processes use on one GPU (NVML)",
+            GPU_LABELS,
+            registry=r,
+        )
+        self.gpu_procs = Gauge(
+            "flowcon_container_gpu_processes",
+            "The container's compute processes on one GPU (NVML)",
+            GPU_LABELS,
+            registry=r,
+        )
         self.rounds = Counter("flowcon_agent_rounds", "Algorithm 1 rounds run", registry=r)
         self.itval = Gauge(
             "flowcon_agent_itval_seconds", "Current Algorithm 1 interval", registry=r
@@ -137,6 +167,7 @@ class Exporter:
         for name in LISTS:
             self.containers.labels(name).set(0)
         self._known: set[tuple[str, str, str, str]] = set()
+        self._known_gpu: set[tuple[str, ...]] = set()
 
     def label_error(self, cid: str, name: str, error: str) -> None:
         """A container's labels could not be used (the pool reports each error once)."""
@@ -150,6 +181,7 @@ class Exporter:
         self.itval.set(itval)
         self.last_round.set(time.time() if now is None else now)
         seen = set()
+        gpu_seen: set[tuple[str, ...]] = set()
         counts = dict.fromkeys(LISTS, 0)
         for v in views:
             key = container_labels(v)
@@ -164,14 +196,46 @@ class Exporter:
                 self.g.labels(*key).set(v["g"])
             if v.get("cpu_share") is not None:
                 self.cpu.labels(*key).set(v["cpu_share"])
+            if v.get("gpu_share") is not None:
+                self.gpu_share.labels(*key).set(v["gpu_share"])
+            self._gpus(key, v, gpu_seen)
         for name, n in counts.items():
             self.containers.labels(name).set(n)
         # a container that left, or moved to another list: its old series go away
         for key in self._known - seen:
-            for gauge in (self.limit, self.shares, self.cpuset_cores, self.share, self.g, self.cpu):
+            for gauge in (
+                self.limit,
+                self.shares,
+                self.cpuset_cores,
+                self.share,
+                self.g,
+                self.cpu,
+                self.gpu_share,
+            ):
                 with contextlib.suppress(KeyError):
                     gauge.remove(*key)
+        for gkey in self._known_gpu - gpu_seen:
+            for gauge in (self.gpu_util, self.gpu_mem, self.gpu_procs):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(*gkey)
         self._known = seen
+        self._known_gpu = gpu_seen
+
+    def _gpus(self, key: tuple[str, ...], view: dict[str, Any], seen: set[tuple[str, ...]]) -> None:
+        """The per-GPU series of one container (its ``gpus`` and ``gpu_processes``)."""
+        procs: dict[int, int] = {}
+        for p in view.get("gpu_processes") or []:
+            procs[int(p["gpu"])] = procs.get(int(p["gpu"]), 0) + 1
+        for g in view.get("gpus") or []:
+            gkey = (*key, str(g["gpu"]), str(g["uuid"]))
+            seen.add(gkey)
+            if g.get("util") is not None:
+                self.gpu_util.labels(*gkey).set(g["util"])
+            else:
+                with contextlib.suppress(KeyError):
+                    self.gpu_util.remove(*gkey)
+            self.gpu_mem.labels(*gkey).set(g.get("mem_bytes") or 0)
+            self.gpu_procs.labels(*gkey).set(procs.get(int(g["gpu"]), 0))
 
 
 def _cores(cpuset: Any) -> int:

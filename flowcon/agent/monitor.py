@@ -15,7 +15,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from flowcon.core.growth import GrowthTracker
+from flowcon.core.gpu_usage import ContainerGpu, GpuSample, attribute, gpu_share, per_process
+from flowcon.core.growth import GrowthTracker, resource_share
 from flowcon.core.labels import Policy
 from flowcon.core.metric_lines import LineKind, parse_line
 from flowcon.engine.docker_engine import Stats
@@ -40,6 +41,11 @@ class Usage:
     blk_write: int = 0
     net_rx: int = 0
     net_tx: int = 0
+    # GPUs (flowcon.core.gpu_usage): its share of the host's GPUs, per GPU, its processes
+    gpu_share: float | None = None
+    gpus: tuple[ContainerGpu, ...] = ()
+    gpu_processes: list[dict[str, object]] = field(default_factory=list)
+    r: float | None = None  # the interval's R in G = P / R (resource_share)
 
 
 @dataclass
@@ -81,6 +87,7 @@ class ContainerMonitor:
     history: deque[tuple[float, float | None, float | None]] = field(init=False)
     _prev_step: tuple[float, int] | None = None
     regex_off: bool = False  # the job's regex timed out REGEX_TIMEOUTS_MAX times
+    gpu_weight: float = 1.0  # weight of the GPU share in R (flowcon.core.growth)
 
     def __post_init__(self) -> None:
         self.history = deque(maxlen=self.history_len)
@@ -215,11 +222,34 @@ class ContainerMonitor:
             return
         u.cpu_share = (cpu_ns - prev[2]) / ((at - prev[1]) * 1e9 * self.host_cpus)
 
-    def measure(self, engine: Engine, now: float, stats: Stats | None = None) -> float | None:
-        """One round: read logs and stats, close the interval. Returns a fresh G or None."""
+    def read_gpu(self, sample: GpuSample | None, pids: set[int] | None) -> None:
+        """This round's GPU use from one NVML sample of the host and the container's PIDs
+        (None for either: not measured this round, the figures are cleared)."""
+        u = self.usage
+        if sample is None or pids is None:
+            u.gpu_share, u.gpus, u.gpu_processes = None, (), []
+            return
+        u.gpus = attribute(sample, pids)
+        u.gpu_share = gpu_share(u.gpus, len(sample.devices))
+        u.gpu_processes = per_process(u.gpus, sample)
+
+    def measure(
+        self,
+        engine: Engine,
+        now: float,
+        stats: Stats | None = None,
+        gpu: tuple[GpuSample, set[int] | None] | None = None,
+    ) -> float | None:
+        """One round: read logs, stats and (``gpu``: the round's NVML sample and the
+        container's PIDs) GPU use, close the interval. Returns a fresh G or None."""
         self.read_logs(engine)
         self.read_stats(engine, stats)
+        if gpu is not None:
+            self.read_gpu(*gpu)
         self.close_throughput()
-        g = self.tracker.close_interval(self.usage.cpu_share)
+        u = self.usage
+        # a GPU job's R counts its GPU time too; one on no GPU keeps R = its CPU share
+        u.r = resource_share(u.cpu_share, u.gpu_share if u.gpus else None, self.gpu_weight)
+        g = self.tracker.close_interval(u.r)
         self.history.append((now, self.progress.value, g))
         return g

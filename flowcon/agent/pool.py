@@ -98,6 +98,7 @@ class WorkerPool:
             pid=info.pid,
             use_cgroup=self.cfg.cpu_source == "auto",
             io_interval=self.cfg.io_stats_interval,
+            gpu_weight=self.cfg.gpu_weight,
         )
         t = Tracked(mon, policy.managed, policy.job, ListName.NL if policy.managed else None)
         saved = self.saved.containers.get(info.id)
@@ -282,6 +283,16 @@ def container_view(cid: str, t: Tracked) -> dict[str, Any]:
         "threads": m.progress.threads,
         "cpu_share": _finite(u.cpu_share),
         "mem_bytes": u.mem_bytes,
+        # GPU use (flowcon.core.gpu_usage; null/empty where the container uses no GPU or
+        # NVML is absent): its share of the host's GPUs, per GPU, its processes
+        "gpu_share": _finite(u.gpu_share),
+        "gpu_mem_bytes": sum(g.mem_bytes for g in u.gpus) if u.gpus else None,
+        "gpus": [
+            {"gpu": g.gpu, "uuid": g.uuid, "util": _finite(g.util), "mem_bytes": g.mem_bytes}
+            for g in u.gpus
+        ],
+        "gpu_processes": list(u.gpu_processes),
+        "r": _finite(u.r),
         "blk_read": u.blk_read,
         "blk_write": u.blk_write,
         "net_rx": u.net_rx,

@@ -23,7 +23,7 @@ FIELDS = MEASUREMENT_FIELDS
 
 def measurement(view: dict[str, Any]) -> Measurement:
     """The contract's measurement of one container, from the controller's view of it."""
-    return Measurement(
+    m = Measurement(
         container_id=view["container_id"],
         name=view["name"],
         job=view.get("job"),
@@ -34,6 +34,9 @@ def measurement(view: dict[str, Any]) -> Measurement:
         ts=view["ts"],
         step_ts=view.get("step_ts"),
     )
+    if view.get("gpu_share") is not None:  # only where a GPU was measured: older
+        m["gpu_utilization"] = view["gpu_share"]  # allocators see the fields they knew
+    return m
 
 
 def payload(node: str, views: list[dict[str, Any]]) -> MeasurementReport:

@@ -63,6 +63,9 @@ class MeasurementIntake:
         # changed the job's allocation and the rescale has not happened yet
         self._container_gpus: dict[str, int] = {}
         self._speed_ts: dict[str, float] = {}  # container id -> ts of its last counted rate
+        # container id -> (ts, its share of its node's GPUs) from the agents' reports, kept
+        # beside the throughput it came with (not stored: the last figure is what counts)
+        self._gpu_util: dict[str, tuple[float, float]] = {}
 
     # -- containers (told by the executor target) ---------------------------------------
 
@@ -76,6 +79,16 @@ class MeasurementIntake:
         for cid in self._containers.pop(job, set()):
             self._container_gpus.pop(cid, None)
             self._speed_ts.pop(cid, None)
+            self._gpu_util.pop(cid, None)
+
+    def gpu_utilization(self, job: str) -> float | None:
+        """The mean GPU utilisation the agents last reported for the job's current
+        containers (None: none reported one)."""
+        known = self._containers.get(job, set())
+        got = [
+            u for cid, (_ts, u) in self._gpu_util.items() if any(_matches(k, cid) for k in known)
+        ]
+        return sum(got) / len(got) if got else None
 
     def containers_of(self, job: str) -> list[str]:
         return sorted(self._containers.get(job, set()))
@@ -120,6 +133,9 @@ class MeasurementIntake:
         # the agent says iterations_per_second; iterations_per_s is this API's older name
         speed = _finite_positive(raw.get("iterations_per_second", raw.get("iterations_per_s")))
         job = str(raw["job"]) if raw.get("job") else None
+        gpu_util = _finite_positive(raw.get("gpu_utilization"))  # absent from older agents
+        if gpu_util is not None and ts >= self._gpu_util.get(cid, (-1.0, 0.0))[0]:
+            self._gpu_util[cid] = (ts, gpu_util)
         with self.store.transaction():
             rec = self.store.get_job(job) if job else None
             value = raw.get("value")

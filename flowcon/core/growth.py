@@ -58,6 +58,27 @@ def growth_efficiency(p: float, r: float, r_floor: float) -> float:
     return p / max(r, r_floor)
 
 
+CPU_WEIGHT = 1.0  # the weight of the CPU share in R; the GPU's is the agent's gpu_weight
+
+
+def resource_share(cpu: float | None, gpu: float | None, gpu_weight: float) -> float | None:
+    """R over several resources: the weighted mean of the shares of the host's CPUs and
+    GPUs the job used over the interval,
+
+        R = (w_cpu * r_cpu + w_gpu * r_gpu) / (w_cpu + w_gpu),   w_cpu = 1, w_gpu = gpu_weight,
+
+    for a job measured on a GPU (``gpu`` not None); a CPU-only job keeps R = r_cpu, the
+    paper's Eq. 1 exactly. With the CPU figure missing there is no R (None), as before; a
+    GPU job's unknown GPU share (``gpu`` None) leaves its R the CPU share. ``gpu_weight`` 0
+    turns the GPU term off.
+    """
+    if cpu is None:
+        return None
+    if gpu is None or gpu_weight <= 0:
+        return cpu
+    return (CPU_WEIGHT * cpu + gpu_weight * gpu) / (CPU_WEIGHT + gpu_weight)
+
+
 @dataclass
 class GrowthTracker:
     """Per-container state for computing the normalized G round after round."""
@@ -76,7 +97,8 @@ class GrowthTracker:
 
     def close_interval(self, cpu_share: float | None) -> float | None:
         """End the interval: returns the new normalized G, or None if it cannot be measured
-        (no samples this interval, no previous point, or no CPU figure)."""
+        (no samples this interval, no previous point, or no CPU figure). ``cpu_share`` is
+        the interval's R: the CPU share, or ``resource_share`` for a GPU job."""
         point = self.window.mean()
         self.window = Window()
         if point is None or not math.isfinite(point[1]):

@@ -57,6 +57,15 @@ def parse_memory_bytes(text: str) -> int:
     return int(value)
 
 
+def parse_procs(text: str) -> set[int]:
+    """``cgroup.procs``: one PID a line (0 for a process outside the reader's namespace)."""
+    out = set()
+    for line in text.split():
+        if line.isdigit() and int(line) > 0:
+            out.add(int(line))
+    return out
+
+
 def parse_proc_cgroup(text: str) -> dict[str, str]:
     """``/proc/<pid>/cgroup``: controller -> path (``""`` is the v2 unified hierarchy)."""
     out: dict[str, str] = {}
@@ -149,6 +158,12 @@ class CgroupReader:
         except OSError:
             return []
         return [p for p in (groups.get("cpuacct"), groups.get("")) if p and p != "/"]
+
+    def pids(self, files: CgroupFiles) -> set[int]:
+        """The PIDs in the container's cgroup (``cgroup.procs`` beside its CPU counter; in
+        the reader's PID namespace). OSError when the cgroup is gone."""
+        path = Path(files.cpu).with_name("cgroup.procs")
+        return parse_procs(path.read_text(encoding="ascii", errors="replace"))
 
     def read(self, files: CgroupFiles) -> tuple[int, int | None]:
         """(CPU ns, memory bytes or None). OSError when the cgroup is gone,

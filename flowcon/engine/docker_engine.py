@@ -555,15 +555,7 @@ class DockerEngine:
         (the caller then asks the engine). Where the files are is found once."""
         if self.cgroups is None:
             return None
-        with self._cg_lock:
-            known = cid in self._cg_files
-            files = self._cg_files.get(cid)
-        if not known:
-            files = self.cgroups.locate(cid, cgroup_parent, pid)
-            with self._cg_lock:
-                self._cg_files[cid] = files
-            if files is None:
-                log.info("no cgroup files for %s: CPU from the engine's stats", cid[:12])
+        files = self._cgroup_files(self.cgroups, cid, cgroup_parent, pid)
         if files is None:
             return None
         try:
@@ -574,6 +566,35 @@ class DockerEngine:
             self.forget(cid)
             return None
         return CgroupSample(time.monotonic(), cpu, mem)
+
+    def cgroup_pids(self, cid: str, cgroup_parent: str = "", pid: int = 0) -> set[int] | None:
+        """The PIDs in the container's cgroup (to match NVML's processes); None when its
+        cgroup files are not reachable from here."""
+        if self.cgroups is None:
+            return None
+        files = self._cgroup_files(self.cgroups, cid, cgroup_parent, pid)
+        if files is None:
+            return None
+        try:
+            return self.cgroups.pids(files)
+        except OSError as exc:
+            log.debug("cgroup.procs of %s unreadable: %s", cid[:12], exc)
+            return None
+
+    def _cgroup_files(
+        self, cgroups: CgroupReader, cid: str, cgroup_parent: str, pid: int
+    ) -> CgroupFiles | None:
+        """Where the container's cgroup files are (looked for once, then remembered)."""
+        with self._cg_lock:
+            known = cid in self._cg_files
+            files = self._cg_files.get(cid)
+        if not known:
+            files = cgroups.locate(cid, cgroup_parent, pid)
+            with self._cg_lock:
+                self._cg_files[cid] = files
+            if files is None:
+                log.info("no cgroup files for %s: CPU from the engine's stats", cid[:12])
+        return files
 
     def forget(self, cid: str) -> None:
         """Drop what we know of a container that left."""

@@ -21,10 +21,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
+
+from flowcon.core.gpu_usage import GpuDevice, GpuProcess, GpuSample
 
 log = logging.getLogger(__name__)
 
@@ -319,3 +322,116 @@ def _bus_id(pci: Any) -> str:
     bus = _text(getattr(pci, "busId", pci)).lower()
     # NVML pads the domain to 8 digits in some calls and 4 in others: compare the tail.
     return bus[-12:]
+
+
+# ---------------------------------------------------------------- per-round GPU samples
+
+
+class GpuSampler:
+    """Per-round samples of the host's GPUs for the agent (``flowcon.core.gpu_usage``).
+
+    NVML is initialised once and kept; where it is absent (no pynvml, no driver, no GPU)
+    ``available`` is False, ``reason`` says why (logged once) and ``sample`` returns None,
+    so the agent goes on measuring CPU only. ``nvml`` is the pynvml module (tests inject a
+    fake). Per-process SM utilisation comes from ``nvmlDeviceGetProcessUtilization``: the
+    samples since the previous call, averaged per process; where the driver keeps none (or
+    does not support it) a process's ``sm_util`` is None.
+    """
+
+    def __init__(self, nvml: Any | None = None, clock: Callable[[], float] | None = None) -> None:
+        self._clock = clock or time.monotonic
+        self._nvml: Any = None
+        self._handles: list[Any] = []
+        self._uuids: list[str] = []
+        self._totals: list[int] = []
+        self._last_ts: list[int] = []
+        self.reason = ""
+        if nvml is None:
+            try:
+                import pynvml as nvml_mod
+            except ImportError:
+                self._off("pynvml is not installed")
+                return
+            nvml = nvml_mod
+        try:
+            nvml.nvmlInit()
+        except Exception as exc:
+            self._off(f"nvmlInit failed: {exc}")
+            return
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+            self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            self._uuids = [_text(nvml.nvmlDeviceGetUUID(h)) for h in self._handles]
+            self._totals = [int(nvml.nvmlDeviceGetMemoryInfo(h).total) for h in self._handles]
+        except Exception as exc:
+            with contextlib.suppress(Exception):
+                nvml.nvmlShutdown()
+            self._off(f"NVML query failed: {exc}")
+            return
+        if not self._handles:
+            with contextlib.suppress(Exception):
+                nvml.nvmlShutdown()
+            self._off("NVML reports 0 GPUs")
+            return
+        self._nvml = nvml
+        self._last_ts = [0] * len(self._handles)
+
+    def _off(self, why: str) -> None:
+        self.reason = why
+        log.warning("GPU measurement off: %s; the agent measures and controls CPU only", why)
+
+    @property
+    def available(self) -> bool:
+        return self._nvml is not None
+
+    @property
+    def count(self) -> int:
+        return len(self._handles)
+
+    def close(self) -> None:
+        if self._nvml is not None:
+            with contextlib.suppress(Exception):
+                self._nvml.nvmlShutdown()
+            self._nvml = None
+
+    def sample(self) -> GpuSample | None:
+        """A ``flowcon.core.gpu_usage.GpuSample`` of every GPU, or None (NVML off, or this
+        sample failed: logged, and tried again next round)."""
+        nvml = self._nvml
+        if nvml is None:
+            return None
+        devices: list[GpuDevice] = []
+        procs: list[GpuProcess] = []
+        try:
+            for i, h in enumerate(self._handles):
+                devices.append(self._device(i, h))
+                sm = self._process_util(i, h)
+                for p in nvml.nvmlDeviceGetComputeRunningProcesses(h):
+                    mem = getattr(p, "usedGpuMemory", None)
+                    pid = int(p.pid)
+                    procs.append(GpuProcess(pid, i, int(mem or 0), sm.get(pid)))
+        except Exception as exc:
+            log.warning("GPU sample failed: %s", exc)
+            return None
+        return GpuSample(float(self._clock()), tuple(devices), tuple(procs))
+
+    def _device(self, i: int, h: Any) -> GpuDevice:
+        nvml = self._nvml
+        try:
+            util: float | None = float(nvml.nvmlDeviceGetUtilizationRates(h).gpu) / 100.0
+        except Exception:
+            util = None
+        mem = nvml.nvmlDeviceGetMemoryInfo(h)
+        return GpuDevice(i, self._uuids[i], util, int(mem.used), int(mem.total))
+
+    def _process_util(self, i: int, h: Any) -> dict[int, float]:
+        """pid -> mean SM utilisation (a fraction) of the samples since the last call."""
+        try:
+            samples = self._nvml.nvmlDeviceGetProcessUtilization(h, self._last_ts[i])
+        except Exception:  # NVML_ERROR_NOT_FOUND (no samples yet), NOT_SUPPORTED, ...
+            return {}
+        sums: dict[int, list[float]] = {}
+        for s in samples:
+            self._last_ts[i] = max(self._last_ts[i], int(s.timeStamp))
+            sums.setdefault(int(s.pid), []).append(float(s.smUtil))
+        return {pid: min(100.0, sum(v) / len(v)) / 100.0 for pid, v in sums.items() if v}

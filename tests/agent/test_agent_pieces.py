@@ -250,6 +250,38 @@ def test_status_table_and_json(tmp_path: Path) -> None:
     assert "no agent state" in missing.output
 
 
+def test_status_shows_gpu_use_from_the_state_file(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from flowcon.agent.cli import status
+
+    store = StateStore(tmp_path / "s.json")
+    state = AgentState(itval=20.0, rounds=3, node="n1", host_cpus=2)
+    gpus = [
+        {"gpu": 0, "uuid": "GPU-a", "util": 0.5, "mem_bytes": 1 << 30},
+        {"gpu": 2, "uuid": "GPU-c", "util": 0.25, "mem_bytes": 1 << 30},
+    ]
+    procs = [{"pid": 7, "gpu": 0, "uuid": "GPU-a", "mem_bytes": 1 << 30, "sm_util": 0.5}]
+    for cid, name, view in (
+        ("a" * 16, "ongpu", {"gpus": gpus, "gpu_mem_bytes": 2 << 30, "gpu_processes": procs}),
+        ("b" * 16, "oncpu", {"gpus": []}),
+        ("c" * 16, "shared", {"gpus": [{**gpus[0], "util": None}], "gpu_mem_bytes": 1 << 30}),
+    ):
+        state.containers[cid] = ContainerRecord(id=cid, name=name, managed=True, view=view)
+    store.save(state)
+    out = CliRunner().invoke(status, ["--state", str(store.path), "--no-engine"])
+    assert out.exit_code == 0, out.output
+    assert "GPU %" in out.output
+    assert "GPU MEM" in out.output
+    rows = {line.split("│")[2].strip(): line for line in out.output.splitlines() if "│" in line}
+    assert "75.0 (GPU 0,2)" in rows["ongpu"]
+    assert "2.0GiB" in rows["ongpu"]
+    assert "? (GPU 0)" in rows["shared"]  # two tenants, no per-process figure
+    js = CliRunner().invoke(status, ["--state", str(store.path), "--json", "--no-engine"])
+    views = json.loads(js.output)["containers"]
+    assert [v["gpu_processes"][0]["pid"] for v in views if v.get("gpu_processes")] == [7]
+
+
 def test_prometheus_metrics() -> None:
     from prometheus_client import generate_latest
 

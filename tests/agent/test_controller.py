@@ -849,3 +849,129 @@ def test_update_events_of_gone_or_unknown_containers_are_ignored(tmp_path: Path)
     ctl.on_update("b")  # engine down: logged, nothing changes
     assert ctl.tracked["b"].managed
     assert ctl.counters.foreign_total() == 0
+
+
+# ----- GPUs: NVML's per-process accounting matched to the containers' cgroup PIDs --------
+
+
+def test_gpu_use_per_container_through_the_round(tmp_path: Path) -> None:
+    """One NVML sample a round; a container's GPU figures are its cgroup PIDs' processes;
+    a GPU job's R weighs its GPU share in, a CPU job's R stays its CPU share."""
+    from flowcon.agent.exporter import Exporter
+    from flowcon.agent.reporter import payload
+    from flowcon.core.gpu_usage import GpuSample
+    from flowcon.engine.gpus import GpuSampler
+    from flowcon.testing.fake_nvml import FakeNvml
+
+    eng = FakeEngine()
+    eng.cgroups = True
+    eng.add("gpujob", {**ON, "flowcon.job": "train"})
+    eng.add("cpujob", ON)
+    nvml = FakeNvml(gpus=2)
+    nvml.run(pid=101, gpu=1, mem_bytes=3 << 30, sm_util=0.6)
+    nvml.run(pid=102, gpu=1, mem_bytes=1 << 30, sm_util=0.2)
+    nvml.run(pid=999, gpu=0, mem_bytes=5 << 30, sm_util=0.9)  # another host process
+    pids = {"gpujob": {1, 101, 102}, "cpujob": {7}}
+    asked: list[str] = []
+
+    def pids_of(cid: str, parent: str, pid: int) -> set[int] | None:
+        asked.append(cid)
+        return pids.get(cid)
+
+    config = Config(
+        itval=2,
+        itval_max=8,
+        control="quota",
+        state_file=str(tmp_path / "state.json"),
+        gpu_weight=3.0,
+    )
+
+    class Counted(GpuSampler):
+        calls = 0
+
+        def sample(self) -> GpuSample | None:
+            Counted.calls += 1
+            return super().sample()
+
+    sampler = Counted(nvml)
+    ctl = Controller(
+        eng, config, HOST, StateStore(config.state_file), gpus=sampler, pids_of=pids_of
+    )
+    ctl.resync()
+    for cid in ("gpujob", "cpujob"):
+        progress(eng, cid, 100.0, 1.0)
+    ctl.round()
+    for cid in ("gpujob", "cpujob"):
+        progress(eng, cid, 90.0, 1.0)
+    ctl.round()
+    assert Counted.calls == 2  # one sample per round, not one per container
+    assert sorted(asked) == ["cpujob", "cpujob", "gpujob", "gpujob"]
+    views = {v["container_id"]: v for v in ctl.views()}
+    g = views["gpujob"]
+    assert g["gpu_share"] == pytest.approx(0.8 / 2)  # 0.6 + 0.2 of one of 2 GPUs
+    assert g["gpus"] == [
+        {
+            "gpu": 1,
+            "uuid": nvml.nvmlDeviceGetUUID(1),
+            "util": pytest.approx(0.8),
+            "mem_bytes": 4 << 30,
+        }
+    ]
+    assert g["gpu_mem_bytes"] == 4 << 30
+    assert sorted(p["pid"] for p in g["gpu_processes"]) == [101, 102]  # not 999
+    cpu = ctl.tracked["gpujob"].monitor.usage.cpu_share
+    assert cpu is not None
+    assert g["r"] == pytest.approx((cpu + 3.0 * 0.4) / 4.0)
+    c = views["cpujob"]
+    assert c["gpus"] == []
+    assert c["gpu_share"] is None
+    assert c["gpu_processes"] == []
+    assert c["r"] == pytest.approx(c["cpu_share"])
+    # the state file carries the same figures (what `flowcon status` shows)
+    saved = json.loads((tmp_path / "state.json").read_text())
+    assert saved["containers"]["gpujob"]["view"]["gpu_share"] == pytest.approx(0.4)
+    # the allocator gets the GPU utilisation with the throughput
+    sent = {m["container_id"]: m for m in payload("n", list(views.values()))["measurements"]}
+    assert sent["gpujob"]["gpu_utilization"] == pytest.approx(0.4)
+    assert "gpu_utilization" not in sent["cpujob"]  # what an older allocator knew
+    # Prometheus: per container and GPU, labelled as DCGM exporter labels a GPU
+    exp = Exporter()
+    exp.update(list(views.values()), 2.0)
+    text = exp.render().decode()
+    uuid = nvml.nvmlDeviceGetUUID(1)
+    assert (
+        f'flowcon_container_gpu_utilization_ratio{{UUID="{uuid}",gpu="1",id="/docker/gpujob",'
+        'job="train",list="NL",name="gpujob"} 0.8' in text
+    )
+    assert f'flowcon_container_gpu_memory_used_bytes{{UUID="{uuid}",gpu="1"' in text
+    assert "flowcon_container_gpu_processes{UUID=" in text
+    # the processes leave the GPU: the series go away with them
+    nvml.stop(101)
+    nvml.stop(102)
+    ctl.round()
+    exp.update(ctl.views(), 2.0)
+    assert "flowcon_container_gpu_utilization_ratio{" not in exp.render().decode()
+
+
+def test_no_nvml_means_cpu_only_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from flowcon.engine.gpus import GpuSampler
+    from flowcon.testing.fake_nvml import FakeNvml
+
+    with caplog.at_level(logging.WARNING):
+        sampler = GpuSampler(FakeNvml(loaded=False))
+    assert not sampler.available
+    assert sampler.sample() is None
+    assert caplog.text.count("GPU measurement off") == 1
+    assert "controls CPU only" in caplog.text
+    eng = FakeEngine()
+    eng.add("a", ON)
+    config = Config(itval=2, itval_max=8, control="quota", state_file=str(tmp_path / "s.json"))
+    ctl = Controller(
+        eng, config, HOST, StateStore(config.state_file), gpus=sampler, pids_of=lambda *a: {1}
+    )
+    ctl.resync()
+    progress(eng, "a", 10.0, 1.0)
+    ctl.round()
+    assert ctl.views()[0]["gpus"] == []

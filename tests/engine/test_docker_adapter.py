@@ -115,6 +115,21 @@ def test_engine_falls_back_when_files_are_bad_or_gone(tmp_path: Path) -> None:
     assert missing_root.cgroup_usage(CID) is None
 
 
+def test_engine_reads_the_containers_pids_for_the_gpu_match(tmp_path: Path) -> None:
+    """cgroup.procs beside the CPU counter (v1 cpuacct): the PIDs NVML's processes are
+    matched to; None where the cgroup is not reachable."""
+    group = tmp_path / "cpuacct" / "docker" / CID
+    _write(group / "cpuacct.usage", "100\n")
+    _write(group / "cgroup.procs", "4242\n4243\n")
+    eng = DockerEngine("unix:///nonexistent.sock", cgroup_root=str(tmp_path))
+    assert eng.cgroup_pids(CID) == {4242, 4243}
+    assert eng.cgroup_usage(CID) is not None  # the same files, found once
+    (group / "cgroup.procs").unlink()
+    assert eng.cgroup_pids(CID) is None
+    assert eng.cgroup_pids("0" * 64) is None
+    assert DockerEngine("unix:///x.sock", cgroup_root=None).cgroup_pids(CID) is None
+
+
 # ----- log stream framing ---------------------------------------------------------------
 
 
