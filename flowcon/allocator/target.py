@@ -20,6 +20,7 @@ from flowcon.allocator.store import ACTIVE_STATES, PENDING_STATES, JobRecord, St
 from flowcon.allocator.views import LogLineView
 from flowcon.contract import LABEL_MASTER_PORT, SCALING_RESTART, SCALING_STOPFREE
 from flowcon.core.completion import Completion
+from flowcon.executor.backend import ExecutorRefused
 from flowcon.executor.workers import live_master_port
 from flowcon.jobspec.keys import MetricSpec
 from flowcon.jobspec.spec import JobSpec
@@ -349,27 +350,7 @@ class ExecutorTarget:
             return
         self._engine_back()
         for rec in store.active_jobs():
-            state = found.get(rec.name)
-            try:
-                if rec.gpus <= 0:
-                    if state is not None:
-                        self.executor.suspend(rec.name)
-                        store.append_event("suspended", rec.name)
-                    planner.intake.set_containers(rec.name, {})
-                    continue
-                if state is not None and state.status in ("completed", "finishing", "failed"):
-                    # exited (or its workers are exiting one by one) since the last poll:
-                    # the next poll reports the completion or restarts it from its
-                    # checkpoint; rescaling it now would run a finished job again
-                    continue
-                self._match(store, planner, rec, state)
-                self._failed_actions.pop(rec.name, None)
-            except Exception as exc:
-                msg = str(exc)
-                if self._failed_actions.get(rec.name) != msg:
-                    self._failed_actions[rec.name] = msg
-                    store.append_event("executor_error", rec.name, error=msg)
-                log.warning("job %s: executor action failed: %s", rec.name, exc)
+            self._apply_one(store, planner, rec, found.get(rec.name))
         active = {r.name for r in store.active_jobs()}
         for name in [n for n in self._resuming if n not in active]:
             del self._resuming[name]  # ended before it printed a metric line
@@ -380,6 +361,36 @@ class ExecutorTarget:
                 self._remove(name)
                 planner.intake.forget_job(name)
                 planner.set_scaling(name, None)
+
+    def _apply_one(
+        self, store: Store, planner: Planner, rec: JobRecord, state: RunningJob | None
+    ) -> None:
+        """Match one active job's containers to its stored plan. A failed action is an
+        ``executor_error`` event, retried next round; a refusal fails the job."""
+        try:
+            if rec.gpus <= 0:
+                if state is not None:
+                    self.executor.suspend(rec.name)
+                    store.append_event("suspended", rec.name)
+                planner.intake.set_containers(rec.name, {})
+                return
+            if state is not None and state.status in ("completed", "finishing", "failed"):
+                # exited (or its workers are exiting one by one) since the last poll:
+                # the next poll reports the completion or restarts it from its
+                # checkpoint; rescaling it now would run a finished job again
+                return
+            self._match(store, planner, rec, state)
+            self._failed_actions.pop(rec.name, None)
+        except ExecutorRefused as exc:  # beyond the operator's limits: never retried
+            log.warning("job %s: refused by the executor: %s", rec.name, exc)
+            self._remove(rec.name)
+            planner.finish(rec.name, "failed", f"refused by the executor: {exc}")
+        except Exception as exc:
+            msg = str(exc)
+            if self._failed_actions.get(rec.name) != msg:
+                self._failed_actions[rec.name] = msg
+                store.append_event("executor_error", rec.name, error=msg)
+            log.warning("job %s: executor action failed: %s", rec.name, exc)
 
     def _match(
         self, store: Store, planner: Planner, rec: JobRecord, state: RunningJob | None

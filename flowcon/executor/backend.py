@@ -41,6 +41,11 @@ class ExecutorError(RuntimeError):
     """The engine refused or vanished; the message says what was being done."""
 
 
+class ExecutorRefused(ExecutorError):
+    """What a job asks is beyond what the operator allows (found only on its node: a host
+    path that leaves its root): retrying cannot help, the job fails with this reason."""
+
+
 class EngineConnectError(ExecutorError):
     """No Docker engine answers where the environment (DOCKER_HOST) points."""
 

@@ -43,6 +43,9 @@ class ContainerSettings:
     labels: Mapping[str, str] = field(default_factory=dict)
     cap_add: tuple[str, ...] = ()  # given back after dropping every capability
     pids_limit: int = DEFAULT_PIDS_LIMIT
+    # the operator's roots of host paths: the backend resolves each bind source on the
+    # node below its root (flowcon/executor/node_fs.py)
+    bind_roots: tuple[str, ...] = ()
 
 
 def _scaled(per_worker: _N | None, per_gpu: _N | None, gpus: int) -> _N | None:
@@ -92,6 +95,7 @@ def settings_for(spec: JobSpec, gpus: int, reach: Reach | None = None) -> Contai
         labels={**dict(spec.labels), **metric_labels(spec)},
         cap_add=reach.cap_add,
         pids_limit=reach.pids_limit,
+        bind_roots=reach.bind_roots,
     )
 
 

@@ -33,7 +33,8 @@ def make_backend(
     if kind == "engine":
         return EngineBackend(client=client, network=str(cfg.get("network", "auto")))
     if kind == "swarm":
-        return SwarmBackend(client=client)
+        hosts = {str(k): str(v) for k, v in dict(cfg.get("node_hosts") or {}).items()}
+        return SwarmBackend(client=client, node_hosts=hosts)
     raise ValueError(f"executor.backend must be 'engine' or 'swarm', not {kind!r}")
 
 
@@ -47,7 +48,8 @@ def make_executor(
 
     ``{backend: engine|swarm, grace_s: 30, max_restarts: 3, checkpoint_every: null,
     checkpoint_host_dir: null, network: auto|host|<network name>, labels: {},
-    leave_timeout_s: 60, bind_roots: [], images: ["*"], cap_add: [], pids_limit: 4096}``;
+    leave_timeout_s: 60, bind_roots: [], images: ["*"], cap_add: [], pids_limit: 4096,
+    node_hosts: {}}``;
     ``extra_labels`` (a test's) are added to the config's ``labels``.
     """
     cfg = dict(config or {})

@@ -18,8 +18,18 @@ ALICE, BOB = "alice-engine-t0ken", "bob-engine-t0ken"
 @pytest.fixture
 def env(tmp_path, docker_client, labeled, test_run_id):
     users = f"[{{name: alice, token: {ALICE}}}, {{name: bob, token: {BOB}}}]"
-    config = engine_config(users=users) + f"  bind_roots: [{tmp_path / 'data'}]\n"
+    config = (
+        engine_config(users=users)
+        + f"  bind_roots: [{tmp_path / 'data'}]\n"
+        + "  images: ['flowcon/*']\n"
+    )
     yield from daemon_env(tmp_path, docker_client, labeled, test_run_id, config=config)
+
+
+def _exec(c, script: str) -> str | None:
+    """``script``'s output in the running container (None when it failed)."""
+    code, out = c.exec_run(["sh", "-c", script])
+    return out.decode().strip() if code == 0 else None
 
 
 def test_one_user_cannot_reach_anothers_job_or_the_host(env, docker_client, tmp_path) -> None:
@@ -38,6 +48,15 @@ def test_one_user_cannot_reach_anothers_job_or_the_host(env, docker_client, tmp_
         assert host["CapDrop"] == ["ALL"]
         assert host["SecurityOpt"] == ["no-new-privileges"]
         assert host["PidsLimit"] == 4096
+        assert host["IpcMode"] == "private"
+        assert host["PidMode"] == ""  # its own PID namespace
+        assert host["NetworkMode"] != "host"
+        # no user in the spec: nobody, not the image's root, and the fresh checkpoint
+        # volume was handed to it before the job started (the job checkpoints into it)
+        assert c.attrs["Config"]["User"] == "65534:65534"
+        owner = wait_for(lambda: _exec(c, "stat -c %u:%g /flowcon/checkpoint/step"), 60)
+        assert owner == "65534:65534"
+        assert _exec(c, "id -u") == "65534"
         mounts = {m["Destination"]: m for m in c.attrs["Mounts"]}
         assert mounts["/cache"]["Name"] == volume  # alice's own, not the name "c..."
         started = c.attrs["State"]["StartedAt"]
@@ -47,15 +66,23 @@ def test_one_user_cannot_reach_anothers_job_or_the_host(env, docker_client, tmp_
                 call(name)
             assert exc.value.status == 403
             assert "belongs to alice" in str(exc.value)
-        for vols, field in (
-            (["/etc:/hostetc"], "volumes[0].source"),
-            (["/var/run:/r"], "volumes[0].source"),
-            ([f"{volume}:/steal"], "volumes[0].source"),
-        ):
-            with pytest.raises(ClientError) as exc:
-                bob.submit(rate_job_spec(f"b{rid}", 10, None, {1: 1.0}, volumes=vols))
-            assert exc.value.status == 400
-            assert exc.value.body["field"] == field
+        host_paths = ["/etc", "/var/run", "/run", "/root", "/var/lib/docker", "/proc", "/dev"]
+        host_paths += ["/boot", "/home", "/usr", "/", f"{tmp_path}/data/../..", volume]
+        refused: list[tuple[dict[str, object], str]] = [
+            ({"volumes": [f"{p}:/steal"]}, "volumes[0].source") for p in host_paths
+        ]
+        refused += [
+            ({"user": "0"}, "user"),
+            ({"user": "root:root"}, "user"),
+            ({"image": "evil.example.com/x:1"}, "image"),
+            ({"network": "host"}, "network"),  # a spec cannot ask for the host's network
+        ]
+        for extra, field in refused:
+            for call in (bob.submit, bob.dry_run):
+                with pytest.raises(ClientError) as exc:
+                    call(rate_job_spec(f"b{rid}", 10, None, {1: 1.0}, **extra))
+                assert exc.value.status == 400, (extra, exc.value)
+                assert exc.value.body["field"] == field, (extra, exc.value.body)
         # under the operator's root a host path is fine
         (tmp_path / "data").mkdir(exist_ok=True)
         ok = rate_job_spec(f"b{rid}", 10**6, None, {1: 1.0}, volumes=[f"{tmp_path}/data:/d:ro"])
@@ -69,3 +96,47 @@ def test_one_user_cannot_reach_anothers_job_or_the_host(env, docker_client, tmp_
     finally:
         for v in docker_client.volumes.list(filters={"name": volume}):
             v.remove(force=True)
+
+
+def test_a_symlink_out_of_an_allowed_root_is_refused_on_the_node(
+    env, docker_client, tmp_path
+) -> None:
+    """A host path under the operator's root that leads out of it through a link is
+    refused where it is mounted: the job fails with the reason, no container runs; a
+    link that stays inside the root is mounted."""
+    _cfg, start, rid = env
+    data = tmp_path / "data"
+    (data / "sets" / "mnist").mkdir(parents=True)
+    (data / "sets" / "mnist" / "hello.txt").write_text("ok\n")
+    (data / "etc").symlink_to("/etc")  # the escape
+    (data / "up").symlink_to("../../../../../../../../etc")
+    (data / "sets" / "latest").symlink_to("mnist")  # inside the root
+    alloc = start()
+    bob = AllocatorClient(alloc.url, BOB, timeout=30)
+    bad = [f"b{rid}", f"u{rid}"]
+    for name, source in zip(bad, (data / "etc", data / "up" / "passwd"), strict=True):
+        spec = rate_job_spec(name, 10**6, None, {1: 1.0}, volumes=[f"{source}:/d:ro"])
+        assert bob.submit(spec)["admitted"] is True  # as written, it is under the root
+    for name in bad:
+        job = wait_for(lambda n=name: _failed(bob, n), 60)
+        assert "leads outside its allowed root" in job["reason"], job
+        assert "volumes[0].source" in job["reason"]
+        assert not containers(docker_client, rid, name)
+    good = f"g{rid}"
+    spec = rate_job_spec(
+        good,
+        10**6,
+        None,
+        {1: 1.0},
+        volumes=[f"{data}/sets/latest:/d:ro"],
+        command=["sh", "-c", "cat /d/hello.txt; sleep 600"],
+    )
+    assert bob.submit(spec)["admitted"] is True
+    (c,) = wait_for(lambda: containers(docker_client, rid, good), 60)
+    wait_for(lambda: "ok" in c.logs().decode(), 30)
+    bob.cancel(good)
+
+
+def _failed(client: AllocatorClient, name: str) -> dict[str, object] | None:
+    job = client.job(name)
+    return job if job.get("state") == "failed" else None

@@ -32,6 +32,7 @@ from flowcon.executor.backend import (
     volume_labels,
 )
 from flowcon.executor.container_spec import SdkKwargs, engine_kwargs
+from flowcon.executor.node_fs import check_bind_paths, needs_owning, own_mount_points, own_targets
 from flowcon.executor.workers import DEFAULT_MASTER_PORT, WorkerSlot, master_port_for
 
 if TYPE_CHECKING:
@@ -131,6 +132,8 @@ class EngineBackend:
         import docker.errors
         from docker.types import DeviceRequest, Mount
 
+        # a host path's real path on this node stays under its allowed root
+        check_bind_paths(self.client, req.node, req.image, req.settings, req.labels)
         if req.checkpoint_host_dir:
             mount = Mount(CHECKPOINT_MOUNT, req.checkpoint_host_dir, type="bind")
         else:
@@ -171,6 +174,14 @@ class EngineBackend:
                     "managed by this executor (remove it or check its labels)"
                 ) from exc
             raise ExecutorError(f"job {req.job}: creating {req.name}: {exc}") from exc
+        user = req.settings.user
+        try:
+            if user is not None and needs_owning(user):
+                # fresh volumes are root's: hand them to the job's user before it starts
+                own_mount_points(self.client, str(c.id), own_targets(req.settings), user)
+        except ExecutorError as exc:
+            self._quiet_remove(c)
+            raise ExecutorError(f"job {req.job}: {exc}") from exc
         try:
             c.start()
             c.reload()

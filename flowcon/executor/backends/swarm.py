@@ -39,6 +39,14 @@ from flowcon.executor.backend import (
     volume_labels,
 )
 from flowcon.executor.container_spec import SdkKwargs, swarm_kwargs
+from flowcon.executor.node_fs import (
+    check_bind_paths,
+    needs_owning,
+    own_mount_points,
+    own_targets,
+    probe,
+    remove_probe,
+)
 from flowcon.executor.workers import WorkerSlot, master_port_for
 
 # types-docker leaves most methods of ``Service`` and ``ServiceCollection`` unannotated:
@@ -127,14 +135,95 @@ class SwarmBackend:
         client: DockerClient | None = None,
         node_clients: Mapping[str, DockerClient] | None = None,
         stop_poll_s: float = 0.1,
+        node_hosts: Mapping[str, str] | None = None,
     ) -> None:
-        """``client`` talks to a manager; ``node_clients`` (optional, by flowcon.node name)
-        let ``cleanup`` remove checkpoint volumes on the other nodes."""
+        """``client`` talks to a manager; ``node_clients`` (by flowcon.node name, from
+        ``executor.node_hosts``, whose engine addresses are connected to when first
+        needed) reach the other nodes' engines: to check host paths and prepare volumes
+        where a worker runs, and to remove checkpoint volumes there."""
         if client is None:
             client = connect_engine(timeout=60)
         self.client = client
         self.node_clients = dict(node_clients or {})
         self.stop_poll_s = stop_poll_s
+        self.node_hosts = dict(node_hosts or {})
+        self._own_node: str | None = None  # the manager's flowcon.node label, once read
+        self._unprepared: set[str] = set()  # nodes already warned about
+
+    def own_node(self) -> str:
+        """The flowcon.node label of the manager this backend talks to ("" if none)."""
+        if self._own_node is None:
+            try:
+                node_id = str((self.client.info().get("Swarm") or {}).get("NodeID", ""))
+                node = self.client.nodes.get(node_id)
+                labels = (node.attrs.get("Spec") or {}).get("Labels") or {}
+                self._own_node = str(labels.get(NODE_LABEL, ""))
+            except engine_errors() as exc:
+                log.warning("reading the manager's own swarm node: %s", exc)
+                return ""
+        return self._own_node
+
+    def node_client(self, node: str) -> DockerClient | None:
+        """The engine of swarm node ``node`` (None: not reachable from here)."""
+        if node not in self.node_clients and node in self.node_hosts:
+            import docker
+
+            try:
+                self.node_clients[node] = docker.DockerClient(
+                    base_url=self.node_hosts[node], version="auto", timeout=60
+                )
+            except docker.errors.DockerException as exc:
+                log.warning("node %s: engine %s: %s", node, self.node_hosts[node], exc)
+        if node in self.node_clients:
+            return self.node_clients[node]
+        return self.client if node and node == self.own_node() else None
+
+    def _prepare_volumes(self, client: DockerClient | None, req: WorkerRequest) -> None:
+        """Hand the worker's fresh volumes to its non-root user on its node, before the
+        swarm starts it: the checkpoint volume is created there now, with its labels, and
+        a probe container (never started) owns its top folder."""
+        user = req.settings.user
+        if user is None or not needs_owning(user):
+            return
+        if client is None:
+            if req.node not in self._unprepared:
+                self._unprepared.add(req.node)
+                log.warning(
+                    "node %s: no engine address (executor.node_hosts): a job running there"
+                    " as %s finds its fresh checkpoint volume owned by root",
+                    req.node,
+                    user,
+                )
+            return
+        mounts: list[dict[str, object]] = [
+            {"Target": m["Target"], "Source": m["Source"], "Type": m["Type"]}
+            for m in req.settings.mounts
+            if m.get("Type") == "volume"
+        ]
+        if req.checkpoint_host_dir:
+            mounts.append(
+                {"Target": CHECKPOINT_MOUNT, "Source": req.checkpoint_host_dir, "Type": "bind"}
+            )
+        else:
+            try:
+                client.volumes.get(req.checkpoint_volume)
+            except engine_errors():
+                try:
+                    client.volumes.create(req.checkpoint_volume, labels=volume_labels(req.labels))
+                except engine_errors() as exc:
+                    raise ExecutorError(
+                        f"job {req.job}: creating {req.checkpoint_volume} on {req.node}: {exc}"
+                    ) from exc
+            mounts.append(
+                {"Target": CHECKPOINT_MOUNT, "Source": req.checkpoint_volume, "Type": "volume"}
+            )
+        box = probe(client, req.image, mounts, req.labels, user=user)
+        try:
+            own_mount_points(client, str(box.id), own_targets(req.settings), user)
+        except ExecutorError as exc:
+            raise ExecutorError(f"job {req.job}: {exc}") from exc
+        finally:
+            remove_probe(box)
 
     def _tasks(self, svc: Service) -> list[EngineJson]:
         try:
@@ -221,6 +310,10 @@ class SwarmBackend:
         import docker.errors
         from docker.types import Mount, RestartPolicy, ServiceMode
 
+        node_client = self.node_client(req.node)
+        # a host path's real path on the worker's node stays under its allowed root
+        check_bind_paths(node_client, req.node, req.image, req.settings, req.labels)
+        self._prepare_volumes(node_client, req)
         if req.checkpoint_host_dir:
             mount = Mount(CHECKPOINT_MOUNT, req.checkpoint_host_dir, type="bind")
         else:
