@@ -247,6 +247,7 @@ class Job:
     duration: float | None = None  # seconds it ran in the original cluster (trace column)
     # permissible batch sizes (flowcon.alloc.batch); None: the batch is fixed
     batch_range: BatchRange | None = None
+    owner: str = ""  # who submitted it (per-user quotas, flowcon/alloc/quota.py)
 
     @property
     def remaining(self) -> float:

@@ -26,6 +26,11 @@ class _LedgerMixin:
     overhead: float
     _ledger: SlotLedger | None
 
+    def guaranteed_shares(self, now: float) -> dict[str, int]:
+        """Every admitted deadline job's minimum satisfactory share in the slot holding
+        ``now``, as its reservation stands (nothing re-planned; quotas count these)."""
+        return self._ledger.shares(now) if self._ledger is not None else {}
+
     def _get_ledger(self, state: ClusterState) -> SlotLedger:
         if self._ledger is None:
             self._ledger = SlotLedger(state.total_gpus, state.slot, overhead=self.overhead)

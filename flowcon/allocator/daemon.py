@@ -24,7 +24,7 @@ from flowcon.allocator.auth import Credentials, Principal
 from flowcon.allocator.config import AllocatorConfig, ConfigError, ensure_token
 from flowcon.allocator.metrics import AllocatorMetrics
 from flowcon.allocator.planner import Plan, PlanError, Planner
-from flowcon.allocator.quota import quota_problem
+from flowcon.allocator.quota import spec_quota_problem
 from flowcon.allocator.store import (
     ACTIVE_STATES,
     PENDING_STATES,
@@ -384,7 +384,8 @@ class Allocator:
         quota = self.cfg.quotas.get(owner)
         if quota is not None:
             mine = self.store.list_jobs(PENDING_STATES + ACTIVE_STATES)
-            why = quota_problem(owner, quota, mine, parsed)
+            shares = self.planner.guaranteed_shares(now)
+            why = spec_quota_problem(owner, quota, mine, parsed, shares)
             if why:
                 raise ApiError(403, why, field="quota")
         return replace(parsed, owner=owner)

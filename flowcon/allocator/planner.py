@@ -154,6 +154,15 @@ class Planner:
 
     # -- the job as the core sees it --------------------------------------------------
 
+    def guaranteed_shares(self, now: float) -> dict[str, int]:
+        """Each admitted deadline job's minimum satisfactory share now, where the policy
+        keeps reservations (ElasticFlow, EDF with admission); empty otherwise."""
+        shares = getattr(self.policy, "guaranteed_shares", None)
+        if not callable(shares):
+            return {}
+        with self.store.transaction():  # the planning loop changes reservations under it
+            return dict(shares(now))
+
     def trusted_measurements(self, rec: JobRecord) -> dict[int, float]:
         return self.intake.trusted_measurements(rec)
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # rich is imported lazily: the CLI starts fast
     from rich.console import Console
 
     from flowcon.alloc.model import Job, Topology
+    from flowcon.alloc.quota import Quota
     from flowcon.alloc.types import Policy
     from flowcon.sim.engine import SimResult
     from flowcon.sim.loaders import Tables
@@ -49,13 +50,20 @@ def run_simulation(
     batch_ranges: bool = False,
     jitter: int = 0,
     seed: int = 0,
+    *,
+    users: int = 0,
+    user_skew: float = 0.0,
+    quota: Quota | None = None,
 ) -> tuple[object, dict[str, object]]:
     """Load, simulate, summarise. Returns (SimResult, summary dict). ``world``: ``ours`` or
     ``published`` (the published ElasticFlow simulator's world, see flowcon/sim/world.py).
     ``batch_ranges``: jobs without a batch-size range get the default one
     (``flowcon.alloc.batch.default_range``: half to twice their batch, table rows only).
     ``jitter`` > 0: each submission moved by up to that many whole seconds, drawn with
-    ``seed`` (``flowcon.sim.perturb.jitter_submissions``; the summary says so)."""
+    ``seed`` (``flowcon.sim.perturb.jitter_submissions``; the summary says so).
+    ``users`` > 0: the jobs get that many owners (``flowcon.sim.tenants``, drawn with
+    ``seed``, ``user_skew`` for a few heavy users), each held to ``quota`` if given (the
+    allocator's rule, flowcon/alloc/quota.py); the summary counts the quota refusals."""
     from flowcon.alloc.model import Topology
     from flowcon.sim.engine import Simulator
     from flowcon.sim.loaders import load_throughputs, load_trace
@@ -73,6 +81,9 @@ def run_simulation(
         from flowcon.alloc.batch import with_default_ranges
 
         with_default_ranges(jobs, tables)
+    quotas = _tenants(jobs, users, seed, user_skew, quota)
+    if quotas and world != "ours":
+        raise ValueError("per-user quotas run in our world (--world ours)")
     if world == "published":
         res = _run_published(jobs, topo, policy, slot, overhead, tables)
         summary = summarize(res)
@@ -97,17 +108,54 @@ def run_simulation(
             task = bar.add_task(f"{policy} {Path(trace).name}", total=len(jobs))
             sim = Simulator(
                 jobs, topo, pol, slot=slot, overhead=overhead, place=place,
-                on_progress=lambda n: bar.advance(task, n),
+                on_progress=lambda n: bar.advance(task, n), quotas=quotas,
             )  # fmt: skip
             res = sim.run()
     else:
-        res = Simulator(jobs, topo, pol, slot=slot, overhead=overhead, place=place).run()
+        res = Simulator(
+            jobs, topo, pol, slot=slot, overhead=overhead, place=place, quotas=quotas
+        ).run()
     summary = summarize(res)
+    if users:
+        summary["tenants"] = _tenant_summary(res, users, user_skew, quota)
     summary["world"] = world
     summary["trace"] = str(trace)
     _note_jitter(summary, jitter, seed)
     summary["wall_seconds"] = round(time.perf_counter() - wall0, 3)
     return res, summary
+
+
+def _tenants(
+    jobs: list[Job], users: int, seed: int, skew: float, quota: Quota | None
+) -> dict[str, Quota]:
+    """Owners for the trace's jobs and each owner's quota (empty: no users or no quota)."""
+    if users <= 0:
+        return {}
+    from flowcon.sim.tenants import assign_owners, owner_name
+
+    assign_owners(jobs, users, seed, skew)
+    return {owner_name(k): quota for k in range(users)} if quota is not None else {}
+
+
+def _tenant_summary(
+    res: SimResult, users: int, skew: float, quota: Quota | None
+) -> dict[str, object]:
+    """Users, their quota, and per user: jobs, quota refusals, deadlines met."""
+    from dataclasses import asdict
+
+    per: dict[str, dict[str, int]] = {}
+    for r in res.results:
+        row = per.setdefault(r.job.owner, {"jobs": 0, "quota_refused": 0, "deadline_met": 0})
+        row["jobs"] += 1
+        row["quota_refused"] += int(r.quota_refused)
+        row["deadline_met"] += int(r.job.deadline is not None and r.met_deadline)
+    return {
+        "users": users,
+        "skew": skew,
+        "quota": None if quota is None else asdict(quota),
+        "quota_refused": sum(row["quota_refused"] for row in per.values()),
+        "per_user": dict(sorted(per.items())),
+    }
 
 
 def _note_jitter(summary: dict[str, object], jitter: int, seed: int) -> None:
@@ -200,7 +248,35 @@ def _stderr_console() -> Console:
     help="Move each submission by up to this many whole seconds (a perturbed copy of the "
     "trace, drawn with --seed), to see how much a result owes to the trace's luck.",
 )
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of --jitter.")
+@click.option(
+    "--seed", default=0, show_default=True, type=int, help="Seed of --jitter and --users."
+)
+@click.option(
+    "--users",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Give the jobs this many owners (the traces have none), drawn from their ids.",
+)
+@click.option(
+    "--user-skew",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="0: owners uniform; > 0: a few users submit most jobs (Zipf-like weights).",
+)
+@click.option(
+    "--quota-gpus",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Each user's max_gpus: GPUs guaranteed to their deadline jobs (needs --users).",
+)
+@click.option(
+    "--quota-jobs",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Each user's max_jobs: their active jobs (needs --users).",
+)
 @click.option("--no-placement", is_flag=True, help="Skip buddy placement (counts only).")
 @click.option("--no-plots", is_flag=True, help="Write the CSV/JSON but no PNG plots.")
 @click.option(
@@ -223,18 +299,28 @@ def simulate(
     batch_ranges: bool,
     jitter: int,
     seed: int,
+    users: int,
+    user_skew: float,
+    quota_gpus: int | None,
+    quota_jobs: int | None,
 ) -> None:
     """Simulate a trace on a GPU cluster; the last stdout line is a JSON summary."""
+    from flowcon.alloc.quota import Quota
     from flowcon.sim.loaders import InputError
 
     if progress is None:
         progress = sys.stderr.isatty()
     if slot <= 0:
         raise click.BadParameter("must be > 0", param_hint="--slot")
+    quota = None
+    if quota_gpus is not None or quota_jobs is not None:
+        if not users:
+            raise click.BadParameter("needs --users N", param_hint="--quota-gpus/--quota-jobs")
+        quota = Quota(max_gpus=quota_gpus, max_jobs=quota_jobs)
     try:
         res, summary = run_simulation(
             trace, cluster, policy, throughputs, slot, overhead, not no_placement, progress, world,
-            batch_ranges, jitter, seed,
+            batch_ranges, jitter, seed, users=users, user_skew=user_skew, quota=quota,
         )  # fmt: skip
     except (InputError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from flowcon.alloc.batch import reset_batch
 from flowcon.alloc.driver import is_tick, slot_boundary
 from flowcon.alloc.model import Job, Topology, deadline_order_key
 from flowcon.alloc.placement import BuddyPlacer, Placement
+from flowcon.alloc.quota import Holding, Quota, quota_problem
 from flowcon.alloc.types import AdmissionDecision, ClusterState, Policy
 from flowcon.sim.published_layout import RankKey, published_rank_keys
 from flowcon.sim.world import OURS, World
@@ -30,6 +31,7 @@ class JobResult:
     job: Job
     admitted: bool = False
     reason: str | None = None
+    quota_refused: bool = False  # refused by its owner's quota before admission
     start: float | None = None
     finish: float | None = None
     gpu_seconds: float = 0.0
@@ -84,6 +86,7 @@ class Simulator:
         place: bool = True,
         on_progress: Callable[[int], None] | None = None,
         world: World = OURS,
+        quotas: Mapping[str, Quota] | None = None,
     ) -> None:
         self.jobs = sorted(jobs, key=lambda j: (j.submit_time, j.job_id))
         self.topology = topology
@@ -93,6 +96,8 @@ class Simulator:
         self.placer = BuddyPlacer(topology, overhead) if place else None
         self.on_progress = on_progress
         self.world = world
+        # per-user quotas by job owner, checked at each arrival as the allocator does
+        self.quotas = dict(quotas or {})
 
     def run(self) -> SimResult:
         """Decision after decision: advance progress to ``t`` (completions), admit the
@@ -193,6 +198,7 @@ class Simulator:
             while self._arrivals_due(r, t):
                 due.append(arrivals[r.ai])
                 r.ai += 1
+            due = [j for j in due if not self._over_quota(r, j, t)]
             if not due:
                 return lat
             c0 = time.perf_counter()
@@ -204,11 +210,38 @@ class Simulator:
         while self._arrivals_due(r, t):
             job = arrivals[r.ai]
             r.ai += 1
+            if self._over_quota(r, job, t):
+                continue
             c0 = time.perf_counter()
             dec = self.policy.on_submit(job, t, r.state)
             lat += time.perf_counter() - c0
             self._admitted(r, job, dec, t)
         return lat
+
+    def _over_quota(self, r: _Run, job: Job, t: float) -> bool:
+        """A submit over its owner's quota is refused before admission (the same rule as
+        the allocator's, flowcon/alloc/quota.py); the result says which quota."""
+        quota = self.quotas.get(job.owner)
+        if quota is None:
+            return False
+        shares_of = getattr(self.policy, "guaranteed_shares", None)
+        shares = shares_of(t) if callable(shares_of) else {}
+        alloc = r.state.allocation
+        mine = [
+            Holding(jid, j.deadline is not None, alloc.get(jid, 0), shares.get(jid))
+            for jid, j in r.state.jobs.items()
+            if j.owner == job.owner
+        ]
+        why = quota_problem(
+            job.owner, quota, mine, best_effort=job.deadline is None, needs=job.min_gpus
+        )
+        if why is None:
+            return False
+        res = r.results[job.job_id]
+        res.admitted, res.reason, res.quota_refused = False, why, True
+        if self.on_progress:
+            self.on_progress(1)
+        return True
 
     def _admitted(self, r: _Run, job: Job, dec: AdmissionDecision, t: float) -> None:
         for jid in dec.revoked:

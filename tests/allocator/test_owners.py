@@ -174,30 +174,39 @@ def test_users_in_the_config(tmp_path: Path) -> None:
 
 @pytest.fixture
 def quota_daemon(tmp_path: Path) -> Iterator[Allocator]:
-    with allocator(tmp_path, users=NAMED, quotas={"alice": Quota(max_gpus=2, max_jobs=2)}) as alloc:
+    with allocator(tmp_path, users=NAMED, quotas={"alice": Quota(max_gpus=2, max_jobs=3)}) as alloc:
         yield alloc
 
 
 def test_a_submit_over_a_users_quota_is_refused_naming_it(quota_daemon: Allocator) -> None:
+    """max_gpus counts the GPUs admission guaranteed (each deadline job's minimum
+    satisfactory share), not the spare GPUs the planner gives out on top."""
     from flowcon.cli import main
 
     alice = as_(quota_daemon, "alice")
     alice.submit(job("q1", max_gpus=2))
     held = quota_daemon.store.get_job("q1").gpus  # type: ignore[union-attr]
-    assert held == 2
+    share = quota_daemon.planner.guaranteed_shares(quota_daemon.clock())["q1"]
+    assert (held, share) == (2, 1)  # one GPU guaranteed, one spare
     for call in (alice.submit, alice.dry_run):
-        err = refused(call, job("q2"))
+        err = refused(call, job("q2", min_gpus=2, max_gpus=2))
         assert err.status == 403
         assert err.body["field"] == "quota"
         assert str(err) == (
-            "quota: alice holds 2 of 2 GPUs in deadline jobs (max_gpus); this job needs at least 1"
+            "quota: alice holds 1 of 2 GPUs in deadline jobs (max_gpus); this job needs at least 2"
         )
+    # the spare GPU q1 holds counts against no quota: a job needing one more fits
+    alice.submit(job("q2", max_gpus=2))
+    err = refused(alice.submit, job("q3"))
+    assert str(err) == (
+        "quota: alice holds 2 of 2 GPUs in deadline jobs (max_gpus); this job needs at least 1"
+    )
     # best-effort work uses spare GPUs: no GPU quota, but it is an active job
     best = job("q3", best_effort=True)
     del best["deadline"]
     alice.submit(best)
     err = refused(alice.submit, job("q4"))
-    assert str(err) == "quota: alice has 2 of 2 active jobs (max_jobs)"
+    assert str(err) == "quota: alice has 3 of 3 active jobs (max_jobs)"
     # the CLI says it and exits non-zero; another user has no quota of alice's
     spec = quota_daemon.store.get_job("q1").spec  # type: ignore[union-attr]
     assert spec.owner == "alice"
@@ -207,7 +216,7 @@ def test_a_submit_over_a_users_quota_is_refused_naming_it(quota_daemon: Allocato
         input=json.dumps(job("q5")),
     )
     assert out.exit_code == 1
-    assert "Error: quota: alice has 2 of 2 active jobs (max_jobs)" in out.output
+    assert "Error: quota: alice has 3 of 3 active jobs (max_jobs)" in out.output
     as_(quota_daemon, "bob").submit(job("b1"))
     alice.cancel("q3")
     alice.submit(best | {"name": "q6"})  # a job ended: room again
