@@ -154,9 +154,9 @@ class Reach:
         )
 
     def source_problem(self, source: str) -> str | None:
-        """Why the host path ``source`` may not be mounted (None: it may). The check is on
-        the path as written: symbolic links under an allowed root are not resolved yet, so
-        a root must be a tree users cannot create links in (docs/security.md)."""
+        """Why the host path ``source`` may not be mounted (None: it may), as written; its
+        real path is resolved on the worker's node before its container is made
+        (flowcon/executor/node_fs.py)."""
         norm = _norm(source)
         if norm == "/" or ".." in source.split("/"):
             return f"{source!r} is not allowed: the whole host, or a path with '..'"
