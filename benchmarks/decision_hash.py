@@ -52,6 +52,18 @@ def outcome_hash(results: SimResult) -> str:
     return h.hexdigest()
 
 
+def decisions_hash(admitted: dict[str, bool], decisions: dict[float, dict[str, int]]) -> str:
+    """sha256 over admission decisions (by job name) and the GPU count of every job at
+    every decision time: what the live planner and the simulator must agree on (the rule
+    of tests/allocator/test_planner_matches_simulator.py)."""
+    h = hashlib.sha256()
+    for name in sorted(admitted):
+        h.update(f"{name} {admitted[name]}\n".encode())
+    for t in sorted(decisions):
+        h.update(f"{t!r} {sorted(decisions[t].items())!r}\n".encode())
+    return h.hexdigest()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--cases", nargs="*", default=None, help="policy/world/trace names")

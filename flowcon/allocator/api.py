@@ -83,6 +83,8 @@ class Service(Protocol):
     def metrics_text(self) -> bytes: ...
     # ``who``: the caller (None: the operator, as for calls from inside the process)
     def list_jobs(self, who: Principal | None = None) -> list[JobView]: ...
+    # ``GET /api/v1/jobs``'s body, JSON-encoded: ``{"jobs": [list_jobs' views]}``
+    def jobs_body(self, who: Principal | None = None) -> bytes: ...
     def get_job(self, name: str, who: Principal | None = None) -> JobDetail: ...
     def submit(
         self, spec: Mapping[str, object], who: Principal | None = None
@@ -265,8 +267,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _jobs(self, method: str) -> Reply:
         if method == "GET":
-            jobs = self.service.list_jobs(self._who)
-            return 200, {"jobs": [j.to_json() for j in jobs]}, _JSON
+            return 200, self.service.jobs_body(self._who), _JSON
         if method == "POST":
             body = self._body()
             if isinstance(body, dict) and isinstance(body.get("spec"), dict):
@@ -358,7 +359,11 @@ def _handler_class(
 
 class _Server(ThreadingHTTPServer):
     """The threading server, quiet about connections that fail before a request (a
-    plain-HTTP client on the TLS port, a scanner): one debug line, no traceback."""
+    plain-HTTP client on the TLS port, a scanner): one debug line, no traceback. Its
+    listen backlog holds a burst of clients (the standard library's 5 resets the sixth
+    while a planning round keeps the accepting thread from the interpreter)."""
+
+    request_queue_size = 128
 
     def handle_error(self, request: object, client_address: object) -> None:
         log.debug("connection from %s failed", client_address, exc_info=True)

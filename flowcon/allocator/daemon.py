@@ -10,6 +10,7 @@ store every round, not patched incrementally).
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -123,10 +124,17 @@ class Allocator:
         # /api/v1/history: GPUs per job after each planning round (the store keeps the rest)
         self.gpu_history = History()
         self._profilers: dict[str, threading.Thread] = {}
+        # GET /api/v1/jobs bodies by (store generation, whose view); one encodes at a time
+        self._jobs_bodies: dict[tuple[int, str | None], bytes] = {}
+        self._jobs_lock = threading.Lock()
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def start(self, host: str | None = None, port: int | None = None) -> None:
+    def start(
+        self, host: str | None = None, port: int | None = None, plan_loop: bool = True
+    ) -> None:
+        """Adopt what runs, plan once, serve the API and start the planning loop
+        (``plan_loop=False``: no loop; whoever started it calls ``plan_round``)."""
         self.store.append_event(
             "allocator_started",
             None,
@@ -158,8 +166,9 @@ class Allocator:
             tls=tls,
         )
         self.server.start()
-        self._loop = threading.Thread(target=self._run, name="allocator-plan", daemon=True)
-        self._loop.start()
+        if plan_loop:
+            self._loop = threading.Thread(target=self._run, name="allocator-plan", daemon=True)
+            self._loop.start()
         log.info(
             "allocator on %s: %d GPUs, slot %.0f s, db %s",
             self.server.url,
@@ -194,6 +203,13 @@ class Allocator:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def plan_round(self, force: bool = True) -> Plan:
+        """One iteration of the planning loop, now: poll the executor, plan, make the
+        containers match (``force=False``: a slot tick, ``force=True``: an event)."""
+        with self._lock:
+            ended = self._poll()
+            return self._round(polled=True, force=force or bool(ended))
 
     def _run(self) -> None:
         """Poll the executor every few seconds (completions, dead workers, progress); plan
@@ -262,9 +278,7 @@ class Allocator:
             self.target.apply(self.store, self.planner)
         self.rounds += 1
         self.metrics.observe_round(time.perf_counter() - t0)
-        self.gpu_history.append(
-            self.clock(), jobs={r.name: r.gpus for r in self.store.active_jobs()}
-        )
+        self.gpu_history.append(self.clock(), jobs=dict(plan.gpus))
         return plan
 
     # -- Service (HTTP) ----------------------------------------------------------------
@@ -341,6 +355,21 @@ class Allocator:
         a caller who may not see its detail."""
         views = [(JobView.of(rec), self._may(rec, who)) for rec in self.store.list_jobs()]
         return [view if may else replace(view, spec={}) for view, may in views]
+
+    def jobs_body(self, who: Principal | None = None) -> bytes:
+        """``GET /api/v1/jobs``'s JSON, encoded once per change of the store and kind of
+        caller (with named users each sees other users' specs as ``{}``), not once per
+        call: 50 clients listing 2,000 jobs otherwise starve the planning loop."""
+        mine = self.credentials.multi_tenant and who is not None and not who.operator
+        key = (self.store.generation, who.name if mine and who is not None else None)
+        with self._jobs_lock:
+            body = self._jobs_bodies.get(key)
+            if body is None:
+                jobs = [v.to_json() for v in self.list_jobs(who)]
+                body = json.dumps({"jobs": jobs}, default=str).encode()
+                self._jobs_bodies = {k: v for k, v in self._jobs_bodies.items() if k[0] == key[0]}
+                self._jobs_bodies[key] = body
+        return body
 
     def get_job(self, name: str, who: Principal | None = None) -> JobDetail:
         rec = self.store.get_job(name)

@@ -106,6 +106,7 @@ class Plan:
     allocation: dict[str, int]
     placement: dict[str, list[list[int]]]
     changes: list[Change] = field(default_factory=list)
+    gpus: dict[str, int] = field(default_factory=dict)  # every active job's GPUs now
 
 
 class Planner:
@@ -410,17 +411,27 @@ class Planner:
     def advance(self, now: float) -> list[str]:
         """Move estimated progress of running jobs to ``now`` at their curve's speed;
         returns jobs that completed (only with ``complete_on_progress``)."""
+        return self._advance(now)[0]
+
+    def _advance(self, now: float, write: bool = True) -> tuple[list[str], list[JobRecord]]:
+        """``advance``: (jobs completed, the active records moved to ``now``). With
+        ``write=False`` the active records are left for the caller to store (a plan
+        stores each once, with its new allocation, instead of twice)."""
         done: list[str] = []
+        still: list[JobRecord] = []
         with self.store.transaction():
             for rec in self.store.active_jobs():
                 finished_at, served = self._progress_to(rec, now)
                 if served:
                     self._attained[rec.name] = self._attained.get(rec.name, 0.0) + served
-                self.store.put_job(rec)
                 if self.complete_on_progress and rec.done_iterations >= rec.iterations - 1e-6:
                     self._finish(rec, "completed", finished_at, "iterations done")
                     done.append(rec.name)
-        return done
+                    continue
+                if write:
+                    self.store.put_job(rec)
+                still.append(rec)
+        return done, still
 
     def _progress_to(self, rec: JobRecord, now: float) -> tuple[float, float]:
         """Move ``rec``'s estimated progress to ``now`` (in memory); (when its last
@@ -450,8 +461,7 @@ class Planner:
         """
         now = self.clock() if now is None else now
         with self.store.transaction():
-            ended = self.advance(now)
-            active = self.store.active_jobs()
+            ended, active = self._advance(now, write=False)  # each is stored by _record
             state = self.cluster_state(active, now)
             state.tick = is_tick(completed=bool(ended), event=force)  # the simulator's rule
             allocation = self.policy.schedule(now, state) if active else {}
@@ -463,6 +473,7 @@ class Planner:
             plan = Plan(now, allocation, placement)
             for rec in active:
                 self._record(rec, plan, now)
+            plan.gpus = {rec.name: rec.gpus for rec in active}
         return plan
 
     def next_decision(self, now: float) -> float | None:

@@ -224,6 +224,62 @@ def _curve_from_json(text: str) -> dict[int, float]:
     return {int(k): float(v) for k, v in json.loads(text or "{}").items()}
 
 
+class _Decoded:
+    """Job rows' JSON texts and what they decode to, both ways: every planning round
+    reads and writes each active job, whose spec and curves rarely change, and decoding
+    a spec costs more than the rest of the row. A ``JobSpec`` is immutable, so one object
+    serves every record read from the same text; curves are handed out as fresh dicts
+    (the intake updates a record's ``measured`` in place). At most ``size`` entries a
+    kind; a full cache starts over."""
+
+    def __init__(self, size: int = 50_000) -> None:
+        self.size = size
+        self._specs: dict[str, JobSpec] = {}
+        self._texts: dict[int, tuple[JobSpec, str]] = {}  # id(spec) -> (spec, its text)
+        self._curves: dict[str, tuple[tuple[int, float], ...]] = {}
+        self._curve_texts: dict[tuple[tuple[int, float], ...], str] = {}
+
+    def _room(self, d: dict[object, object]) -> None:
+        if len(d) >= self.size:
+            d.clear()
+
+    def spec(self, text: str) -> JobSpec:
+        spec = self._specs.get(text)
+        if spec is None:
+            spec = spec_from_dict(json.loads(text))
+            self._room(self._specs)  # type: ignore[arg-type]
+            self._specs[text] = spec
+            self._room(self._texts)  # type: ignore[arg-type]
+            self._texts[id(spec)] = (spec, text)
+        return spec
+
+    def spec_text(self, spec: JobSpec) -> str:
+        known = self._texts.get(id(spec))
+        if known is not None and known[0] is spec:
+            return known[1]
+        text = json.dumps(spec_to_dict(spec), sort_keys=True, default=str)
+        self._room(self._texts)  # type: ignore[arg-type]
+        self._texts[id(spec)] = (spec, text)
+        return text
+
+    def curve_text(self, curve: Mapping[int, float]) -> str:
+        key = tuple(curve.items())
+        text = self._curve_texts.get(key)
+        if text is None:
+            text = _curve_to_json(curve)
+            self._room(self._curve_texts)  # type: ignore[arg-type]
+            self._curve_texts[key] = text
+        return text
+
+    def curve(self, text: str) -> dict[int, float]:
+        items = self._curves.get(text)
+        if items is None:
+            items = tuple(_curve_from_json(text).items())
+            self._room(self._curves)  # type: ignore[arg-type]
+            self._curves[text] = items
+        return dict(items)
+
+
 _JOB_COLUMNS = (
     "name, spec, state, submit_time, deadline, soft_deadline, iterations, done_iterations, "
     "progress_ts, observed_ts, profile, measured, measured_n, gpus, placement, "
@@ -240,6 +296,18 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._depth = 0
+        self._decoded = _Decoded()
+        # counts committed writes: what was read at one value is current while it holds
+        # (read it before reading the data: it moves after each commit is visible)
+        self.generation = 0
+        # reads from threads outside a transaction use a connection of their own (WAL:
+        # they see the last committed state), so a GET never waits for a planning round
+        # that holds the writer; ":memory:" has one database per connection
+        self._file = str(path) != ":memory:"
+        self._owner: int | None = None  # the thread inside a transaction
+        self._local = threading.local()
+        self._readers: list[tuple[threading.Thread, sqlite3.Connection]] = []
+        self._readers_lock = threading.Lock()  # not the writer's: a round holds that one
         self._conn = sqlite3.connect(
             str(path), check_same_thread=False, isolation_level=None, timeout=30
         )
@@ -286,30 +354,63 @@ class Store:
             outer = self._depth == 0
             if outer:
                 self._conn.execute("BEGIN IMMEDIATE")
+                self._owner = threading.get_ident()
             self._depth += 1
             try:
                 yield
             except BaseException:
                 self._depth -= 1
                 if outer:
+                    self._owner = None
                     self._conn.execute("ROLLBACK")
                 raise
             self._depth -= 1
             if outer:
+                self._owner = None
                 self._conn.execute("COMMIT")
+                self.generation += 1
 
     def _exec(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Cursor:
         with self._lock:
-            return self._conn.execute(sql, params)
+            cur = self._conn.execute(sql, params)
+            if self._depth == 0:
+                self.generation += 1
+            return cur
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection a read uses: the writer's inside this thread's transaction (it
+        must see its own writes), otherwise the thread's own read connection."""
+        if not self._file or self._owner == threading.get_ident():
+            with self._lock:
+                yield self._conn
+            return
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                str(self.path), check_same_thread=False, isolation_level=None, timeout=30
+            )
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA query_only=ON")
+            self._local.conn = conn
+            with self._readers_lock:  # and close those of threads that ended (HTTP requests')
+                live = []
+                for th, c in self._readers:
+                    if th.is_alive():
+                        live.append((th, c))
+                    else:
+                        c.close()
+                self._readers = [*live, (threading.current_thread(), conn)]
+        yield conn
 
     def _q1(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Row | None:
-        with self._lock:
-            row: sqlite3.Row | None = self._conn.execute(sql, params).fetchone()
+        with self._reading() as conn:
+            row: sqlite3.Row | None = conn.execute(sql, params).fetchone()
             return row
 
     def _qall(self, sql: str, params: tuple[object, ...] = ()) -> list[sqlite3.Row]:
-        with self._lock:
-            return list(self._conn.execute(sql, params).fetchall())
+        with self._reading() as conn:
+            return list(conn.execute(sql, params).fetchall())
 
     def _rows_of(self, table: str, job: str | None) -> list[sqlite3.Row]:
         """Every row of one of our log tables, oldest first; only ``job``'s when given."""
@@ -318,16 +419,19 @@ class Store:
         return self._qall(f"SELECT * FROM {table} ORDER BY id")
 
     def close(self) -> None:
-        with self._lock:
+        with self._lock, self._readers_lock:
+            for _, conn in self._readers:
+                conn.close()
+            self._readers = []
             self._conn.close()
 
     # -- jobs -------------------------------------------------------------------------
 
-    @staticmethod
-    def _job_from_row(row: sqlite3.Row) -> JobRecord:
+    def _job_from_row(self, row: sqlite3.Row) -> JobRecord:
+        decoded = self._decoded
         return JobRecord(
             name=row["name"],
-            spec=spec_from_dict(json.loads(row["spec"])),
+            spec=decoded.spec(row["spec"]),
             state=row["state"],
             submit_time=row["submit_time"],
             deadline=row["deadline"],
@@ -336,9 +440,9 @@ class Store:
             done_iterations=row["done_iterations"],
             progress_ts=row["progress_ts"],
             observed_ts=row["observed_ts"],
-            profile=_curve_from_json(row["profile"]),
-            measured=_curve_from_json(row["measured"]),
-            measured_n=_curve_from_json(row["measured_n"]),
+            profile=decoded.curve(row["profile"]),
+            measured=decoded.curve(row["measured"]),
+            measured_n=decoded.curve(row["measured_n"]),
             gpus=row["gpus"],
             placement=json.loads(row["placement"]),
             predicted_finish=row["predicted_finish"],
@@ -355,7 +459,7 @@ class Store:
             "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 job.name,
-                json.dumps(spec_to_dict(job.spec), sort_keys=True, default=str),
+                self._decoded.spec_text(job.spec),
                 job.state,
                 job.submit_time,
                 job.deadline,
@@ -364,9 +468,9 @@ class Store:
                 job.done_iterations,
                 job.progress_ts,
                 job.observed_ts,
-                _curve_to_json(job.profile),
-                _curve_to_json(job.measured),
-                _curve_to_json(job.measured_n),
+                self._decoded.curve_text(job.profile),
+                self._decoded.curve_text(job.measured),
+                self._decoded.curve_text(job.measured_n),
                 job.gpus,
                 json.dumps(job.placement, default=str),
                 job.predicted_finish,

@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 
 from flowcon.alloc.batch import hybrid_batch
@@ -15,13 +17,13 @@ from flowcon.alloc.placement import BuddyPlacer
 from flowcon.allocator.config import AllocatorConfig
 from flowcon.allocator.metrics import AllocatorMetrics
 from flowcon.allocator.planner import Planner
-from flowcon.allocator.ports import Executor, Inventory, NodePlacement, RunningJob
+from flowcon.allocator.ports import Executor, Inventory, NodeGpus, NodePlacement, RunningJob
 from flowcon.allocator.store import ACTIVE_STATES, PENDING_STATES, JobRecord, Store
 from flowcon.allocator.views import LogLineView
 from flowcon.contract import LABEL_MASTER_PORT, SCALING_RESTART, SCALING_STOPFREE
 from flowcon.core.completion import Completion
 from flowcon.executor.backend import ExecutorRefused
-from flowcon.executor.workers import live_master_port
+from flowcon.executor.workers import allocate_master_port
 from flowcon.jobspec.keys import MetricSpec
 from flowcon.jobspec.spec import JobSpec
 
@@ -65,8 +67,18 @@ def build_placer(inventory: Inventory) -> BuddyPlacer | None:
 
 
 def node_names(inventory: Inventory) -> list[str]:
-    """Node index of a placement -> node name in the inventory."""
-    return [n.name for n in inventory.nodes if n.count > 0]
+    """Node index of a placement -> node name in the inventory (kept for the last
+    inventory asked: every job's placement is translated every round)."""
+    known = _names_of.get(id(inventory))
+    if known is not None and known[0] is inventory:
+        return known[1]
+    names = [n.name for n in inventory.nodes if n.count > 0]
+    _names_of.clear()
+    _names_of[id(inventory)] = (inventory, names)
+    return names
+
+
+_names_of: dict[int, tuple[Inventory, list[str]]] = {}  # the last inventory's node names
 
 
 def placement_by_node(inventory: Inventory, placement: list[list[int]]) -> dict[str, list[str]]:
@@ -77,6 +89,46 @@ def placement_by_node(inventory: Inventory, placement: list[list[int]]) -> dict[
     for n, g in sorted((int(n), int(g)) for n, g in placement):
         out.setdefault(names[n], []).append(str(g))
     return out
+
+
+class LivePorts:
+    """The master ports live jobs hold (their records' and their containers' labels), by
+    job, counted, so "taken by a job other than X" is asked without copying the lot."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, str | None], int] = {}  # (job, container) -> port
+        self._count: Counter[int] = Counter()
+        self._own: dict[str, Counter[int]] = {}
+
+    def hold(self, job: str, port: int | None, container: str | None = None) -> None:
+        """``job``'s record (or its ``container``) holds ``port`` now (None: none)."""
+        old = self._held.pop((job, container), None)
+        if old is not None:
+            self._count[old] -= 1
+            self._own[job][old] -= 1
+        if port:
+            self._held[(job, container)] = port
+            self._count[port] += 1
+            self._own.setdefault(job, Counter())[port] += 1
+
+    def taken_by_others(self, job: str) -> AbstractSet[int]:
+        return _TakenBy(self, self._own.get(job, Counter()))
+
+
+class _TakenBy(AbstractSet[int]):
+    """The ports some job other than one holds (a view of ``LivePorts``)."""
+
+    def __init__(self, ports: LivePorts, own: Counter[int]) -> None:
+        self._ports, self._own_ports = ports, own
+
+    def __contains__(self, port: object) -> bool:
+        return isinstance(port, int) and self._ports._count[port] > self._own_ports[port]
+
+    def __iter__(self) -> Iterator[int]:
+        return (p for p in list(self._ports._count) if p in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 # how long a (re)started job may take to print its first metric line before its restart
@@ -104,14 +156,20 @@ class ExecutorTarget:
         # the first line in the new containers (restart), the first line at the new world
         # size (stop-free)
         self._resuming: dict[str, tuple[float, str, float | None, str, int]] = {}
+        self._ports: LivePorts | None = None  # master ports taken, within a round
+        self._nodes: dict[str, NodeGpus] = {n.name: n for n in inventory.nodes}
 
     # -- helpers ---------------------------------------------------------------------
 
     def _uuids(self, placement: NodePlacement) -> dict[str, list[str]]:
         return {
-            node: self.inventory.node(node).uuids([int(g) for g in gpus])
-            for node, gpus in placement.items()
+            node: self._node(node).uuids([int(g) for g in gpus]) for node, gpus in placement.items()
         }
+
+    def _node(self, name: str) -> NodeGpus:
+        """The inventory's node by name, from an index (a cluster has hundreds)."""
+        node = self._nodes.get(name)
+        return node if node is not None else self.inventory.node(name)
 
     def uuids(self, placement: NodePlacement) -> list[str]:
         """Every GPU UUID of an executor placement."""
@@ -349,6 +407,7 @@ class ExecutorTarget:
             self._engine_trouble("cannot list job containers (engine down?)", exc)
             return
         self._engine_back()
+        self._ports = None  # the master ports taken, read at this round's first launch
         for rec in store.active_jobs():
             self._apply_one(store, planner, rec, found.get(rec.name))
         active = {r.name for r in store.active_jobs()}
@@ -459,21 +518,13 @@ class ExecutorTarget:
         """The job's master port, unique among live jobs: the live records' ports and the
         ports on live containers of other jobs (pre-runs) are taken. Kept in the job's
         record (``spec.master_port``), so an allocator restart keeps it."""
-        live: dict[str, int | None] = {}
-        for r in store.list_jobs(PENDING_STATES + ACTIVE_STATES):
-            live[r.name] = r.spec.master_port
-        try:
-            found = self.executor.jobs()
-        except Exception as exc:
-            log.debug("labels of live job containers unavailable: %s", exc)
-            found = {}
-        for name, state in found.items():
-            for w in state.workers:
-                raw = str(w.labels.get(LABEL_MASTER_PORT, ""))
-                if name != rec.name and raw.isdigit():
-                    live[f"{name} ({w.name})"] = int(raw)
+        if self._ports is None:  # once a round: a launch each would read every job
+            self._ports = self._live_ports(store)
+        taken = self._ports.taken_by_others(rec.name)
         current = rec.spec.master_port
-        port = live_master_port(rec.name, current, live)
+        keep = current and current not in taken
+        port = current if keep and current else allocate_master_port(rec.name, taken)
+        self._ports.hold(rec.name, port)
         if port != current:
             with store.transaction():
                 fresh = store.get_job(rec.name)
@@ -482,6 +533,23 @@ class ExecutorTarget:
                     store.put_job(fresh)
             rec.spec = replace(rec.spec, master_port=port)
         return port
+
+    def _live_ports(self, store: Store) -> LivePorts:
+        """The master ports taken: the live records' and those on live containers."""
+        ports = LivePorts()
+        for r in store.list_jobs(PENDING_STATES + ACTIVE_STATES):
+            ports.hold(r.name, r.spec.master_port)
+        try:
+            found = self.executor.jobs()
+        except Exception as exc:
+            log.debug("labels of live job containers unavailable: %s", exc)
+            found = {}
+        for name, state in found.items():
+            for w in state.workers:
+                raw = str(w.labels.get(LABEL_MASTER_PORT, ""))
+                if raw.isdigit():
+                    ports.hold(name, int(raw), container=w.name)
+        return ports
 
     def _remove(self, name: str) -> None:
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,12 +93,13 @@ def master_port_for(job: str) -> int:
     return lo + zlib.crc32(job.encode()) % (hi - lo)
 
 
-def allocate_master_port(job: str, taken: Iterable[int | None]) -> int:
+def allocate_master_port(job: str, taken: Iterable[int | None] | AbstractSet[int]) -> int:
     """A master port for ``job`` that no other live job holds (``taken``: their ports):
     its hash port when free, else the next free one above it (wrapping in ``PORT_RANGE``).
     Deterministic, so the same live set always gives the same answer."""
     lo, hi = PORT_RANGE
-    busy = {int(p) for p in taken if p}
+    # a set is asked as it is (a view over thousands of live jobs need not be copied)
+    busy = taken if isinstance(taken, AbstractSet) else {int(p) for p in taken if p}
     start = master_port_for(job) - lo
     for i in range(hi - lo):
         port = lo + (start + i) % (hi - lo)

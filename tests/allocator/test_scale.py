@@ -1,0 +1,210 @@
+"""The allocator at a cluster's size (benchmarks/bench_scale.py): reads that do not wait
+for a planning round, job rows decoded once per distinct text, master ports read once a
+round, an API backlog for a burst of clients, a daemon driven round by round."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import replace
+
+from flowcon.allocator.api import ApiServer
+from flowcon.allocator.config import AllocatorConfig
+from flowcon.allocator.daemon import Allocator
+from flowcon.allocator.store import JobRecord, Store, new_record
+from flowcon.client.http import AllocatorClient
+from flowcon.jobspec.spec import JobSpec, ThroughputProfile
+from flowcon.testing.fake_executor import declared_inventory, fake_target
+
+
+def _rec(name: str) -> JobRecord:
+    spec = JobSpec(
+        name,
+        "flowcon/testbox:latest",
+        ("true",),
+        8,
+        1000,
+        10.0,
+        deadline=100.0,
+        profile=ThroughputProfile(((1, 10.0), (2, 18.0))),
+    )
+    return new_record(spec, "admitted", {1: 10.0, 2: 18.0})
+
+
+def test_a_read_from_another_thread_does_not_wait_for_a_transaction(tmp_path):
+    """A GET runs while the planning loop holds the writer: it sees the last committed
+    state at once instead of waiting for the round to commit."""
+    st = Store(tmp_path / "a.db")
+    st.put_job(_rec("a"))
+    inside, release = threading.Event(), threading.Event()
+
+    def round_() -> None:
+        with st.transaction():
+            rec = st.get_job("a")
+            assert rec is not None
+            rec.state = "running"
+            st.put_job(rec)
+            mine = st.get_job("a")  # its own write, inside the transaction
+            assert mine is not None
+            assert mine.state == "running"
+            inside.set()
+            release.wait(10)
+
+    th = threading.Thread(target=round_)
+    th.start()
+    assert inside.wait(10)
+    t0 = time.monotonic()
+    seen = st.list_jobs()
+    took = time.monotonic() - t0
+    release.set()
+    th.join()
+    assert took < 2.0
+    assert [r.state for r in seen] == ["admitted"]  # committed state only
+    assert st.get_job("a").state == "running"  # type: ignore[union-attr]
+    st.close()
+
+
+def test_memory_store_reads_through_its_one_connection():
+    st = Store(":memory:")
+    st.put_job(_rec("a"))
+    got: list[JobRecord] = []
+    th = threading.Thread(target=lambda: got.extend(st.list_jobs()))
+    th.start()
+    th.join()
+    assert [r.name for r in got] == ["a"]
+    st.close()
+
+
+def test_decoded_rows_share_the_spec_but_not_the_curves(tmp_path):
+    st = Store(tmp_path / "a.db")
+    st.put_job(_rec("a"))
+    one, two = st.get_job("a"), st.get_job("a")
+    assert one is not None
+    assert two is not None
+    assert one.spec is two.spec  # immutable: decoded once
+    one.measured[2] = 9.0  # the intake folds a measurement into a record in place
+    assert two.measured == {}
+    assert st.get_job("a").profile == {1: 10.0, 2: 18.0}  # type: ignore[union-attr]
+
+
+def test_a_changed_spec_is_written_as_its_own_text(tmp_path):
+    st = Store(tmp_path / "a.db")
+    rec = _rec("a")
+    st.put_job(rec)
+    rec.spec = replace(rec.spec, master_port=29555)
+    st.put_job(rec)
+    st.close()
+    again = Store(tmp_path / "a.db").get_job("a")
+    assert again is not None
+    assert again.spec.master_port == 29555
+
+
+def test_reader_connections_of_ended_threads_are_closed(tmp_path):
+    st = Store(tmp_path / "a.db")
+    st.put_job(_rec("a"))
+    for _ in range(5):
+        th = threading.Thread(target=st.list_jobs)
+        th.start()
+        th.join()
+    assert len(st._readers) <= 1
+    st.close()
+    assert st._readers == []
+
+
+def _spec_body(name: str) -> dict[str, object]:
+    return {
+        "name": name,
+        "image": "flowcon/testbox:latest",
+        "command": ["true"],
+        "global_batch_size": 8,
+        "iterations": 100000,
+        "best_effort": True,
+        "profile": {"1": 10.0, "2": 18.0, "4": 30.0},
+    }
+
+
+def _daemon(tmp_path, nodes: int = 4) -> Allocator:
+    cfg = AllocatorConfig(state_dir=tmp_path / "state", slot_seconds=60.0, listen="127.0.0.1:0")
+    return Allocator(cfg, fake_target(declared_inventory(nodes, 8)))
+
+
+def test_a_round_reads_the_jobs_once_for_all_its_launches(tmp_path):
+    """Each launch needs the master ports every live job holds: read once a round, not
+    once a launch (which made a daemon with 500 jobs to start take 53 s), and still
+    unique among the jobs launched in the same round."""
+    alloc = _daemon(tmp_path)
+    for i in range(12):
+        alloc.submit(_spec_body(f"j{i}"))
+    calls = []
+    real = alloc.store.list_jobs
+
+    def counting(states=None):
+        calls.append(states)
+        return real(states)
+
+    alloc.store.list_jobs = counting  # type: ignore[method-assign]
+    alloc.plan_round(force=True)
+    launched = alloc.target.executor.backend.calls.get("launch", 0)  # type: ignore[union-attr]
+    assert launched >= 4
+    assert len([c for c in calls if c and "profiling" in c]) == 1  # the live jobs' ports
+    ports = [r.spec.master_port for r in real() if r.gpus > 0]
+    assert None not in ports
+    assert len(set(ports)) == len(ports)
+    alloc.stop()
+
+
+def test_plan_round_runs_the_loop_once_without_a_loop_thread(tmp_path):
+    alloc = _daemon(tmp_path)
+    alloc.start(port=0, plan_loop=False)
+    assert alloc._loop is None
+    client = AllocatorClient(alloc.url, alloc.token, timeout=10)
+    client.submit(_spec_body("a"))
+    rounds = alloc.rounds
+    plan = alloc.plan_round(force=True)
+    assert alloc.rounds == rounds + 1
+    assert plan.allocation["a"] > 0
+    assert alloc.target.executor.job("a") is not None  # type: ignore[union-attr]
+    alloc.stop()
+
+
+def test_the_api_holds_a_burst_of_connections_while_it_is_not_accepting():
+    """50 clients connecting while the accepting thread is busy wait in the backlog
+    instead of being reset."""
+    server = ApiServer(object(), "t")  # type: ignore[arg-type]  # never serves: not started
+    socks = []
+    try:
+        for _ in range(60):
+            s = socket.create_connection(("127.0.0.1", server.port), timeout=2)
+            socks.append(s)
+        assert len(socks) == 60
+    finally:
+        for s in socks:
+            s.close()
+        server.httpd.server_close()
+
+
+def test_the_job_list_is_encoded_once_per_change_of_the_store(tmp_path):
+    alloc = _daemon(tmp_path)
+    alloc.start(port=0, plan_loop=False)
+    client = AllocatorClient(alloc.url, alloc.token, timeout=10)
+    client.submit(_spec_body("a"))
+    calls = []
+    real = alloc.list_jobs
+
+    def counting(who=None):
+        calls.append(who)
+        return real(who)
+
+    alloc.list_jobs = counting  # type: ignore[method-assign]
+    first = [j["name"] for j in client.jobs()]
+    assert [j["name"] for j in client.jobs()] == first == ["a"]
+    assert len(calls) == 1
+    client.submit(_spec_body("b"))  # a write: the next list is encoded afresh
+    assert [j["name"] for j in client.jobs()] == ["a", "b"]
+    assert len(calls) == 2
+    alloc.plan_round(force=True)
+    gpus = {j["name"]: j["gpus"] for j in client.jobs()}
+    assert gpus == {r.name: r.gpus for r in alloc.store.list_jobs()}
+    assert len(calls) == 3
+    alloc.stop()
