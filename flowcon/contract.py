@@ -31,6 +31,14 @@ LABEL_CPUS_MAX: Final = "flowcon.cpus.max"
 LABEL_THREADS: Final = "flowcon.threads"
 THREADS_ADAPTIVE: Final = "adaptive"
 THREADS_FIXED: Final = "fixed"
+# ``flowcon.gpu.share=true`` (a boolean as flowcon.enable): a container that shares a GPU
+# with others gets a CUDA MPS share (active thread percentage and pinned memory limit) from
+# the same lists as its CPU, applied at its next start (docs/agent.md, "GPU shares").
+LABEL_GPU_SHARE: Final = "flowcon.gpu.share"
+# Where (inside the container) the agent's share for it is found at start: a JSON file
+# named by the container's short id, in the host's gpu_share_dir mounted read-only here.
+GPU_SHARE_MOUNT: Final = "/flowcon/gpu-share"
+ENV_GPU_SHARE_FILE: Final = "FLOWCON_GPU_SHARE_FILE"  # overrides the file's path
 # The allocator's job a container belongs to: the agent measures its throughput even when
 # its CPU limit is not managed, and reports it for that job.
 LABEL_JOB: Final = "flowcon.job"

@@ -32,6 +32,9 @@ class _Comm:
         # checkpoint's gather): there it waits for the slowest rank (EDL 5.2 measures
         # each worker's own time; see ``StopFree.steps``)
         self.seconds = 0.0
+        # the group the gradients are averaged over: the generation's NCCL group when each
+        # rank has its own GPU, None for the default (gloo) group
+        self.group: Any = None
 
 
 def weighted_allreduce_hook(comm: _Comm, bucket: Any) -> torch.futures.Future[torch.Tensor]:
@@ -47,7 +50,7 @@ def weighted_allreduce_hook(comm: _Comm, bucket: Any) -> torch.futures.Future[to
     if comm.failed is None:
         t0 = time.perf_counter()
         try:
-            dist.all_reduce(buf)
+            dist.all_reduce(buf, group=comm.group)
         except Exception as exc:  # a peer died: recover at the boundary
             comm.failed = exc
         comm.seconds += time.perf_counter() - t0
@@ -86,12 +89,16 @@ class ElasticDDP(torch.nn.Module):
         """Drop the inner DDP (its reducer holds the generation's process group)."""
         object.__setattr__(self, "_ddp", None)
 
-    def rebuild(self, world_size: int, device_ids: list[int] | None) -> None:
+    def rebuild(
+        self, world_size: int, device_ids: list[int] | None, process_group: Any = None
+    ) -> None:
         self.release()
         if world_size > 1:
             # init_sync=False: the state was replicated already (torch 1.13 has no such
             # option and broadcasts rank 0's parameters once more)
             kwargs = {"init_sync": False, **self._kwargs} if _DDP_INIT_SYNC else self._kwargs
+            if process_group is not None:
+                kwargs = {**kwargs, "process_group": process_group}
             ddp = DistributedDataParallel(self.module, device_ids=device_ids, **kwargs)
             ddp.register_comm_hook(self._comm, weighted_allreduce_hook)
             object.__setattr__(self, "_ddp", ddp)

@@ -6,6 +6,13 @@ broadcast over the new process group: Elan's IO-free replication (section IV), i
 spread over several holders (concurrent replication). ``flatten`` / ``unflatten`` pack the
 state's tensors into one flat buffer per dtype and back; ``chunks`` cuts a buffer among the
 senders.
+
+Tensors stay where they are: a tensor on a GPU is packed into a buffer on that GPU and
+unpacked on the receiver's GPU (keys ``float32@gpu``), the CPU ones (an optimizer's step
+counts) into host buffers (``float32``). The GPU buffers go over ``group`` (the
+generation's NCCL group when each rank has its own GPU, else the default gloo group, which
+takes CUDA tensors), the host ones over the default group: no copy through host memory
+on the sending or the receiving side when both ends are GPUs.
 """
 
 from __future__ import annotations
@@ -22,16 +29,31 @@ import torch.distributed as dist
 class _TensorRef:
     """Where a tensor of the replicated state lives in the flat per-dtype buffers."""
 
-    dtype: str
+    dtype: str  # the buffer's key: the dtype, "@gpu" for a buffer on the device
     offset: int
     shape: tuple[int, ...]
 
 
+ON_DEVICE = "@gpu"
+
+
+def buffer_key(t: torch.Tensor) -> str:
+    """The flat buffer a tensor goes to: by dtype, and whether it lives on the host."""
+    key = str(t.dtype).removeprefix("torch.")
+    return key if t.device.type == "cpu" else key + ON_DEVICE
+
+
+def buffer_dtype(key: str) -> torch.dtype:
+    dtype: torch.dtype = getattr(torch, key.removesuffix(ON_DEVICE))
+    return dtype
+
+
 def flatten(obj: Any, buffers: dict[str, list[torch.Tensor]], sizes: dict[str, int]) -> Any:
-    """``obj`` with every tensor replaced by a :class:`_TensorRef` into ``buffers``."""
+    """``obj`` with every tensor replaced by a :class:`_TensorRef` into ``buffers``
+    (each tensor stays on its device)."""
     if isinstance(obj, torch.Tensor):
-        key = str(obj.dtype).removeprefix("torch.")
-        t = obj.detach().reshape(-1).cpu()  # gloo moves host memory; restore puts it back
+        key = buffer_key(obj)
+        t = obj.detach().reshape(-1)
         off = sizes.get(key, 0)
         buffers.setdefault(key, []).append(t)
         sizes[key] = off + t.numel()
@@ -73,14 +95,22 @@ def chunks(n: int, parts: int) -> list[tuple[int, int]]:
     return out
 
 
-def replicate(state: dict[str, Any] | None, holders: int, sources: int = 1) -> dict[str, Any]:
+def replicate(
+    state: dict[str, Any] | None,
+    holders: int,
+    sources: int = 1,
+    device: torch.device | None = None,
+    group: Any = None,
+) -> dict[str, Any]:
     """Every rank of the current group ends with rank 0's ``state`` (Elan section IV).
 
     The small part (step, sampler, scheduler, RNG, ...) and the tensors' layout go from rank 0
     by ``broadcast_object_list``; the model and optimizer tensors are packed into one flat
     buffer per dtype, cut into ``min(sources, holders)`` pieces, and piece ``i`` is broadcast
     from holder rank ``i`` (all holders have identical model and optimizer), concurrently.
-    Ranks ``< holders`` pass their state; the others pass None.
+    Ranks ``< holders`` pass their state; the others pass None. ``device``: where this
+    rank keeps the tensors that live on a GPU (its training device; None: the CPU);
+    ``group``: the group those go over (None: the default group).
     """
     rank = dist.get_rank()
     buffers: dict[str, list[torch.Tensor]] = {}
@@ -94,17 +124,21 @@ def replicate(state: dict[str, Any] | None, holders: int, sources: int = 1) -> d
     box: list[Any] = [skeleton if rank == 0 else None]
     dist.broadcast_object_list(box, src=0)
     skel: dict[str, Any] = box[0]
-    dtypes: dict[str, torch.dtype] = {k: getattr(torch, k) for k in skel["_sizes"]}
+    gpu = device if device is not None else torch.device("cpu")
     if state is not None:
         flat = {k: torch.cat(buffers[k]) for k in skel["_sizes"]}
     else:
-        flat = {k: torch.empty(n, dtype=dtypes[k]) for k, n in skel["_sizes"].items()}
+        flat = {
+            k: torch.empty(n, dtype=buffer_dtype(k), device=gpu if k.endswith(ON_DEVICE) else "cpu")
+            for k, n in skel["_sizes"].items()
+        }
     works = []
     senders = max(1, min(sources, holders))
     for key in sorted(flat):
+        over = group if key.endswith(ON_DEVICE) else None
         for src, (lo, hi) in enumerate(chunks(flat[key].numel(), senders)):
             if hi > lo:
-                works.append(dist.broadcast(flat[key][lo:hi], src=src, async_op=True))
+                works.append(dist.broadcast(flat[key][lo:hi], src=src, group=over, async_op=True))
     for w in works:
         if w is not None:
             w.wait()

@@ -20,7 +20,8 @@ environment. A training script written as single-device code becomes elastic wit
         elastic.main(train)
 
 ``main`` spawns LOCAL_WORLD_SIZE worker processes when the container holds several GPUs
-(like torchrun), each worker joins the process group (NCCL on GPUs, gloo on CPUs), and the
+(like torchrun), each worker joins the process group (NCCL when each has a GPU of its own,
+gloo on CPUs or when workers share a GPU: ``flowcon.elastic.devices``), and the
 step loop checkpoints model, optimizer and step every K steps and on SIGTERM, atomically, so
 a restart with a different world size continues the step counter. The global batch size stays
 fixed; each rank's share is ``local_batch_size``.
@@ -53,6 +54,7 @@ import torch.distributed as dist
 from flowcon import contract
 from flowcon.contract import EVENT_DONE, EXIT_PREEMPTED
 from flowcon.elastic.data import ElasticSampler as ElasticSampler
+from flowcon.elastic.devices import apply_gpu_share, restart_backend
 from flowcon.elastic.lr import HybridScaling as HybridScaling
 from flowcon.elastic.state import Stateful, capture, restore, rng_state, set_rng_state
 from flowcon.elastic.straggler import StragglerDetector as StragglerDetector
@@ -224,7 +226,8 @@ class Elastic:
         """Join the process group when there is more than one worker (idempotent)."""
         if self._pg or self.env.world_size == 1:
             return
-        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        visible = torch.cuda.device_count() if self.device.type == "cuda" else 0
+        backend = restart_backend(self.device, self.env.local_world_size, visible)
         dist.init_process_group(
             backend=backend,
             init_method=f"tcp://{self.env.master_addr}:{self.env.master_port}",
@@ -458,6 +461,7 @@ def main(train: Callable[[Elastic], None], checkpoint_every: int | None = None) 
     """Restart mode's entry point (``flowcon.elastic.main`` picks it): spawn the container's
     workers if it has several GPUs, else train here."""
     env = ElasticEnv.from_env()
+    apply_gpu_share()  # the agent's MPS share, before CUDA starts (workers inherit it)
     if env.local_world_size > 1 and not env.worker:
         code = launch_workers(env)
         sys.stdout.flush()

@@ -12,7 +12,8 @@ checkpoint written before this module, ``{"step", "model", "optimizer"}``, still
 
 ``format`` (1), ``step``, ``model``, ``optimizer``, ``scheduler``, ``scaler``, ``sampler``,
 ``batch_scaling`` (``flowcon.elastic.lr.HybridScaling``), ``rng`` (``python``, ``torch``,
-``cuda`` when CUDA is initialised, ``numpy`` when numpy is loaded), ``extra`` (the caller's).
+``cuda`` when CUDA is initialised: the generator of the worker's current device, with
+``cuda_device``, its index then; ``numpy`` when numpy is loaded), ``extra`` (the caller's).
 
 Anything with ``state_dict()`` / ``load_state_dict()`` may be passed as scheduler, scaler,
 sampler or batch_scaling. numpy is never imported here unless a state to restore holds its
@@ -72,7 +73,11 @@ def rng_state() -> dict[str, Any]:
     """
     out: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-        out["cuda"] = torch.cuda.get_rng_state_all()
+        # the generator of the device this worker trains on: the rank's stream, whatever
+        # GPU index it has after a restart (the others' would create a context on each GPU)
+        current = torch.cuda.current_device()
+        out["cuda"] = [torch.cuda.get_rng_state(current)]
+        out["cuda_device"] = current
     np = sys.modules.get("numpy")
     if np is not None:
         out["numpy"] = np.random.get_state()
@@ -87,8 +92,11 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
         torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         saved = list(state["cuda"])
-        # a different GPU count: restore what both sides have
-        torch.cuda.set_rng_state_all(saved[: torch.cuda.device_count()])
+        if "cuda_device" in state and saved:
+            # this rank's own stream, onto the device it trains on now (the index may differ)
+            torch.cuda.set_rng_state(saved[0], torch.cuda.current_device())
+        else:  # an older state: every device's generator, as many as both sides have
+            torch.cuda.set_rng_state_all(saved[: torch.cuda.device_count()])
     if "numpy" in state:
         try:
             import numpy as np

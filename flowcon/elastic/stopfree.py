@@ -69,6 +69,7 @@ import flowcon.elastic.rendezvous as rdv
 import flowcon.elastic.state as _state
 from flowcon import contract
 from flowcon.elastic.ddp import ElasticDDP, _Comm, close_group
+from flowcon.elastic.devices import apply_gpu_share, backend_for, identity
 from flowcon.elastic.launcher import launch
 from flowcon.elastic.replication import replicate
 from flowcon.elastic.restart import Elastic, ElasticEnv
@@ -203,6 +204,7 @@ class StopFree(Elastic):
         self.left = False
         self.gen = rdv.Generation(gen=0, world_size=env.world_size)
         self.comm = _Comm()
+        self.backend = "gloo"  # of the generation's gradients and state (``_form``)
         self.events: list[dict[str, Any]] = []  # what this worker reported (tests read it)
         self._wrapped: ElasticDDP | None = None
         self._objs: dict[str, Any] = {}
@@ -275,6 +277,8 @@ class StopFree(Elastic):
     def _form(self, gen: rdv.Generation, rank: int) -> None:
         """Become rank ``rank`` of generation ``gen`` (a fresh group over its store prefix)."""
         self.close()
+        self.backend = "gloo"
+        self.comm.group = None
         self.env = dataclasses.replace(self.env, rank=rank, world_size=gen.world_size)
         self.gen = gen
         if self.straggler is not None:
@@ -293,8 +297,13 @@ class StopFree(Elastic):
             )
             self._pg = True
             ids: list[Any] = [None] * gen.world_size
-            dist.all_gather_object(ids, self.worker_id)
-            self.gen = dataclasses.replace(gen, workers=tuple(str(i) for i in ids))
+            dist.all_gather_object(ids, (self.worker_id, identity(self.device)))
+            self.gen = dataclasses.replace(gen, workers=tuple(str(i[0]) for i in ids))
+            # every rank on its own GPU: gradients and state over NCCL, GPU to GPU; the
+            # votes and objects stay on this gloo group (all ranks take the same choice)
+            self.backend = backend_for([str(i[1]) for i in ids])
+            if self.backend == "nccl":
+                self.comm.group = dist.new_group(backend="nccl")
         else:
             self.gen = dataclasses.replace(gen, workers=(self.worker_id,))
 
@@ -311,7 +320,7 @@ class StopFree(Elastic):
         self.comm.failed = None
         if self._wrapped is not None:
             ids = [self.device.index] if self.device.type == "cuda" else None
-            self._wrapped.rebuild(self.world_size, ids)
+            self._wrapped.rebuild(self.world_size, ids, self.comm.group)
 
     # -- state
 
@@ -585,7 +594,13 @@ class StopFree(Elastic):
         self._set_global_batch(d.global_batch, step)
         if d.admit:
             t1 = time.perf_counter()
-            replicate(self._capture(step, copy=False), holders=stay, sources=self.sources)
+            replicate(
+                self._capture(step, copy=False),
+                holders=stay,
+                sources=self.sources,
+                device=self.device,
+                group=self.comm.group,
+            )
             replicate_s = time.perf_counter() - t1
         self._rebuild_ddp()
         if self.rank == 0:
@@ -599,6 +614,7 @@ class StopFree(Elastic):
                 global_batch=self.env.global_batch_size,
                 pause_s=round(time.time() - t0, 4),
                 replicate_s=round(replicate_s, 4),
+                backend=self.backend,
             )
         return "go"
 
@@ -646,7 +662,9 @@ class StopFree(Elastic):
         gen = rdv.Generation(gen=a.gen, world_size=a.world_size, admitted=a.admitted)
         self._form(gen, a.rank)
         t1 = time.perf_counter()
-        state = replicate(None, holders=a.holders, sources=a.sources)
+        state = replicate(
+            None, holders=a.holders, sources=a.sources, device=self.device, group=self.comm.group
+        )
         replicate_s = time.perf_counter() - t1
         self._restore(state, copy=False)
         self._rebuild_ddp()
@@ -658,6 +676,8 @@ class StopFree(Elastic):
             prepare_s=round(ready_at - self._started, 3),
             wait_s=round(switched_at - ready_at, 3),
             replicate_s=round(replicate_s, 4),
+            backend=self.backend,
+            device=str(self.device),
         )
         return True
 
@@ -727,6 +747,7 @@ def run_worker(train: Callable[[StopFree], None], **kwargs: Any) -> None:
 def main(train: Callable[[StopFree], None], checkpoint_every: int | None = None) -> None:
     """``elastic.main`` in stop-free mode: the launcher, or (LOCAL_RANK set) one worker."""
     env = ElasticEnv.from_env()
+    apply_gpu_share()  # the agent's MPS share, before CUDA starts (workers inherit it)
     if not env.worker:
         code = launch(env)
         sys.stdout.flush()
