@@ -123,6 +123,13 @@ class Config(Strict):
     # "off" never loads NVML. gpu_weight: the GPU share's weight in a GPU job's R (CPU: 1).
     gpu_source: Literal["auto", "off"] = Field("auto", description="auto or off")
     gpu_weight: float = _finite(ge=0, default=1.0, description="a number >= 0")
+    # GPU shares under CUDA MPS (flowcon.gpu.share=true containers that share a GPU): the
+    # host folder the agent writes each container's share to (mounted read-only in the
+    # container at /flowcon/gpu-share), and the restart cost assumed until one is measured.
+    gpu_share_dir: str = Field(
+        "/var/lib/flowcon/gpu-shares", description="an absolute directory path"
+    )
+    gpu_restart_cost: float = _finite(gt=0, default=60.0, description="seconds > 0")
     dry_run: bool = Field(False, description="true or false")
     # How Algorithm 1's shares are applied (flowcon/core/control.py, docs/agent.md).
     control: ControlMode = Field(DEFAULT_CONTROL, description="quota, weights, cpuset or hybrid")
@@ -163,10 +170,10 @@ class Config(Strict):
                 raise ValueError("an IP address or host name to listen on") from None
         return value
 
-    @field_validator("state_file", "cgroup_root")
+    @field_validator("state_file", "cgroup_root", "gpu_share_dir")
     @classmethod
     def _paths(cls, value: str, info: ValidationInfo) -> str:
-        why = path_problem(value, absolute=info.field_name == "cgroup_root")
+        why = path_problem(value, absolute=info.field_name in ("cgroup_root", "gpu_share_dir"))
         if why:
             raise ValueError(why)
         return value

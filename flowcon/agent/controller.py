@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from flowcon.agent.config import Config
 from flowcon.agent.counters import AgentCounters
+from flowcon.agent.gpu_share import GpuShares
 from flowcon.agent.limit_executor import Executor, Tracked
 from flowcon.agent.pool import WorkerPool, container_record, container_view
 from flowcon.agent.state_file import AgentState, StateStore
@@ -60,11 +61,13 @@ class Controller:
         clock: Callable[[], float] = time.time,
         gpus: GpuSource | None = None,
         pids_of: PidsOf | None = None,
+        gpu_shares: GpuShares | None = None,
     ) -> None:
         self.engine = engine
         # GPU measurement: both or neither (the daemon passes NVML and the cgroup PIDs)
         self.gpus = gpus if pids_of is not None else None
         self.pids_of = pids_of
+        self.gpu_shares = gpu_shares  # MPS shares of containers that share a GPU
         self.cfg = config
         self.host_cpus = host_cpus
         self.store = store
@@ -258,6 +261,8 @@ class Controller:
                 if self.itval.value != before:
                     log.info("itval %gs -> %gs (all containers in CL)", before, self.itval.value)
                     self.on_itval(self.itval.value)
+            if self.gpu_shares is not None:  # the same lists, applied at a restart
+                self.gpu_shares.round(self.pool.managed(), self.itval.value, self.dry_run)
             self._save()
             views = self.views()
         self.after_round(views)

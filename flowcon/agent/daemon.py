@@ -14,6 +14,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from flowcon.agent.config import Config
 from flowcon.agent.controller import Controller
 from flowcon.agent.exporter import Exporter
+from flowcon.agent.gpu_share import GpuShares, MpsDaemon
 from flowcon.agent.listeners import EventListener
 from flowcon.agent.reporter import AllocatorReporter
 from flowcon.agent.state_file import StateStore
@@ -87,6 +88,13 @@ class Agent:
             dry_run=self.dry_run,
             gpus=self.gpus if measured else None,
             pids_of=self.engine.cgroup_pids if measured else None,
+            gpu_shares=(
+                GpuShares(
+                    MpsDaemon(), config.gpu_share_dir, self.engine.restart, config.gpu_restart_cost
+                )
+                if measured
+                else None
+            ),
         )
         # metrics, /healthz, /api/history and /ui share the metrics port
         self.exporter = Exporter(self.controller.counters)

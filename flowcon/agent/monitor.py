@@ -58,6 +58,7 @@ class Progress:
     step_ts: float | None = None
     steps_per_s: float | None = None
     threads: int | None = None  # last "threads" seen: the job sizes its pool from its quota
+    first_step_ts: float | None = None  # the first step line of the last read (None: none)
     lines: int = 0
     samples: int = 0
     skipped: dict[str, int] = field(default_factory=dict)
@@ -113,6 +114,7 @@ class ContainerMonitor:
             self.max_line_bytes,
         )
         samples = 0
+        self.progress.first_step_ts = None
         metric, regex = self.policy.metric, self.policy.regex
         for line in lines:
             self.log_since_ns = line.ts_ns
@@ -164,6 +166,8 @@ class ContainerMonitor:
 
     def _note_step(self, ts: float, step: int) -> None:
         self.progress.step, self.progress.step_ts = step, ts
+        if self.progress.first_step_ts is None:
+            self.progress.first_step_ts = ts
 
     def close_throughput(self) -> None:
         """Steps per second between the last step seen in the previous round and now."""

@@ -63,6 +63,7 @@ class ContainerGpu:
     util: float | None  # fraction of that GPU; None: not attributable (see the module doc)
     mem_bytes: int
     pids: tuple[int, ...]
+    mem_total: int = 0  # the GPU's memory, bytes
 
 
 def attribute(sample: GpuSample, pids: Iterable[int]) -> tuple[ContainerGpu, ...]:
@@ -84,6 +85,7 @@ def attribute(sample: GpuSample, pids: Iterable[int]) -> tuple[ContainerGpu, ...
                 util=_util(dev, own, procs),
                 mem_bytes=sum(p.mem_bytes for p in own),
                 pids=tuple(sorted({p.pid for p in own})),
+                mem_total=dev.mem_total,
             )
         )
     return tuple(out)

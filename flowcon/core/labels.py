@@ -18,6 +18,7 @@ METRIC = contract.LABEL_METRIC
 GOAL = contract.LABEL_METRIC_GOAL
 REGEX = contract.LABEL_METRIC_REGEX
 THREADS = contract.LABEL_THREADS
+GPU_SHARE = contract.LABEL_GPU_SHARE
 THREAD_MODES = (contract.THREADS_ADAPTIVE, contract.THREADS_FIXED)
 
 # What a Swarm task's container carries instead of its service's labels.
@@ -45,6 +46,7 @@ class Policy:
     cpus_min: float | None = None
     cpus_max: float | None = None
     threads: str | None = None  # flowcon.threads: adaptive | fixed; None: learnt from lines
+    gpu_share: bool = False  # flowcon.gpu.share=true: an MPS share when it shares a GPU
 
     @property
     def monitored(self) -> bool:
@@ -121,4 +123,6 @@ def parse_policy(labels: Mapping[str, str]) -> Policy | None:
     threads = (labels.get(THREADS) or "").strip() or None
     if threads is not None and threads not in THREAD_MODES:
         raise LabelError(f"{THREADS}={labels[THREADS]!r}: use {' or '.join(THREAD_MODES)}")
-    return Policy(managed, job, metric, goal, regex, cpus_min, cpus_max, threads)
+    share_raw = labels.get(GPU_SHARE)
+    gpu_share = False if share_raw is None else parse_bool(GPU_SHARE, share_raw)
+    return Policy(managed, job, metric, goal, regex, cpus_min, cpus_max, threads, gpu_share)

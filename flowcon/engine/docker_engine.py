@@ -517,6 +517,14 @@ class DockerEngine:
         (The SDK's update() has no nano_cpus argument.)"""
         self._request("POST", f"/containers/{cid}/update", f"update {cid[:12]}", body)
 
+    def restart(self, cid: str, stop_timeout_s: int = 30) -> None:
+        """POST /containers/{id}/restart: SIGTERM (a flowcon.elastic job checkpoints and
+        exits), then SIGKILL after ``stop_timeout_s``, then the same container starts again
+        (the agent's way to apply a GPU share at a checkpoint-restart)."""
+        self._request(
+            "POST", f"/containers/{cid}/restart?t={int(stop_timeout_s)}", f"restart {cid[:12]}"
+        )
+
     def set_cpus(self, cid: str, limit: CpuLimit, original: CpuSettings) -> None:
         """Limit a container to ``limit`` (``original``: its settings before the agent)."""
         self.update_cpu(cid, dict(cpu_body(limit, original)))

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -975,3 +976,122 @@ def test_no_nvml_means_cpu_only_with_one_warning(
     progress(eng, "a", 10.0, 1.0)
     ctl.round()
     assert ctl.views()[0]["gpus"] == []
+
+
+# ----- GPU shares under MPS: the same lists, applied at a restart when it pays ----------
+
+
+def _shared_gpu(tmp_path: Path, mps_running: bool = True, **cfg: object) -> tuple[Any, ...]:
+    from flowcon.agent.gpu_share import GpuShares
+    from flowcon.engine.gpus import GpuSampler
+    from flowcon.testing.fake_mps import FakeMps
+    from flowcon.testing.fake_nvml import FakeNvml
+
+    eng = FakeEngine()
+    eng.cgroups = True
+    share = {**ON, "flowcon.gpu.share": "true"}
+    eng.add("young", share)
+    eng.add("old", share)
+    eng.add("other", ON)  # on the same GPU, not opted in: never restarted
+    nvml = FakeNvml(gpus=1, memory_bytes=16 << 30)
+    for pid, mem in ((11, 4 << 30), (12, 2 << 30), (13, 1 << 30)):
+        nvml.run(pid=pid, gpu=0, mem_bytes=mem, sm_util=0.3)
+    pids = {"young": {11}, "old": {12}, "other": {13}}
+    restarted: list[str] = []
+    mps = FakeMps(running=mps_running)
+    shares = GpuShares(
+        mps, tmp_path / "shares", restarted.append, default_cost_s=5.0, background=False
+    )
+    config = Config(
+        itval=20,
+        itval_max=320,
+        control="quota",
+        alpha=0.05,
+        reference_intervals=1,
+        state_file=str(tmp_path / "state.json"),
+        **cfg,  # type: ignore[arg-type]
+    )
+    ctl = Controller(
+        eng,
+        config,
+        HOST,
+        StateStore(config.state_file),
+        gpus=GpuSampler(nvml),
+        pids_of=lambda cid, parent, pid: pids.get(cid),
+        gpu_shares=shares,
+    )
+    return eng, ctl, shares, restarted, mps
+
+
+def _converge_old(eng: FakeEngine, ctl: Controller, until: list[str] | None = None) -> None:
+    """ "young" keeps learning, "old" stops: old goes to CL, young stays in NL (stops at
+    the round that restarted a container when ``until`` is given)."""
+    ctl.resync()
+    vy, vo = 1000.0, 1000.0
+    for r in range(6):
+        vy = progress(eng, "young", vy, 10.0)
+        vo = progress(eng, "old", vo, 10.0 if r < 2 else 0.0)
+        progress(eng, "other", 5.0, 1.0)
+        ctl.round()
+        if until:
+            return
+
+
+def test_gpu_shares_follow_the_lists_and_apply_at_a_restart(tmp_path: Path) -> None:
+    import json as _json
+
+    from flowcon.agent.gpu_share import read_share, share_file
+
+    eng, ctl, shares, restarted, mps = _shared_gpu(tmp_path)
+    _converge_old(eng, ctl, until=restarted)
+    assert ctl.tracked["old"].list is ListName.CL
+    assert ctl.tracked["young"].list is ListName.NL
+    assert sorted(restarted) == ["old", "young"]  # once each, never "other"
+    young = read_share(share_file(tmp_path / "shares", "young"))
+    old = read_share(share_file(tmp_path / "shares", "old"))
+    assert young is not None
+    assert old is not None
+    assert young.pct > old.pct  # NL's share of the GPU exceeds CL's
+    assert young.pct + old.pct == 100
+    assert young.mem_limit == 5 << 30  # 1.25 x its 4 GiB
+    body = _json.loads(share_file(tmp_path / "shares", "old").read_text())
+    assert body["env"]["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == str(old.pct)
+    assert not share_file(tmp_path / "shares", "other").exists()
+    # the containers step again after their restart: the share is in effect, the time
+    # without a step is their measured restart cost, and nothing is restarted again
+    before = ctl.tracked["young"].monitor.progress.step_ts
+    eng.t += 7.0
+    progress(eng, "young", 500.0, 10.0)
+    first_after = eng.c["young"].lines[-8][0] / 1e9
+    progress(eng, "old", 900.0, 0.0)
+    ctl.round()
+    assert shares.in_effect["young"] == young
+    # young's last step line before the restart to its first after
+    assert before is not None
+    assert shares.cost_s["young"] == pytest.approx(first_after - before)
+    assert shares.cost_s["young"] > 7.0
+    ctl.round()
+    assert sorted(restarted) == ["old", "young"]
+    assert mps.asked == 1  # asked once
+
+
+def test_gpu_share_not_worth_its_restart_is_left(tmp_path: Path) -> None:
+    eng, ctl, shares, restarted, _ = _shared_gpu(tmp_path, gpu_restart_cost=60.0)
+    shares.default_cost_s = 10_000.0  # restarts assumed dearer than any gain
+    _converge_old(eng, ctl)
+    assert restarted == []
+    assert shares.decisions
+    assert not shares.decisions[-1][1].apply
+    assert "does not pay" in shares.decisions[-1][1].reason
+
+
+def test_without_mps_the_agent_says_so_once_and_controls_cpu(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    eng, ctl, _shares, restarted, mps = _shared_gpu(tmp_path, mps_running=False)
+    with caplog.at_level(logging.WARNING):
+        _converge_old(eng, ctl)
+    assert restarted == []
+    assert caplog.text.count("GPU shares off: nvidia-cuda-mps-control not found") == 1
+    assert mps.asked == 1
+    assert nano(eng, "old") < nano(eng, "young")  # CPU control goes on as before

@@ -92,11 +92,20 @@ def test_full_labels() -> None:
         {"flowcon.enable": "true", "flowcon.cpus.max": "-1"},
         {"flowcon.enable": "true", "flowcon.cpus.min": "2", "flowcon.cpus.max": "1"},
         {"flowcon.enable": "true", "flowcon.threads": "yes"},
+        {"flowcon.enable": "true", "flowcon.gpu.share": "yes"},
     ],
 )
 def test_bad_labels(labels: dict[str, str]) -> None:
     with pytest.raises(LabelError):
         parse_policy(labels)
+
+
+def test_gpu_share_label_opts_in_as_enable_does() -> None:
+    on = {"flowcon.enable": "true"}
+    plain, shared = parse_policy(on), parse_policy({**on, "flowcon.gpu.share": "1"})
+    assert plain is not None
+    assert shared is not None
+    assert (plain.gpu_share, shared.gpu_share) == (False, True)
 
 
 def test_threads_label_overrides_what_the_lines_say() -> None:
