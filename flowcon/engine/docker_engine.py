@@ -561,13 +561,12 @@ class DockerEngine:
     def cgroup_usage(self, cid: str, cgroup_parent: str = "", pid: int = 0) -> CgroupSample | None:
         """CPU time and memory from the cgroup files; None when they are not reachable
         (the caller then asks the engine). Where the files are is found once."""
-        if self.cgroups is None:
+        found = self._cgroup_files(cid, cgroup_parent, pid)
+        if found is None:
             return None
-        files = self._cgroup_files(self.cgroups, cid, cgroup_parent, pid)
-        if files is None:
-            return None
+        cgroups, files = found
         try:
-            cpu, mem = self.cgroups.read(files)
+            cpu, mem = cgroups.read(files)
         except (OSError, CgroupFormatError) as exc:
             # Stopped or restarted (a new cgroup): look again next time.
             log.debug("cgroup of %s unreadable: %s", cid[:12], exc)
@@ -578,21 +577,24 @@ class DockerEngine:
     def cgroup_pids(self, cid: str, cgroup_parent: str = "", pid: int = 0) -> set[int] | None:
         """The PIDs in the container's cgroup (to match NVML's processes); None when its
         cgroup files are not reachable from here."""
-        if self.cgroups is None:
+        found = self._cgroup_files(cid, cgroup_parent, pid)
+        if found is None:
             return None
-        files = self._cgroup_files(self.cgroups, cid, cgroup_parent, pid)
-        if files is None:
-            return None
+        cgroups, files = found
         try:
-            return self.cgroups.pids(files)
+            return cgroups.pids(files)
         except OSError as exc:
             log.debug("cgroup.procs of %s unreadable: %s", cid[:12], exc)
             return None
 
     def _cgroup_files(
-        self, cgroups: CgroupReader, cid: str, cgroup_parent: str, pid: int
-    ) -> CgroupFiles | None:
-        """Where the container's cgroup files are (looked for once, then remembered)."""
+        self, cid: str, cgroup_parent: str, pid: int
+    ) -> tuple[CgroupReader, CgroupFiles] | None:
+        """Where the container's cgroup files are (looked for once, then remembered);
+        None when they are not reachable (or cgroups are off)."""
+        cgroups = self.cgroups
+        if cgroups is None:
+            return None
         with self._cg_lock:
             known = cid in self._cg_files
             files = self._cg_files.get(cid)
@@ -602,7 +604,7 @@ class DockerEngine:
                 self._cg_files[cid] = files
             if files is None:
                 log.info("no cgroup files for %s: CPU from the engine's stats", cid[:12])
-        return files
+        return None if files is None else (cgroups, files)
 
     def forget(self, cid: str) -> None:
         """Drop what we know of a container that left."""

@@ -223,9 +223,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        self.server.bodies.append(json.loads(body))  # type: ignore[attr-defined]
-        self._send(200, b"")
+        self.server.paths.append(self.path)  # type: ignore[attr-defined]
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if body:
+            self.server.bodies.append(json.loads(body))  # type: ignore[attr-defined]
+        self._send(204 if "/restart" in self.path else 200, b"")
 
     def _send(self, code: int, body: bytes) -> None:
         self.send_response(code)
@@ -290,6 +292,15 @@ def test_transport_keeps_connections_alive(fake_engine_socket: _Server) -> None:
     next(iter(eng.log_frames("big", None, 10)))
     eng.list_running()
     assert fake_engine_socket.connections == 2
+    eng.close()
+
+
+def test_restart_asks_the_engine_with_the_stop_timeout(fake_engine_socket: _Server) -> None:
+    """The GPU-share restart: POST /containers/{id}/restart?t=N, no body."""
+    eng = DockerEngine(f"unix://{fake_engine_socket.server_address}", cgroup_root=None)
+    eng.restart("c1", stop_timeout_s=45)
+    assert fake_engine_socket.paths[-1].endswith("/containers/c1/restart?t=45")
+    assert fake_engine_socket.bodies == []
     eng.close()
 
 
