@@ -245,7 +245,7 @@ def _request(url: str, token: str, body: object | None = None) -> urllib.request
 class LoadPlan:
     url: str
     clients: int
-    submit_every: int  # every n-th call of a client is a submit (0: GETs only)
+    submit_rate: float  # submits per second, all clients together (0: GETs only)
     nodes: int
     itval: float
     prefix: str  # names of the clients' submitted jobs
@@ -254,9 +254,12 @@ class LoadPlan:
 
 def _client(plan: LoadPlan, k: int, stop: Any, out: dict[str, list[float]]) -> None:
     n = 0
+    gap = plan.clients / plan.submit_rate if plan.submit_rate > 0 else math.inf
+    next_submit = time.monotonic() + gap * k / plan.clients
     while not stop.is_set():
         n += 1
-        if plan.submit_every and n % plan.submit_every == 0:
+        if time.monotonic() >= next_submit:
+            next_submit += gap
             name = f"{plan.prefix}{k}x{n}"
             body = {**plan.template, "name": name}
             req = _request(plan.url + "/api/v1/jobs", TOKENS["user_token"], body)
@@ -272,7 +275,6 @@ def _client(plan: LoadPlan, k: int, stop: Any, out: dict[str, list[float]]) -> N
             continue
         out.setdefault(kind, []).append(took)
         if kind == "submit" and status in (200, 201):
-            out.setdefault("acked", []).append(float(n * 1000 + k))  # name = prefix k x n
             out.setdefault("acked_names", []).append(name)  # type: ignore[arg-type]
 
 
@@ -586,6 +588,9 @@ class Child:
 
 
 def serve(cfg_path: Path, start: float, speed: float, delay: float) -> int:
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1)
     """``--serve``: the daemon on the store, its clock from ``start`` at ``speed``; plans
     back to back (a round every loop iteration) until SIGTERM."""
     m0 = time.monotonic()
@@ -625,7 +630,9 @@ def loaded(
     child = Child(cfg, now, args.load_speed, args.delay)
     restart_s = child.restart_s
     template = submit_body(replace(specs[0], deadline=None, best_effort=True), now)
-    plan = LoadPlan(child.ready["url"], args.clients, 5, args.nodes, args.itval, "c", template)
+    plan = LoadPlan(
+        child.ready["url"], args.clients, args.submit_rate, args.nodes, args.itval, "c", template
+    )
     try:
         with load(plan) as got:
             time.sleep(args.load_seconds)
@@ -749,6 +756,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--speed", type=float, default=0.0, help="trace s per wall s (0: no wait)")
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--itval", type=float, default=20.0, help="agent report interval (s)")
+    ap.add_argument("--submit-rate", type=float, default=1.0, help="client submits per s")
     ap.add_argument("--active", type=int, default=None, help="active jobs under load")
     ap.add_argument("--load-seconds", type=float, default=20.0)
     ap.add_argument("--load-speed", type=float, default=1.0, help="trace s per wall s, load")

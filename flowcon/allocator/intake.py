@@ -66,6 +66,8 @@ class MeasurementIntake:
         # container id -> (ts, its share of its node's GPUs) from the agents' reports, kept
         # beside the throughput it came with (not stored: the last figure is what counts)
         self._gpu_util: dict[str, tuple[float, float]] = {}
+        # (profile, trusted measurements) -> the curve they make
+        self._curves: dict[tuple[tuple[tuple[int, float], ...], ...], ThroughputCurve] = {}
 
     # -- containers (told by the executor target) ---------------------------------------
 
@@ -94,6 +96,9 @@ class MeasurementIntake:
         return sorted(self._containers.get(job, set()))
 
     def _gpus_of(self, cid: str) -> int | None:
+        exact = self._container_gpus.get(cid)  # the agents send the executor's own ids
+        if exact is not None:
+            return exact
         for known, gpus in self._container_gpus.items():
             if _matches(known, cid):
                 return gpus
@@ -101,7 +106,7 @@ class MeasurementIntake:
 
     def _current(self, job: str, cid: str) -> bool:
         known = self._containers.get(job)
-        return known is None or any(_matches(k, cid) for k in known)
+        return known is None or cid in known or any(_matches(k, cid) for k in known)
 
     # -- the job's curve -----------------------------------------------------------------
 
@@ -113,9 +118,18 @@ class MeasurementIntake:
         }
 
     def curve(self, rec: JobRecord) -> ThroughputCurve:
-        curve = ThroughputCurve(rec.profile)
-        for gpus, speed in sorted(self.trusted_measurements(rec).items()):
-            curve = curve.with_measurement(gpus, speed)
+        """The profile corrected by the trusted measurements; a curve is immutable, so
+        one object serves every round until the job's points change."""
+        trusted = sorted(self.trusted_measurements(rec).items())
+        key = (tuple(rec.profile.items()), tuple(trusted))
+        curve = self._curves.get(key)
+        if curve is None:
+            curve = ThroughputCurve(rec.profile)
+            for gpus, speed in trusted:
+                curve = curve.with_measurement(gpus, speed)
+            if len(self._curves) >= 50_000:
+                self._curves.clear()
+            self._curves[key] = curve
         return curve
 
     # -- intake --------------------------------------------------------------------------
@@ -160,7 +174,8 @@ class MeasurementIntake:
                 # (the agent repeats its last rate when no new step came: not counted)
                 self._speed_ts[cid] = ts
                 outcome = self._fold_speed(rec, cid, speed, node, now)
-            self.store.put_job(rec)
+            if outcome != "stored":  # a row with neither step nor rate changes no job
+                self.store.put_job(rec)
         return outcome
 
     def _fold_speed(self, rec: JobRecord, cid: str, speed: float, node: str, now: float) -> str:

@@ -297,9 +297,11 @@ class Store:
         self._lock = threading.RLock()
         self._depth = 0
         self._decoded = _Decoded()
-        # counts committed writes: what was read at one value is current while it holds
-        # (read it before reading the data: it moves after each commit is visible)
+        # counts committed writes of job rows: what was read of the jobs at one value is
+        # current while it holds (read it before the rows: it moves once a write is
+        # visible to other connections)
         self.generation = 0
+        self._job_writes = 0  # inside the open transaction
         # reads from threads outside a transaction use a connection of their own (WAL:
         # they see the last committed state), so a GET never waits for a planning round
         # that holds the writer; ":memory:" has one database per connection
@@ -362,20 +364,19 @@ class Store:
                 self._depth -= 1
                 if outer:
                     self._owner = None
+                    self._job_writes = 0
                     self._conn.execute("ROLLBACK")
                 raise
             self._depth -= 1
             if outer:
                 self._owner = None
                 self._conn.execute("COMMIT")
-                self.generation += 1
+                self.generation += self._job_writes
+                self._job_writes = 0
 
     def _exec(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Cursor:
         with self._lock:
-            cur = self._conn.execute(sql, params)
-            if self._depth == 0:
-                self.generation += 1
-            return cur
+            return self._conn.execute(sql, params)
 
     @contextmanager
     def _reading(self) -> Iterator[sqlite3.Connection]:
@@ -479,6 +480,11 @@ class Store:
                 job.updated,
             ),
         )
+        with self._lock:
+            if self._depth:
+                self._job_writes += 1  # counted once the transaction commits
+            else:
+                self.generation += 1
 
     def get_job(self, name: str) -> JobRecord | None:
         row = self._q1(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE name=?", (name,))
@@ -498,6 +504,15 @@ class Store:
 
     def active_jobs(self) -> list[JobRecord]:
         return self.list_jobs(ACTIVE_STATES)
+
+    def active_names(self) -> list[str]:
+        """The active jobs' names, in ``active_jobs``' order, without decoding a row."""
+        marks = ",".join("?" for _ in ACTIVE_STATES)
+        rows = self._qall(
+            f"SELECT name FROM jobs WHERE state IN ({marks}) ORDER BY submit_time, name",
+            ACTIVE_STATES,
+        )
+        return [str(r["name"]) for r in rows]
 
     # -- history ----------------------------------------------------------------------
 

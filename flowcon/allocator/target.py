@@ -256,7 +256,7 @@ class ExecutorTarget:
         executor from their checkpoint and logged here. A stop-free worker that left on its
         own is stored as a ``worker_left`` event and counted in ``metrics``
         (``flowcon_allocator_workers_left_total{reason}``)."""
-        active = [r.name for r in store.active_jobs()]
+        active = store.active_names()
         out: list[tuple[str, str, str]] = []
         try:
             events = self.executor.reconcile(
@@ -410,7 +410,7 @@ class ExecutorTarget:
         self._ports = None  # the master ports taken, read at this round's first launch
         for rec in store.active_jobs():
             self._apply_one(store, planner, rec, found.get(rec.name))
-        active = {r.name for r in store.active_jobs()}
+        active = set(store.active_names())
         for name in [n for n in self._resuming if n not in active]:
             del self._resuming[name]  # ended before it printed a metric line
         for name in found:

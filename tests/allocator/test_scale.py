@@ -208,3 +208,64 @@ def test_the_job_list_is_encoded_once_per_change_of_the_store(tmp_path):
     assert gpus == {r.name: r.gpus for r in alloc.store.list_jobs()}
     assert len(calls) == 3
     alloc.stop()
+
+
+def test_the_jobs_generation_moves_with_job_rows_only_once_committed(tmp_path):
+    st = Store(tmp_path / "a.db")
+    st.put_job(_rec("a"))
+    g = st.generation
+    st.add_measurement(ts=1.0, node="n", job="a", container_id="c", name="c", step=None,
+                       its_per_s=None, metric="loss", value=0.5, gpus=None)  # fmt: skip
+    st.append_event("x", "a")
+    assert st.generation == g  # not a change of any job's row
+    with st.transaction():
+        st.put_job(_rec("b"))
+        assert st.generation == g  # not visible to other readers yet
+    assert st.generation == g + 1
+    try:
+        with st.transaction():
+            st.put_job(_rec("c"))
+            raise RuntimeError
+    except RuntimeError:
+        pass
+    assert st.generation == g + 1  # rolled back: nothing changed
+    assert st.active_names() == ["a", "b"]
+    st.close()
+
+
+def test_a_row_without_step_or_rate_writes_no_job(tmp_path):
+    """The agents' rows for containers that print no steps: stored, the job untouched
+    (so a GET's encoded list stays current)."""
+    from flowcon.allocator.intake import MeasurementIntake
+
+    st = Store(tmp_path / "a.db")
+    rec = _rec("a")
+    rec.gpus, rec.state = 1, "running"
+    st.put_job(rec)
+    intake = MeasurementIntake(st)
+    g = st.generation
+    row = {"container_id": "c1", "job": "a", "metric": "loss", "value": 0.5, "ts": 5.0}
+    assert intake.ingest("n", row, 10.0) == "stored"  # type: ignore[arg-type]
+    assert st.generation == g
+    assert st.count("measurements") == 1
+    stepped = {**row, "step": 40, "ts": 6.0}
+    assert intake.ingest("n", stepped, 10.0) == "applied"  # type: ignore[arg-type]
+    assert st.generation == g + 1
+    assert st.get_job("a").done_iterations == 40  # type: ignore[union-attr]
+    st.close()
+
+
+def test_a_jobs_curve_is_kept_until_its_points_change(tmp_path):
+    from flowcon.allocator.intake import MeasurementIntake
+
+    st = Store(tmp_path / "a.db")
+    intake = MeasurementIntake(st, min_measurements=1)
+    rec = _rec("a")
+    first = intake.curve(rec)
+    assert intake.curve(rec) is first
+    rec.measured, rec.measured_n = {2: 9.0}, {2: 1}
+    refined = intake.curve(rec)
+    assert refined is not first
+    assert refined.at(2) == 9.0
+    assert first.at(2) == 18.0
+    st.close()
