@@ -54,7 +54,6 @@ from pathlib import Path
 from typing import Any
 
 from flowcon.alloc.model import Job, ThroughputCurve, Topology
-from flowcon.alloc.types import AdmissionDecision, ClusterState, Policy
 from flowcon.allocator.config import load_config
 from flowcon.allocator.daemon import Allocator
 from flowcon.allocator.records import core_job
@@ -66,6 +65,7 @@ from flowcon.sim.cli import DEFAULT_THROUGHPUTS, SHARED
 from flowcon.sim.engine import Simulator
 from flowcon.sim.loaders import load_throughputs, load_trace
 from flowcon.testing.fake_executor import declared_inventory, fake_target
+from flowcon.testing.recorder import Decisions, Recorder
 
 if __package__ in (None, ""):  # run as a script: the repository root, for benchmarks.*
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -89,9 +89,6 @@ gpus:
   declared:
     nodes: []
 """
-
-Decisions = dict[float, dict[str, int]]
-
 
 # -- the trace --------------------------------------------------------------------------
 
@@ -165,38 +162,6 @@ def planner_job(spec: JobSpec) -> Job:
 
 
 # -- the simulator side -----------------------------------------------------------------
-
-
-class Recorder:
-    """Delegates to a policy; records what ``schedule`` returned at each decision."""
-
-    def __init__(self, inner: Policy) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.decisions: Decisions = {}
-
-    def on_submit(self, job: Job, now: float, state: ClusterState) -> AdmissionDecision:
-        return self.inner.on_submit(job, now, state)
-
-    def schedule(self, now: float, state: ClusterState) -> dict[str, int]:
-        out = self.inner.schedule(now, state)
-        self.decisions[now] = {j: n for j, n in out.items() if n > 0 and j in state.jobs}
-        return out
-
-    def on_finish(self, job_id: str, now: float, state: ClusterState) -> None:
-        self.inner.on_finish(job_id, now, state)
-
-    def next_wakeup(self, now: float, state: ClusterState) -> float | None:
-        return self.inner.next_wakeup(now, state)
-
-    def restore(self, now: float, state: ClusterState) -> None:
-        self.inner.restore(now, state)
-
-    def on_curve_change(self, job_id: str, now: float, state: ClusterState) -> None:
-        self.inner.on_curve_change(job_id, now, state)
-
-    def set_overhead(self, seconds: float) -> None:
-        self.inner.set_overhead(seconds)
 
 
 def simulate(specs: list[JobSpec], topo: Topology) -> dict[str, Any]:
@@ -686,6 +651,68 @@ def _size(db: Path) -> int:
     return sum(p.stat().st_size for p in db.parent.glob(db.name + "*"))
 
 
+# -- the simulator at the same size ------------------------------------------------------
+
+
+def replicated_csv(trace: Path, copies: int, shift: float, out: Path) -> Path:
+    """The trace file with ``copies`` copies of every row, copy i shifted by i * shift
+    seconds (submission and deadline), ids suffixed."""
+    import csv
+
+    with trace.open(newline="") as f:
+        reader = csv.DictReader(f)
+        fields = list(reader.fieldnames or [])
+        rows = list(reader)
+    with out.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for i in range(copies):
+            for row in rows:
+                r = dict(row)
+                r["job_id"] = f"{row['job_id']}-r{i}"
+                r["submission_time"] = str(int(float(row["submission_time"]) + i * shift))
+                if row.get("deadline"):
+                    r["deadline"] = str(int(float(row["deadline"]) + i * shift))
+                w.writerow(r)
+    return out
+
+
+def simulate_cli(trace: Path, cluster: str) -> dict[str, Any]:
+    """``flowcon simulate`` as a user runs it: wall time, decisions, peak RSS."""
+    cmd = [sys.executable, "-m", "flowcon", "simulate", "--trace", str(trace),
+           "--cluster", cluster, "--policy", "elasticflow"]  # fmt: skip
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    if status != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: exit {status}")
+    summary = json.loads(out.strip().splitlines()[-1])
+    decisions = int(summary.get("decisions") or 0)
+    return {
+        "trace": trace.name,
+        "cluster": cluster,
+        "jobs": summary.get("jobs"),
+        "decisions": decisions,
+        "wall_s": round(wall, 2),
+        "ms_per_decision": round(1000 * wall / decisions, 3) if decisions else None,
+        "max_rss_mib": round(usage.ru_maxrss / 1024, 1),
+        "ratio": summary.get("deadline_satisfactory_ratio"),
+    }
+
+
+def simulator_at_scale(args: argparse.Namespace) -> dict[str, Any]:
+    """cluster04 on its 128 x 8 cluster, and replicated 8 times on 1,024 x 8."""
+    base = simulate_cli(args.trace, "128x8")
+    with tempfile.TemporaryDirectory(prefix="flowcon-scale-") as tmp:
+        big_trace = replicated_csv(args.trace, 8, args.shift, Path(tmp) / "x8.csv")
+        big = simulate_cli(big_trace, "1024x8")
+    per = (big["ms_per_decision"] or 0) / (base["ms_per_decision"] or 1)
+    return {"base": base, "scaled": big, "per_decision_vs_base": round(per, 2)}
+
+
 # -- one size, the report ---------------------------------------------------------------
 
 
@@ -762,6 +789,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--load-speed", type=float, default=1.0, help="trace s per wall s, load")
     ap.add_argument("--delay", type=float, default=0.001, help="executor ack (s)")
     ap.add_argument("--quick", action="store_true", help="one small size, a few seconds")
+    ap.add_argument(
+        "--simulator", action="store_true", help="flowcon simulate: trace x8 on 1024x8, 128x8"
+    )
     ap.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--clock", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -775,6 +805,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.serve:
         return serve(args.serve, args.clock, args.speed, args.delay)
+    if args.simulator:
+        print(json.dumps({"bench": "simulator-scale", **simulator_at_scale(args)}))
+        return 0
     rows = []
     base = args.active
     for size in args.sizes.split(","):

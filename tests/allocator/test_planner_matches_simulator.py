@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from flowcon.alloc.model import Job, Topology
-from flowcon.alloc.types import AdmissionDecision, ClusterState, Policy
+from flowcon.alloc.types import Policy
 from flowcon.allocator.planner import Planner
 from flowcon.allocator.store import Store
 from flowcon.jobspec.spec import JobSpec, ThroughputProfile
@@ -25,46 +25,13 @@ from flowcon.policy_registry import make_policy
 from flowcon.sim.cli import DEFAULT_THROUGHPUTS, SHARED
 from flowcon.sim.engine import Simulator
 from flowcon.sim.loaders import load_throughputs, load_trace
+from flowcon.testing.recorder import Decisions, Recorder
 
 TRACE = SHARED / "data/elasticflow-traces/195job.csv"
 TABLES = DEFAULT_THROUGHPUTS
 SLOT = 60.0
 N_JOBS = 60
 TOPOLOGY = Topology(nodes_per_switch=4, gpus_per_node=8)  # 32 GPUs: contention
-
-Decisions = dict[float, dict[str, int]]
-
-
-class Recorder:
-    """Delegates to a policy and records what ``schedule`` returned at each decision."""
-
-    def __init__(self, inner: Policy) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.decisions: Decisions = {}
-
-    def on_submit(self, job: Job, now: float, state: ClusterState) -> AdmissionDecision:
-        return self.inner.on_submit(job, now, state)
-
-    def schedule(self, now: float, state: ClusterState) -> dict[str, int]:
-        out = self.inner.schedule(now, state)
-        self.decisions[now] = {j: n for j, n in out.items() if n > 0 and j in state.jobs}
-        return out
-
-    def on_finish(self, job_id: str, now: float, state: ClusterState) -> None:
-        self.inner.on_finish(job_id, now, state)
-
-    def next_wakeup(self, now: float, state: ClusterState) -> float | None:
-        return self.inner.next_wakeup(now, state)
-
-    def restore(self, now: float, state: ClusterState) -> None:
-        self.inner.restore(now, state)
-
-    def on_curve_change(self, job_id: str, now: float, state: ClusterState) -> None:
-        self.inner.on_curve_change(job_id, now, state)
-
-    def set_overhead(self, seconds: float) -> None:
-        self.inner.set_overhead(seconds)
 
 
 def _jobs() -> list[Job]:
