@@ -292,7 +292,7 @@ def check_restart(mode: str, tmp: Path, gpu_uuid: str) -> dict[str, Any]:
         gpu_uuid,
         FLOWCON_ITERATIONS=str(ITERATIONS),
         FLOWCON_CHECKPOINT_EVERY=str(CHECKPOINT_EVERY),
-        GC_STEP_S="0.01",
+        GC_STEP_S="0.03",  # 15 steps (0.45 s) between the kill's step and the end
     )
     ref = Proc(
         ["--worker", "restart"],

@@ -68,47 +68,66 @@ def test_flatten_keeps_each_tensor_on_its_device() -> None:
     assert replication.buffer_dtype("float16@gpu") is torch.float16
 
 
-def test_replicate_between_two_gloo_processes(tmp_path: Path) -> None:
-    """Rank 0's model, optimizer and step reach rank 1, host tensors on the host."""
+def _replicate(tmp_path: Path, device: str) -> str:
     script = tmp_path / "rep.py"
     script.write_text(REPLICATE_SCRIPT)
     port = free_port()
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "OMP_NUM_THREADS": "1",
-        "CUDA_VISIBLE_DEVICES": "",
-    }
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
     procs = [
-        subprocess.Popen([sys.executable, str(script), str(r), str(port), str(tmp_path)], env=env)
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), str(port), str(tmp_path), device], env=env
+        )
         for r in (0, 1)
     ]
     codes = [p.wait(180) for p in procs]
     assert codes == [0, 0]
-    assert (tmp_path / "ok-1").read_text() == "same"
+    return (tmp_path / "ok-1").read_text()
+
+
+def test_replicate_between_two_gloo_processes(tmp_path: Path) -> None:
+    """Rank 0's model, optimizer and step reach rank 1, host tensors on the host."""
+    assert _replicate(tmp_path, "cpu") == "same"
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+    reason="needs two CUDA GPUs (NCCL between two ranks, each on its own)",
+)
+def test_replicate_gpu_to_gpu_over_nccl(tmp_path: Path) -> None:
+    """Each rank on its own GPU: the model arrives on the joiner's GPU over the NCCL group;
+    the optimizer's step counts stay host tensors."""
+    assert _replicate(tmp_path, "cuda") == "same"
 
 
 REPLICATE_SCRIPT = """
 import sys, datetime, torch, torch.distributed as dist
 from flowcon.elastic.replication import replicate
 from flowcon.elastic.state import capture
-rank, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+rank, port, out, kind = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+dev = torch.device("cuda", rank) if kind == "cuda" else torch.device("cpu")
+if kind == "cuda":
+    torch.cuda.set_device(dev)
 dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                         world_size=2, timeout=datetime.timedelta(seconds=60))
+group = dist.new_group(backend="nccl") if kind == "cuda" else None
 def trained(seed):
     torch.manual_seed(seed)
-    model = torch.nn.Linear(4, 2)
+    model = torch.nn.Linear(4, 2).to(dev)
     opt = torch.optim.Adam(model.parameters())
-    model(torch.randn(3, 4)).sum().backward()
+    model(torch.randn(3, 4, device=dev)).sum().backward()
     opt.step()
     return model, opt
 model, opt = trained(rank)  # different models: only replication makes them equal
 mine = capture(model, opt, step=7) if rank == 0 else None
-got = replicate(mine, holders=1, sources=1, device=torch.device("cpu"))
+got = replicate(mine, holders=1, sources=1, device=dev, group=group)
 model0, _ = trained(0)
+on_dev = all(v.device == dev for v in got["model"].values())
 same = all(torch.equal(a, b) for a, b in zip(got["model"].values(), model0.state_dict().values()))
 steps = [v["step"] for v in got["optimizer"]["state"].values()]
-ok = same and got["step"] == 7 and all(s.device.type == "cpu" and s.item() == 1 for s in steps)
+ok = same and on_dev and got["step"] == 7
+ok = ok and all(s.device.type == "cpu" and s.item() == 1 for s in steps)
 open(f"{out}/ok-{rank}", "w").write("same" if ok else "differs")
 dist.destroy_process_group()
 """
