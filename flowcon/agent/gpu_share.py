@@ -192,6 +192,9 @@ class GpuShares:
         if not self.available():
             return []
         self._settle(tracked)
+        for gone in (set(self.in_effect) | set(self.cost_s)) - set(tracked):
+            self.in_effect.pop(gone, None)
+            self.cost_s.pop(gone, None)
         for uuid, users in sorted(self.tenants(tracked).items()):
             if len(users) < 2 or any(t.monitor.cid in self._restarting for t, _ in users):
                 continue  # alone on its GPU, or a share change still under way
@@ -218,6 +221,10 @@ class GpuShares:
 
     def _tenant(self, t: Tracked, mem: int) -> Tenant:
         cid = t.monitor.cid
+        if cid not in self.in_effect:  # an agent restarted since: the file it started with
+            found = read_share(share_file(self.share_dir, cid))
+            if found is not None:
+                self.in_effect[cid] = found
         now = self.in_effect.get(cid)
         return Tenant(
             cid,

@@ -1073,6 +1073,17 @@ def test_gpu_shares_follow_the_lists_and_apply_at_a_restart(tmp_path: Path) -> N
     ctl.round()
     assert sorted(restarted) == ["old", "young"]
     assert mps.asked == 1  # asked once
+    # a restarted agent takes the shares the containers started with from their files
+    from flowcon.agent.gpu_share import GpuShares
+
+    ctl.gpu_shares = GpuShares(
+        mps, tmp_path / "shares", restarted.append, default_cost_s=5.0, background=False
+    )
+    progress(eng, "young", 400.0, 10.0)
+    progress(eng, "old", 900.0, 0.0)
+    ctl.round()
+    assert sorted(restarted) == ["old", "young"]
+    assert ctl.gpu_shares.in_effect["old"] == old
 
 
 def test_gpu_share_not_worth_its_restart_is_left(tmp_path: Path) -> None:
