@@ -534,8 +534,7 @@ class Child:
 
     def kill_in_round(self) -> None:
         """SIGKILL while a round runs (a moment into it)."""
-        self.in_round.clear()
-        if not self.in_round.wait(timeout=120):
+        if not self.in_round.wait(timeout=300):
             raise RuntimeError("no round began")
         last = self.rounds[-1]["s"] if self.rounds else 0.01
         time.sleep(min(0.5, last * 0.3))

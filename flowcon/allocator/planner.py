@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -152,6 +153,14 @@ class Planner:
         self._restored = False  # the policy has seen the stored jobs (after a restart)
         # GPU-seconds served per job since this process started (Tiresias' priority)
         self._attained: dict[str, float] = {}
+        # admissions counted, and how many of them the last plan saw: a submit answers
+        # with a plan made after its admission, and submits that arrive together share
+        # one (each plan covers every active job: thousands of submits must not make one
+        # each, queued on the store's one writer)
+        self._admitted = 0
+        self._planned = 0
+        self._last_plan: Plan | None = None
+        self._plan_lock = threading.Lock()
 
     # -- the job as the core sees it --------------------------------------------------
 
@@ -257,6 +266,9 @@ class Planner:
                 rec.state = "dropped"
                 rec.finish_time = now
             self.store.put_job(rec)
+            if decision.admitted:
+                self._admitted += 1
+                seq = self._admitted
             self._guarantees_lost(decision.revoked, spec.name, now)
             self.store.append_event(
                 "admitted" if decision.admitted else "dropped",
@@ -272,11 +284,19 @@ class Planner:
             )
         gpus = 0
         if decision.admitted:
-            plan = self.plan(now)
-            gpus = plan.allocation.get(spec.name, 0)
+            gpus = self._plan_since(seq, now).allocation.get(spec.name, 0)
         return SubmitResult(
             spec.name, decision.admitted, reason, gpus, min_share, measured, decision.revoked
         )
+
+    def _plan_since(self, seq: int, now: float) -> Plan:
+        """A plan made after admission number ``seq`` was stored: the last one when it
+        saw that admission (another submit's, or a round's), else a new one."""
+        with self._plan_lock:
+            last = self._last_plan
+            if last is not None and self._planned >= seq:
+                return last
+            return self.plan(now)
 
     def _guarantees_lost(self, names: tuple[str, ...], newcomer: str, now: float) -> None:
         """Admitted jobs whose deadline guarantee admission gave up while it decided on
@@ -461,6 +481,7 @@ class Planner:
         """
         now = self.clock() if now is None else now
         with self.store.transaction():
+            seen = self._admitted  # admissions commit under this lock: all before are in
             ended, active = self._advance(now, write=False)  # each is stored by _record
             state = self.cluster_state(active, now)
             state.tick = is_tick(completed=bool(ended), event=force)  # the simulator's rule
@@ -474,6 +495,7 @@ class Planner:
             for rec in active:
                 self._record(rec, plan, now)
             plan.gpus = {rec.name: rec.gpus for rec in active}
+            self._planned, self._last_plan = max(self._planned, seen), plan
         return plan
 
     def next_decision(self, now: float) -> float | None:
