@@ -295,10 +295,12 @@ def check_bind_paths(
 
 def own_targets(settings: ContainerSettings) -> list[str]:
     """Mount points to hand to the container's user: the checkpoint folder and the user's
-    own named volumes (never a shared volume, never a host path)."""
+    own named volumes mounted writable (never a shared volume, never a host path)."""
     own = [
         str(m["Target"])
         for m in settings.mounts
-        if m.get("Type") == "volume" and str(m.get("Source", "")).startswith(USER_VOLUME_PREFIX)
+        if m.get("Type") == "volume"
+        and str(m.get("Source", "")).startswith(USER_VOLUME_PREFIX)
+        and not m.get("ReadOnly")  # nothing can be written there, nor is it to be
     ]
     return [CHECKPOINT_MOUNT, *own]
