@@ -4,6 +4,8 @@ hardened as docs/security.md says."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from support.allocator_daemon import containers, daemon_env, engine_config, wait_for
 
@@ -68,7 +70,7 @@ def test_one_user_cannot_reach_anothers_job_or_the_host(env, docker_client, tmp_
             assert "belongs to alice" in str(exc.value)
         host_paths = ["/etc", "/var/run", "/run", "/root", "/var/lib/docker", "/proc", "/dev"]
         host_paths += ["/boot", "/home", "/usr", "/", f"{tmp_path}/data/../..", volume]
-        refused: list[tuple[dict[str, object], str]] = [
+        refused: list[tuple[dict[str, Any], str]] = [
             ({"volumes": [f"{p}:/steal"]}, "volumes[0].source") for p in host_paths
         ]
         refused += [
@@ -78,9 +80,9 @@ def test_one_user_cannot_reach_anothers_job_or_the_host(env, docker_client, tmp_
             ({"network": "host"}, "network"),  # a spec cannot ask for the host's network
         ]
         for extra, field in refused:
-            for call in (bob.submit, bob.dry_run):
+            for send in (bob.submit, bob.dry_run):
                 with pytest.raises(ClientError) as exc:
-                    call(rate_job_spec(f"b{rid}", 10, None, {1: 1.0}, **extra))
+                    send({**rate_job_spec(f"b{rid}", 10, None, {1: 1.0}), **extra})
                 assert exc.value.status == 400, (extra, exc.value)
                 assert exc.value.body["field"] == field, (extra, exc.value.body)
         # under the operator's root a host path is fine
