@@ -157,7 +157,7 @@ class ExecutorTarget:
         # size (stop-free)
         self._resuming: dict[str, tuple[float, str, float | None, str, int]] = {}
         self._ports: LivePorts | None = None  # master ports taken, within a round
-        self._nodes: dict[str, NodeGpus] = {n.name: n for n in inventory.nodes}
+        self._nodes: dict[str, NodeGpus] | None = None  # by name, made at the first lookup
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -168,6 +168,9 @@ class ExecutorTarget:
 
     def _node(self, name: str) -> NodeGpus:
         """The inventory's node by name, from an index (a cluster has hundreds)."""
+        if self._nodes is None:
+            # (an inventory that only answers node(): looked up there each time)
+            self._nodes = {n.name: n for n in getattr(self.inventory, "nodes", ())}
         node = self._nodes.get(name)
         return node if node is not None else self.inventory.node(name)
 
