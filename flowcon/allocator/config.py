@@ -29,7 +29,7 @@ from pydantic import Field, field_validator
 from flowcon.allocator.auth import RESERVED_NAMES
 from flowcon.allocator.quota import Quota
 from flowcon.contract import EXECUTOR_LABELS
-from flowcon.executor.reach import DEFAULT_PIDS_LIMIT, capability_problem, is_root
+from flowcon.executor.reach import DEFAULT_PIDS_LIMIT, DEFAULT_USER, capability_problem, is_root
 from flowcon.jobspec.keys import parse_size, parse_user
 from flowcon.policy_registry import POLICIES
 from flowcon.schema import SchemaError, Strict, env_overrides, merge, path_problem
@@ -296,7 +296,7 @@ class ExecutorSection(Strict):
         description="a list of named volumes every user's jobs mount by their name",
     )
     default_user: str | None = Field(
-        None,
+        DEFAULT_USER,
         description="uid[:gid] a job runs as when its spec names none, or null (the image's)",
     )
     # Swarm: the engine of each node (flowcon.node label -> DOCKER_HOST-style address), where

@@ -12,8 +12,8 @@ decides what they may touch, and the executor enforces it on both backends:
 * **images**: the image must match one of ``executor.images`` (glob patterns such as
   ``registry.example.com/ml/*``; default ``*``: any);
 * **user**: uid 0 (``root``) in a spec is refused unless ``executor.allow_root``; a spec
-  that names no user runs as ``executor.default_user`` when the operator sets one
-  (``65534:65534``, nobody, is the suggested value; unset: the image's own user);
+  that names no user runs as ``executor.default_user`` (default ``65534:65534``, nobody;
+  null: the image's own user);
 * **CPU and memory**: a spec that gives no limit gets the operator's
   ``executor.default_cpus_per_gpu`` and ``default_memory_per_gpu`` (times its GPUs);
 * **the container itself** (``hardening``): every capability dropped except
@@ -58,9 +58,9 @@ DEFAULT_CAPABILITIES = frozenset(
     }
 )
 DEFAULT_PIDS_LIMIT = 4096  # processes and threads per container (torch loaders use many)
-# The user the docs suggest for executor.default_user: nobody. Not the default yet: the
-# torchrun example's 2 -> 1 rescale sometimes ends early under it (docs/security.md).
-NOBODY = "65534:65534"
+# The user a job runs as when its spec names none: nobody, not the image's (root in most
+# images). The executor hands the job's fresh volumes to it (flowcon/executor/node_fs.py).
+DEFAULT_USER = "65534:65534"
 
 
 def capability_problem(name: str) -> str | None:
@@ -86,7 +86,7 @@ class Reach:
     default_cpus_per_gpu: float | None = None
     default_memory_per_gpu: int | None = None  # bytes
     # the user a container runs as when its spec names none (None: the image's own)
-    default_user: str | None = None
+    default_user: str | None = DEFAULT_USER
     allow_root: bool = False  # a spec may name uid 0 / root
 
     @classmethod
@@ -99,7 +99,7 @@ class Reach:
         pids = cfg.get("pids_limit")
         shared = cfg.get("shared_volumes") or ()
         cpus, memory = cfg.get("default_cpus_per_gpu"), cfg.get("default_memory_per_gpu")
-        user = cfg.get("default_user")
+        user = cfg.get("default_user", DEFAULT_USER)
         return cls(
             bind_roots=tuple(_norm(str(r)) for r in _strings(roots)),
             images=tuple(_strings(images)) if images is not None else ("*",),

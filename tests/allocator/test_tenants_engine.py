@@ -24,7 +24,6 @@ def env(tmp_path, docker_client, labeled, test_run_id):
         engine_config(users=users)
         + f"  bind_roots: [{tmp_path / 'data'}]\n"
         + "  images: ['flowcon/*']\n"
-        + "  default_user: '65534:65534'\n"
     )
     yield from daemon_env(tmp_path, docker_client, labeled, test_run_id, config=config)
 
@@ -54,8 +53,8 @@ def test_one_user_cannot_reach_anothers_job_or_the_host(env, docker_client, tmp_
         assert host["IpcMode"] == "private"
         assert host["PidMode"] == ""  # its own PID namespace
         assert host["NetworkMode"] != "host"
-        # no user in the spec: the operator's default (nobody), not the image's root; the
-        # fresh checkpoint volume was handed to it before the job started (it checkpoints)
+        # no user in the spec: nobody, not the image's root, and the fresh checkpoint
+        # volume was handed to it before the job started (the job checkpoints into it)
         assert c.attrs["Config"]["User"] == "65534:65534"
         owner = wait_for(lambda: _exec(c, "stat -c %u:%g /flowcon/checkpoint/step"), 60)
         assert owner == "65534:65534"

@@ -90,8 +90,9 @@ def test_per_gpu_values_scale_with_the_workers_gpus() -> None:
 
 def test_no_keys_gives_the_default_shm_and_no_limits() -> None:
     kw = engine_kwargs(settings_for(spec(), 4))
-    assert kw == {"mounts": [], "shm_size": GIB, **HARDENED}
-    assert engine_kwargs(ContainerSettings()) == kw
+    # no user in the spec: the operator's default, nobody (not the image's root)
+    assert kw == {"mounts": [], "shm_size": GIB, **HARDENED, "user": "65534:65534"}
+    assert engine_kwargs(ContainerSettings(user="65534:65534")) == kw
 
 
 def test_swarm_kwargs_carry_every_key() -> None:
@@ -110,4 +111,4 @@ def test_swarm_kwargs_carry_every_key() -> None:
     bare = swarm_kwargs(settings_for(spec(), 1))
     assert bare["resources"] == {"Limits": {"Pids": 4096}}
     assert "workdir" not in bare
-    assert "user" not in bare
+    assert bare["user"] == "65534:65534"  # the operator's default, nobody

@@ -251,8 +251,13 @@ class Logs:
                 created = c.attrs["Created"]
                 conf = c.attrs["Config"]
                 self.config[c.id] = " ".join([*(conf["Cmd"] or []), *(conf["Env"] or [])])
+                status = c.attrs["State"]["Status"]
             except Exception:
                 continue  # removed meanwhile
+            if status == "created":
+                # not started yet: the engine ends a follow of a container that is not
+                # running at once, so its output would never be read; the next poll
+                continue
             if c.id not in self._followed:
                 self._followed[c.id] = bytearray()
                 threading.Thread(

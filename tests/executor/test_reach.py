@@ -172,10 +172,13 @@ def test_root_is_refused_unless_allowed_and_the_default_user_applies(tmp_path) -
     reach = Reach.from_config({"default_user": "1000:1000"})
     assert settings_for(spec(), 1, reach).user == "1000:1000"
     assert settings_for(spec(user="2000"), 1, reach).user == "2000"
-    # without a default_user in the config: the image's own user
-    assert settings_for(spec(), 1).user is None
+    # without a default_user in the config: nobody, not the image's own (root) user;
+    # null in the config: the image's own
+    assert settings_for(spec(), 1).user == "65534:65534"
+    assert Reach.from_config({}).default_user == "65534:65534"
+    assert settings_for(spec(), 1, Reach.from_config({"default_user": None})).user is None
     no_config = load_config(None, {}, tmp_path / "no-secrets").section("executor")
-    assert Reach.from_config(no_config).default_user is None
+    assert Reach.from_config(no_config).default_user == "65534:65534"
     path = tmp_path / "allocator.yaml"
     path.write_text("executor: {default_user: '0:0'}\n")
     with pytest.raises(ConfigError) as exc:

@@ -1,8 +1,7 @@
 """What a job reaches on the Swarm backend, where its worker runs on another node: a spec
-naming no user runs as the operator's default user there (nobody), its fresh checkpoint
-volume handed to that user on that node before the swarm starts it; a host path that
-leaves its allowed root through a symbolic link is refused on that node
-(executor.node_hosts gives its engine)."""
+naming no user runs as nobody there, its fresh checkpoint volume handed to that user on
+that node before the swarm starts it; a host path that leaves its allowed root through a
+symbolic link is refused on that node (executor.node_hosts gives its engine)."""
 
 from __future__ import annotations
 
@@ -28,9 +27,7 @@ def executor(swarm, labeled, tmp_path: Path):
     ex = swarm_executor_for(swarm, labeled(), str(tmp_path / "ckpt"), 2.0)
     # named checkpoint volumes, node-local: the one on node2 is prepared on node2
     ex.options = replace(
-        ex.options,
-        checkpoint_host_dir=None,
-        reach=Reach(bind_roots=(str(tmp_path / "data"),), default_user="65534:65534"),
+        ex.options, checkpoint_host_dir=None, reach=Reach(bind_roots=(str(tmp_path / "data"),))
     )
     yield ex
     for name in list(ex.jobs()):
