@@ -39,6 +39,8 @@ class ReconcileEvent:
     kind: str  # completed | restarted | failed | unknown-job | left | lost
     detail: str = ""
     reason: str = ""  # left: why (stopfree.left_reason: straggler, signal, ...)
+    node: str = ""  # left: the node the worker ran on
+    gpus: tuple[str, ...] = ()  # left: the GPU ids it held there
 
 
 class ReconcileMixin(ExecutorBase):
@@ -72,7 +74,9 @@ class ReconcileMixin(ExecutorBase):
                 # not see through: the job runs on without it; the next plan re-places it
                 reason = self._left_reason(w)
                 self.backend.remove(w)
-                events.append(ReconcileEvent(name, "left", w.name, reason))
+                events.append(
+                    ReconcileEvent(name, "left", w.name, reason, w.node, tuple(w.gpus))
+                )
             status = state.status
             if status == "completed":
                 verdict = confirm(name) if confirm is not None else None
