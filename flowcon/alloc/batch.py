@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from flowcon.alloc.model import BatchRange, Job, ThroughputCurve
+from flowcon.alloc.model import BatchRange, Job, ThroughputCurve, powers_of_two
 
 # model -> global batch size -> curve (flowcon.sim.loaders.Tables)
 Tables = Mapping[str, Mapping[int, ThroughputCurve]]
@@ -134,3 +134,69 @@ def hybrid_batch(submitted: int, submitted_gpus: int, low: int, high: int, gpus:
     if up <= high:
         return up
     return min(high, max(want, gpus))
+
+
+# -- the live allocator's range: measured rows plus the weak-scaling rule --------------
+
+
+def model_batch(
+    submitted: int,
+    submitted_gpus: int,
+    low: int,
+    high: int,
+    gpus: int,
+    max_per_gpu: int | None = None,
+) -> int:
+    """``hybrid_batch`` bounded by memory: the weak-scaling batch on ``gpus`` GPUs, never
+    above ``max_per_gpu`` samples per GPU (the largest local batch that fits) when the range
+    still allows it."""
+    top = high if max_per_gpu is None else min(high, max(low, max_per_gpu * gpus))
+    return hybrid_batch(submitted, submitted_gpus, low, top, gpus)
+
+
+def live_range(
+    curve: ThroughputCurve,
+    submitted: int,
+    submitted_gpus: int,
+    low: int,
+    high: int,
+    rows: Mapping[int, Mapping[int, float]] | None = None,
+    max_per_gpu: int | None = None,
+    counts: tuple[int, ...] = (),
+) -> BatchRange:
+    """The batch range of a live job: what its plan and its containers run at.
+
+    ``curve``: the job's speed in iterations of the submitted batch per second per GPU
+    count (the profile corrected by measurements); ``rows``: iterations/s at other global
+    batches the pre-run measured (batch -> GPU count -> it/s). Every measured cell is a
+    cell of the range; at each GPU count of the curve (and the powers of two up to its
+    largest, and ``counts``) the weak-scaling batch ``model_batch`` gets a cell too where
+    none was measured, at the samples/s the curve gives there (a batch change that was
+    not measured is assumed to move no samples/s: the conservative side). ``best_batch``
+    then picks, at k GPUs, the batch both the policy plans with and the executor runs."""
+    cells: dict[int, dict[int, float]] = {}
+    for b, row in (rows or {}).items():
+        if low <= b <= high:
+            for k, v in row.items():
+                if v > 0 and k >= 1:
+                    cells.setdefault(int(b), {})[int(k)] = float(v)
+    top = max(max(curve.points), *counts) if counts else max(curve.points)
+    ks = sorted(set(curve.points) | set(powers_of_two(top)) | set(counts))
+    for k in ks:
+        b = model_batch(submitted, submitted_gpus, low, high, k, max_per_gpu)
+        speed = curve.at(k)
+        if speed > 0 and k not in cells.get(b, {}):
+            cells.setdefault(b, {})[k] = speed * submitted / b
+    if submitted not in cells:  # the range needs the submitted row (a modeled cell of it)
+        k = submitted_gpus if curve.at(submitted_gpus) > 0 else min(curve.points)
+        cells[submitted] = {k: curve.at(k)}
+    curves = {b: ThroughputCurve(pts, frozenset(pts)) for b, pts in cells.items()}
+    return BatchRange(low, high, submitted, curves, max_per_gpu)
+
+
+def speed_at(brange: BatchRange, gpus: int) -> float:
+    """Iterations of the submitted batch per second on ``gpus`` GPUs when the job runs at
+    ``best_batch(brange, gpus)``: that batch's samples/s over the submitted batch (the
+    envelope's conservative lookup where no batch is feasible at ``gpus``)."""
+    rate = brange.rate(best_batch(brange, gpus), gpus)
+    return rate / brange.submitted if rate > 0 else envelope(brange).at(gpus)

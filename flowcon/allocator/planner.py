@@ -34,7 +34,7 @@ from flowcon.alloc.placement import PlacementPlan
 from flowcon.alloc.types import AdmissionDecision, ClusterState, Policy
 from flowcon.allocator.intake import MeasurementIntake
 from flowcon.allocator.ports import Placer
-from flowcon.allocator.records import core_job
+from flowcon.allocator.records import core_job, planned_speed
 from flowcon.allocator.store import JobRecord, Store, new_record
 from flowcon.contract import SCALING_RESTART, SCALING_STOPFREE, Measurement
 from flowcon.jobspec.spec import JobSpec
@@ -178,6 +178,13 @@ class Planner:
 
     def curve(self, rec: JobRecord) -> ThroughputCurve:
         return self.intake.curve(rec)
+
+    def speed(self, rec: JobRecord, gpus: int | None = None) -> float:
+        """Iterations of the submitted batch per second (samples/s over the submitted
+        batch) of ``rec`` on ``gpus`` GPUs (its current ones by default), at the batch it
+        runs at there (``flowcon.allocator.records.planned_speed``): the speed its
+        progress and predicted finish move at, the policy's speed of the job."""
+        return planned_speed(rec.spec, self.curve(rec), rec.gpus if gpus is None else gpus)
 
     def core_job(self, rec: JobRecord) -> Job:
         """The policy's job: the stored spec with the measured curve and the progress."""
@@ -460,7 +467,7 @@ class Planner:
         finished_at = now
         served = 0.0
         if rec.gpus > 0 and now > last:
-            speed = self.curve(rec).at(rec.gpus)
+            speed = self.speed(rec)
             remaining = rec.iterations - rec.done_iterations
             if speed > 0 and remaining <= speed * (now - last):
                 finished_at = last + remaining / speed  # when the last iteration ran
@@ -592,7 +599,7 @@ class Planner:
             return now
         if rec.gpus <= 0:
             return None
-        speed = self.curve(rec).at(rec.gpus)
+        speed = self.speed(rec)
         return now + remaining / speed if speed > 0 else None
 
     # -- closed loop -------------------------------------------------------------------

@@ -8,7 +8,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from flowcon.alloc.model import Job, ThroughputCurve
+from flowcon.alloc.batch import best_batch, live_range, model_batch, speed_at
+from flowcon.alloc.model import BatchRange, Job, ThroughputCurve
 from flowcon.jobspec.keys import MetricSpec, VolumeSpec
 from flowcon.jobspec.spec import JobSpec, JobSpecError, ThroughputProfile
 
@@ -49,6 +50,11 @@ def spec_to_dict(spec: JobSpec) -> dict[str, object]:
         "scaling": spec.scaling,
         "batch_size_min": spec.batch_size_min,
         "batch_size_max": spec.batch_size_max,
+        "batch_profile": {
+            str(b): {str(k): v for k, v in sorted(row.items())}
+            for b, row in sorted(spec.batch_profile.items())
+        },
+        "max_local_batch": spec.max_local_batch,
         "master_port": spec.master_port,
         "owner": spec.owner,
     }
@@ -93,6 +99,11 @@ def spec_from_dict(data: Mapping[str, Json]) -> JobSpec:
         scaling=str(data["scaling"]) if data.get("scaling") else None,
         batch_size_min=_int_or_none(data.get("batch_size_min")),
         batch_size_max=_int_or_none(data.get("batch_size_max")),
+        batch_profile={
+            int(b): {int(k): float(v) for k, v in row.items()}
+            for b, row in (data.get("batch_profile") or {}).items()
+        },
+        max_local_batch=_int_or_none(data.get("max_local_batch")),
         master_port=int(data["master_port"]) if data.get("master_port") else None,
         owner=str(data["owner"]) if data.get("owner") else None,
     )
@@ -138,4 +149,57 @@ def core_job(
         done_iterations=done_iterations,
         model=spec.image,
         batch_size=spec.global_batch_size,
+        batch_range=batch_range_of(spec, curve),
     )
+
+
+def batch_range_of(spec: JobSpec, curve: ThroughputCurve | None = None) -> BatchRange | None:
+    """The core's ``BatchRange`` of a job whose spec has a batch range (None otherwise):
+    ``flowcon.alloc.batch.live_range`` over ``curve`` (the planner's: the profile corrected
+    by measurements, in iterations of the submitted batch per second; the spec's profile
+    when None), the batches the pre-run measured and the largest local batch it found.
+    ``flowcon.alloc.batch.best_batch`` of it is the batch the job runs at on k GPUs, for
+    the policy and for the executor alike."""
+    rng = spec.batch_range
+    if rng is None:
+        return None
+    if curve is None:
+        if spec.profile is None:
+            return None
+        curve = ThroughputCurve(spec.profile.as_dict())
+    return live_range(
+        curve,
+        spec.global_batch_size,
+        spec.min_gpus,
+        rng[0],
+        rng[1],
+        spec.batch_profile,
+        spec.max_local_batch,
+        (spec.max_gpus,) if spec.max_gpus else (),
+    )
+
+
+def run_batch(spec: JobSpec, gpus: int, curve: ThroughputCurve | None = None) -> int | None:
+    """The global batch ``spec`` runs at on ``gpus`` GPUs: ``best_batch`` of
+    ``batch_range_of(spec, curve)``, the batch the policy plans with; None for a job
+    without a batch range. Where no cell of the range is feasible at ``gpus`` (more GPUs
+    than the range's cells reach, or no profile yet) the weak-scaling batch
+    ``model_batch``, the rule the range's own cells follow (``Executor.rescale`` refuses
+    one that does not split)."""
+    rng = spec.batch_range
+    if rng is None or gpus < 1:
+        return None
+    brange = batch_range_of(spec, curve)
+    if brange is None or not any(brange.feasible(b, gpus) for b in brange.batches):
+        return model_batch(
+            spec.global_batch_size, spec.min_gpus, rng[0], rng[1], gpus, spec.max_local_batch
+        )
+    return best_batch(brange, gpus)
+
+
+def planned_speed(spec: JobSpec, curve: ThroughputCurve, gpus: int) -> float:
+    """The job's speed on ``gpus`` GPUs in iterations of the submitted batch per second
+    (samples/s over ``global_batch_size``), at the batch it runs at there: ``curve.at``
+    for a fixed batch, ``flowcon.alloc.batch.speed_at`` of its range otherwise."""
+    brange = batch_range_of(spec, curve)
+    return curve.at(gpus) if brange is None else speed_at(brange, gpus)

@@ -7,21 +7,22 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 
-from flowcon.alloc.batch import hybrid_batch
-from flowcon.alloc.model import Topology
+from flowcon.alloc.model import ThroughputCurve, Topology
 from flowcon.alloc.placement import BuddyPlacer
 from flowcon.allocator.config import AllocatorConfig
 from flowcon.allocator.metrics import AllocatorMetrics
 from flowcon.allocator.planner import Planner
 from flowcon.allocator.ports import Executor, Inventory, NodeGpus, NodePlacement, RunningJob
+from flowcon.allocator.records import run_batch
 from flowcon.allocator.store import ACTIVE_STATES, PENDING_STATES, JobRecord, Store
 from flowcon.allocator.views import LogLineView
 from flowcon.contract import LABEL_MASTER_PORT, SCALING_RESTART, SCALING_STOPFREE
 from flowcon.core.completion import Completion
+from flowcon.engine.gpus import layout_of
 from flowcon.executor.backend import ExecutorRefused
 from flowcon.executor.workers import allocate_master_port
 from flowcon.jobspec.keys import MetricSpec
@@ -30,16 +31,15 @@ from flowcon.jobspec.spec import JobSpec
 log = logging.getLogger(__name__)
 
 
-def batch_for(spec: JobSpec, gpus: int) -> int | None:
-    """The global batch of ``spec`` on ``gpus`` GPUs when its spec has a batch range
-    (``flowcon.alloc.batch.hybrid_batch``: Elan III's weak scaling from the per-GPU batch at
-    ``min_gpus``, within the range); None for a job without one (its batch never changes).
-    Admission is unchanged: it counts the job's work in iterations at the submitted batch
+def batch_for(spec: JobSpec, gpus: int, curve: ThroughputCurve | None = None) -> int | None:
+    """The global batch of ``spec`` on ``gpus`` GPUs when its spec has a batch range; None
+    for a job without one (its batch never changes). The rule the policy plans with
+    (``flowcon.allocator.records.run_batch``: ``flowcon.alloc.batch.best_batch`` over the
+    job's range built on ``curve``, the planner's curve of the job): the best measured
+    samples/s at ``gpus``, and where the pre-run measured no other batch, Elan III's weak
+    scaling from the per-GPU batch at ``min_gpus``. Work is counted in samples
     (docs/jobs.md, "batch_size_min, batch_size_max")."""
-    rng = spec.batch_range
-    if rng is None or gpus < 1:
-        return None
-    return hybrid_batch(spec.global_batch_size, spec.min_gpus, rng[0], rng[1], gpus)
+    return run_batch(spec, gpus, curve)
 
 
 def topology_of(inventory: Inventory) -> Topology | None:
@@ -56,14 +56,15 @@ def topology_of(inventory: Inventory) -> Topology | None:
 
 
 def build_placer(inventory: Inventory) -> BuddyPlacer | None:
-    topo = topology_of(inventory)
-    if topo is None:
-        log.warning(
-            "GPU inventory is not homogeneous power-of-two nodes: allocating GPU counts "
-            "without buddy placement"
-        )
+    """Buddy placement over the inventory's GPU nodes, of any sizes, each node's GPUs in
+    the order its links give (``flowcon.engine.gpus.layout_of``); None without GPUs."""
+    layout = layout_of(inventory)
+    if not layout.total:
+        log.warning("GPU inventory has no GPU: allocating GPU counts without placement")
         return None
-    return BuddyPlacer(topo)
+    if not layout.uniform:
+        log.info("buddy placement over nodes %s", layout.describe_blocks())
+    return BuddyPlacer(layout)
 
 
 def node_names(inventory: Inventory) -> list[str]:
@@ -253,12 +254,16 @@ class ExecutorTarget:
                 self._remove(name)
 
     def poll(
-        self, store: Store, metrics: AllocatorMetrics | None = None
+        self,
+        store: Store,
+        metrics: AllocatorMetrics | None = None,
+        on_left: Callable[[str, str, tuple[str, ...], str], object] | None = None,
     ) -> list[tuple[str, str, str]]:
         """Ended jobs as (name, completed|failed, reason); dead ones are restarted by the
         executor from their checkpoint and logged here. A stop-free worker that left on its
         own is stored as a ``worker_left`` event and counted in ``metrics``
-        (``flowcon_allocator_workers_left_total{reason}``)."""
+        (``flowcon_allocator_workers_left_total{reason}``), and told to ``on_left``
+        (job, node, GPU ids, reason): the daemon keeps placement off a straggler's GPUs."""
         active = store.active_names()
         out: list[tuple[str, str, str]] = []
         try:
@@ -287,6 +292,8 @@ class ExecutorTarget:
                 store.append_event("worker_left", ev.job, container=ev.detail, reason=reason)
                 if metrics is not None:
                     metrics.worker_left(reason)
+                if on_left is not None:
+                    on_left(ev.job, ev.node, ev.gpus, reason)
             elif ev.kind == "unknown-job" and ev.job not in self._unknown_logged:
                 self._unknown_logged.add(ev.job)
                 rec = store.get_job(ev.job)
@@ -464,7 +471,7 @@ class ExecutorTarget:
                 self._note_containers(planner, rec.name, state)
             return
         spec = replace(rec.spec, master_port=self._master_port(store, rec))
-        batch = batch_for(spec, sum(len(g) for g in placement.values()))
+        batch = batch_for(spec, sum(len(g) for g in placement.values()), planner.curve(rec))
         said = {} if batch is None else {"global_batch": batch}  # in the job's events
         began = time.time()
         if state is None:

@@ -12,6 +12,7 @@ from test_stopfree_exec import FakeBackend, env, executor
 
 from flowcon import contract
 from flowcon.alloc.batch import hybrid_batch
+from flowcon.alloc.model import ThroughputCurve
 from flowcon.allocator.records import spec_from_dict, spec_to_dict
 from flowcon.allocator.store import Store, new_record
 from flowcon.allocator.target import ExecutorTarget, batch_for
@@ -213,6 +214,9 @@ class Planner:
 
     def set_scaling(self, name: str, mode: str | None) -> None:
         pass
+
+    def curve(self, rec: Any) -> ThroughputCurve:
+        return ThroughputCurve(rec.profile)
 
 
 def _place(store: Store, name: str, gpus: int) -> None:
