@@ -26,6 +26,11 @@ SUBCOMMANDS: dict[str, str] = {
     "cancel": "flowcon.client.commands:cancel",
     "job": "flowcon.client.commands:job_cmd",
     "logs": "flowcon.client.commands:logs",
+    "scale": "flowcon.client.operate:scale",
+    "migrate": "flowcon.client.operate:migrate",
+    "drain": "flowcon.client.operate:drain",
+    "undrain": "flowcon.client.operate:undrain",
+    "nodes": "flowcon.client.operate:nodes",
     "images": "flowcon.engine.images_cli:images",
 }
 

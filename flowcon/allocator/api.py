@@ -35,7 +35,7 @@ import yaml
 from flowcon.allocator import audit
 from flowcon.allocator.auth import Credentials, Principal, Role, required_role
 from flowcon.allocator.store import write_failure
-from flowcon.allocator.views import Answer, JobDetail, JobView, LogPage
+from flowcon.allocator.views import Answer, JobDetail, JobView, LogPage, NodeView
 from flowcon.textfile import safe_load_yaml
 from flowcon.web.static import static_response
 
@@ -99,6 +99,12 @@ class Service(Protocol):
         who: Principal | None = None,
     ) -> LogPage: ...
     def cancel(self, name: str, who: Principal | None = None) -> JobView: ...
+    def scale(self, name: str, gpus: int | None, who: Principal | None = None) -> JobDetail: ...
+    def migrate(self, name: str, node: str, who: Principal | None = None) -> JobDetail: ...
+    def drain(self, node: str, force: bool = False, who: Principal | None = None) -> NodeView: ...
+    def undrain(self, node: str, who: Principal | None = None) -> NodeView: ...
+    def nodes(self, who: Principal | None = None) -> list[NodeView]: ...
+    def node(self, name: str, who: Principal | None = None) -> NodeView: ...
     def refused(self, reason: str) -> None: ...
     def ingest_measurements(self, body: Mapping[str, object]) -> dict[str, object]: ...
 
@@ -250,7 +256,65 @@ class _Handler(BaseHTTPRequestHandler):
             return self._job(method, unquote(path[len("/api/v1/jobs/") :]))
         if path == "/api/v1/measurements":
             return self._measurements(method)
+        if path == "/api/v1/nodes" or path.startswith("/api/v1/nodes/"):
+            return self._nodes(method, unquote(path[len("/api/v1/nodes") :]).lstrip("/"))
         raise ApiError(404, "no such route")
+
+    def _nodes(self, method: str, rest: str) -> Reply:
+        """GET /api/v1/nodes[/NODE]; POST /api/v1/nodes/NODE/drain (``{"force": true}``
+        gives up guarantees) and /undrain."""
+        if not rest:
+            if method != "GET":
+                raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
+            return 200, [n.to_json() for n in self.service.nodes(self._who)], _JSON
+        node, _, action = rest.partition("/")
+        if not node or "/" in action:
+            raise ApiError(404, "no such route")
+        if not action:
+            if method != "GET":
+                raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
+            return 200, self.service.node(node, self._who).to_json(), _JSON
+        if method != "POST":
+            raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
+        if action == "drain":
+            body = self._optional_body()
+            force = body.get("force", False)
+            if not isinstance(force, bool):
+                raise ApiError(400, "force must be true or false", field="force")
+            return 200, self.service.drain(node, force, self._who).to_json(), _JSON
+        if action == "undrain":
+            self._optional_body()
+            return 200, self.service.undrain(node, self._who).to_json(), _JSON
+        raise ApiError(404, "no such route")
+
+    def _optional_body(self) -> dict[str, object]:
+        """A JSON object body, or {} when the request has none."""
+        if self._length <= 0:
+            return {}
+        body = self._body()
+        if not isinstance(body, dict):
+            raise ApiError(400, "body must be a JSON object")
+        return body
+
+    def _operation(self, method: str, name: str, action: str) -> Reply:
+        """POST /api/v1/jobs/NAME/scale ``{"gpus": N}`` or ``{"auto": true}``;
+        POST /api/v1/jobs/NAME/migrate ``{"node": NODE}``."""
+        if method != "POST":
+            raise ApiError(HTTPStatus.METHOD_NOT_ALLOWED, f"{method} not allowed here")
+        body = self._optional_body()
+        if action == "scale":
+            gpus, auto = body.get("gpus"), body.get("auto", False)
+            if auto is True and gpus is None:
+                return 200, self.service.scale(name, None, self._who).to_json(), _JSON
+            if auto not in (False, None) or not isinstance(gpus, int) or isinstance(gpus, bool):
+                raise ApiError(
+                    400, 'scale needs {"gpus": N} (an integer) or {"auto": true}', field="gpus"
+                )
+            return 200, self.service.scale(name, gpus, self._who).to_json(), _JSON
+        node = body.get("node")
+        if not isinstance(node, str) or not node:
+            raise ApiError(400, 'migrate needs {"node": NAME}', field="node")
+        return 200, self.service.migrate(name, node, self._who).to_json(), _JSON
 
     def _view(self, method: str, path: str) -> Reply | None:
         """The live view: its page and files, and the history it polls."""
@@ -314,6 +378,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _job(self, method: str, name: str) -> Reply:
         if name.endswith("/logs") and "/" not in name[: -len("/logs")]:
             return self._logs(method, name[: -len("/logs")])
+        for action in ("scale", "migrate"):
+            suffix = "/" + action
+            if name.endswith(suffix) and name[: -len(suffix)] and "/" not in name[: -len(suffix)]:
+                return self._operation(method, name[: -len(suffix)], action)
         if not name or "/" in name:
             raise ApiError(404, "no such route")
         if method == "GET":

@@ -94,6 +94,10 @@ class AllocatorConfig:
     executor: str = "engine"
     # the scheduling policy, any of ``flowcon simulate --policy`` (flowcon/policy_registry.py)
     policy: str = "elasticflow"
+    # ``flowcon scale`` by a job's owner (named users) within its bounds; else operator only
+    owners_may_scale: bool = False
+    # seconds placement keeps off a GPU a straggler was removed from (0: not at all)
+    straggler_avoid_seconds: float = 600.0
     raw: RawYaml = field(default_factory=dict)
     source: Path | None = None
 
@@ -217,6 +221,12 @@ class AllocatorSection(Strict):
         False, description="true: listen on a non-loopback address without TLS"
     )
     policy: str = Field("elasticflow", description=f"one of {', '.join(POLICIES)}")
+    owners_may_scale: bool = Field(
+        False, description="true: a job's owner may scale it within its bounds"
+    )
+    straggler_avoid_seconds: float = Field(
+        600.0, ge=0, allow_inf_nan=False, description="seconds >= 0 (0: no avoidance)"
+    )
 
     @field_validator("listen")
     @classmethod
@@ -510,6 +520,8 @@ def load_config(
         profile_min_lines=sec.profile_min_lines,
         executor=sec.executor,
         policy=sec.policy,
+        owners_may_scale=sec.owners_may_scale,
+        straggler_avoid_seconds=sec.straggler_avoid_seconds,
         raw={
             **raw,
             "gpus": model.gpus.model_dump(exclude_none=True),

@@ -18,11 +18,13 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import FrameType
-from typing import cast
+from typing import TypeVar, cast
 
+from flowcon.alloc.operations import OperationError
 from flowcon.allocator.api import ApiError, ApiServer
 from flowcon.allocator.auth import Credentials, Principal
 from flowcon.allocator.config import AllocatorConfig, ConfigError, ensure_token
+from flowcon.allocator.elasticity import Elasticity
 from flowcon.allocator.metrics import AllocatorMetrics
 from flowcon.allocator.planner import Plan, PlanError, Planner
 from flowcon.allocator.quota import spec_quota_problem
@@ -44,6 +46,7 @@ from flowcon.allocator.views import (
     JobView,
     LogLineView,
     LogPage,
+    NodeView,
     ProfilingAnswer,
 )
 from flowcon.contract import SCALING_RESTART, Measurement
@@ -52,6 +55,8 @@ from flowcon.jobspec.spec import JobSpec, JobSpecError, parse_jobspec
 from flowcon.tls import server_context
 from flowcon.web.health import Liveness
 from flowcon.web.history import History
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +108,9 @@ class Allocator:
             complete_on_progress=target is None,
             clock=clock,
             policy=cfg.policy,
+            nodes=[(n.name, n.count) for n in inventory.nodes if n.count > 0] if inventory else (),
         )
+        self.elasticity = Elasticity(self.planner)
         # the restart cost measured before a daemon restart still holds
         for mode, cost in overhead_costs(self.store)[-20:]:
             self.planner.observe_overhead(cost, mode)
@@ -248,7 +255,7 @@ class Allocator:
             return []
         now = self.clock()
         ended = []
-        for name, state, reason in self.target.poll(self.store, self.metrics):
+        for name, state, reason in self.target.poll(self.store, self.metrics, self._left):
             at = None
             rec = self.store.get_job(name)
             metric = rec.spec.metric if rec is not None else None
@@ -267,6 +274,15 @@ class Allocator:
                 if since is not None:
                     self.target.note_resumed(self.store, self.planner, rec.name, first, now)
         return ended
+
+    def _left(self, job: str, node: str, gpus: tuple[str, ...], reason: str) -> None:
+        """A stop-free worker left: a straggler's GPUs are avoided by placement for
+        ``straggler_avoid_seconds`` (EDL 5.2 removes it; this keeps it from coming back)."""
+        if reason == "straggler" and node and gpus:
+            seconds = self.cfg.straggler_avoid_seconds
+            avoided = self.elasticity.avoid(job, node, gpus, reason, seconds, self.clock())
+            if avoided:
+                log.info("job %s: avoiding %s GPUs %s for %.0f s", job, node, avoided, seconds)
 
     def _round(self, polled: bool = False, force: bool = True) -> Plan:
         """One slot: collect finished/dead jobs, re-plan, make containers match."""
@@ -387,6 +403,8 @@ class Allocator:
             ],
             events=[EventView.of(e) for e in self.store.events(job=name)],
             containers=self.planner.intake.containers_of(name),
+            pin=self.elasticity.pins_of(name),
+            avoided=self.elasticity.avoided_by(name, self.clock()),
         )
 
     def _parse(self, spec: Mapping[str, object], now: float) -> JobSpec:
@@ -605,6 +623,58 @@ class Allocator:
             raise ApiError(exc.status, str(exc)) from None
         self.wake()
         return JobView.of(rec)
+
+    # -- operator requests (flowcon.allocator.elasticity) -------------------------------
+
+    def _operator_only(self, who: Principal | None, what: str) -> str:
+        if who is not None and not who.operator:
+            raise ApiError(403, f"only the operator may {what}")
+        return who.name if who is not None else "operator"
+
+    def _operation(self, call: Callable[[], T]) -> T:
+        try:
+            out = call()
+        except OperationError as exc:
+            extra = {"field": exc.field} if exc.field else {}
+            raise ApiError(exc.status, str(exc), **extra) from None
+        self.wake()
+        return out
+
+    def scale(self, name: str, gpus: int | None, who: Principal | None = None) -> JobDetail:
+        """Pin a job's GPU count (None: back to the policy). The operator may; a job's
+        owner too when ``owners_may_scale`` (within the job's bounds, like anyone)."""
+        rec = self.store.get_job(name)
+        if rec is None:
+            raise ApiError(404, f"no job {name!r}")
+        if who is not None and not who.operator:
+            if not self.cfg.owners_may_scale:
+                raise ApiError(403, "only the operator may scale jobs (owners_may_scale: false)")
+            self._own(rec, who, "scale")
+        by = who.name if who is not None else "operator"
+        self._operation(lambda: self.elasticity.scale(name, gpus, by, self.clock()))
+        return self.get_job(name, who)
+
+    def migrate(self, name: str, node: str, who: Principal | None = None) -> JobDetail:
+        by = self._operator_only(who, "migrate jobs")
+        self._operation(lambda: self.elasticity.migrate(name, node, by, self.clock()))
+        return self.get_job(name, who)
+
+    def drain(self, node: str, force: bool = False, who: Principal | None = None) -> NodeView:
+        by = self._operator_only(who, "drain nodes")
+        return self._operation(lambda: self.elasticity.drain(node, force, by, self.clock()))
+
+    def undrain(self, node: str, who: Principal | None = None) -> NodeView:
+        by = self._operator_only(who, "undrain nodes")
+        return self._operation(lambda: self.elasticity.undrain(node, by, self.clock()))
+
+    def nodes(self, who: Principal | None = None) -> list[NodeView]:
+        return self.elasticity.nodes(self.clock())
+
+    def node(self, name: str, who: Principal | None = None) -> NodeView:
+        try:
+            return self.elasticity._view(name, self.clock())
+        except OperationError as exc:
+            raise ApiError(exc.status, str(exc)) from None
 
     def ingest_measurements(self, body: Mapping[str, object]) -> dict[str, object]:
         node = body.get("node")

@@ -25,11 +25,12 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from flowcon.alloc.driver import is_tick, slot_boundary
 from flowcon.alloc.model import Job, ThroughputCurve
+from flowcon.alloc.operations import GpuId, Operations, honour_pins
 from flowcon.alloc.placement import PlacementPlan
 from flowcon.alloc.types import AdmissionDecision, ClusterState, Policy
 from flowcon.allocator.intake import MeasurementIntake
@@ -131,9 +132,19 @@ class Planner:
         complete_on_progress: bool = False,
         clock: Callable[[], float] = time.time,
         policy: str | Policy = "elasticflow",
+        nodes: Sequence[tuple[str, int]] = (),
     ) -> None:
         self.store = store
         self.total_gpus = total_gpus
+        # the inventory's GPU nodes in the core's node order: (name, GPU count)
+        self.nodes = [(str(n), int(c)) for n, c in nodes]
+        # what operators asked beside the policy (flowcon.alloc.operations): pins, drained
+        # nodes, GPUs avoided after a straggler; kept in the store's meta table
+        self.ops, skipped = Operations.from_json(store.get_meta(OPERATIONS_KEY))
+        for why in skipped:
+            log.warning("stored operator requests: skipped %s", why)
+        self._capacity = self._capacity_now(clock())
+        self._policy_capacity: int | None = None  # the capacity the policy's plans assume
         self.slot = slot_seconds
         self.placer = placer
         self.alpha = ewma_alpha
@@ -197,13 +208,56 @@ class Planner:
         if not self._restored:
             self._restored = True
             self.policy.set_overhead(self.overhead)
-            self.policy.restore(now, state)
+            if state.total_gpus > 0:
+                self.policy.restore(now, state)
+                self._policy_capacity = state.total_gpus
+        elif state.total_gpus > 0 and state.total_gpus != self._policy_capacity:
+            self._capacity_changed(now, state)
         return state
+
+    # -- capacity: drained nodes and avoided GPUs (flowcon.alloc.operations) -------------
+
+    def blocked(self, now: float) -> frozenset[GpuId]:
+        """GPUs placement must not use now: drained nodes' and avoided ones."""
+        return self.ops.blocked(self.nodes, now)
+
+    def _capacity_now(self, now: float) -> int:
+        return self.total_gpus - len(self.blocked(now))
+
+    def save_operations(self, now: float) -> None:
+        """Store the operator requests and take their capacity from the next decision on
+        (call inside a store transaction)."""
+        self.store.put_meta(OPERATIONS_KEY, self.ops.to_json())
+        self._capacity = self._capacity_now(now)
+
+    def _capacity_changed(self, now: float, state: ClusterState) -> None:
+        """The schedulable GPUs changed (a drain, an undrain, an avoidance ran out): the
+        policy's reservations are rebuilt for the new capacity as after a restart
+        (``Policy.restore``, deadline order); a job that no longer fits loses its
+        guarantee, with an event."""
+        before = set(self._shares(now))
+        self.policy.restore(now, state)
+        self._policy_capacity = state.total_gpus
+        lost = sorted(before - set(self._shares(now)))
+        for name in lost:
+            self.store.append_event(
+                "guarantee_lost",
+                name,
+                ts=now,
+                reason=f"the schedulable GPUs fell to {state.total_gpus}",
+            )
+        self.store.append_event(
+            "capacity_changed", None, ts=now, gpus=state.total_gpus, guarantees_lost=lost
+        )
+
+    def _shares(self, now: float) -> dict[str, int]:
+        shares = getattr(self.policy, "guaranteed_shares", None)
+        return dict(shares(now)) if callable(shares) else {}
 
     def _state_of(self, active: Iterable[JobRecord]) -> ClusterState:
         recs = list(active)
         return ClusterState(
-            total_gpus=self.total_gpus,
+            total_gpus=self._capacity,
             slot=self.slot,
             jobs={r.name: self.core_job(r) for r in recs},
             allocation={r.name: r.gpus for r in recs if r.gpus > 0},
@@ -489,18 +543,25 @@ class Planner:
         now = self.clock() if now is None else now
         with self.store.transaction():
             seen = self._admitted  # admissions commit under this lock: all before are in
+            if self.ops.expire(now):  # an avoidance ran out: its GPU is placed again
+                self.save_operations(now)
             ended, active = self._advance(now, write=False)  # each is stored by _record
             state = self.cluster_state(active, now)
             state.tick = is_tick(completed=bool(ended), event=force)  # the simulator's rule
-            allocation = self.policy.schedule(now, state) if active else {}
+            schedulable = active and state.total_gpus > 0
+            allocation = self.policy.schedule(now, state) if schedulable else {}
             allocation = {j: int(n) for j, n in allocation.items() if n > 0 and j in state.jobs}
-            if allocation == state.allocation:
+            allocation = self._pinned(allocation, state, now)
+            blocked = self.blocked(now)
+            moving = self._moving(active, blocked)
+            if allocation == state.allocation and not moving:
                 placement = {r.name: r.placement for r in active if r.gpus > 0}
             else:
-                placement = self._place(allocation, active)
+                placement = self._place(allocation, active, blocked, moving)
             plan = Plan(now, allocation, placement)
             for rec in active:
                 self._record(rec, plan, now)
+            self._migrations_done(plan, now)
             plan.gpus = {rec.name: rec.gpus for rec in active}
             self._planned, self._last_plan = max(self._planned, seen), plan
         return plan
@@ -582,15 +643,94 @@ class Planner:
             self.policy.set_overhead(self.overhead)  # charged in plans made from now on
 
     def _place(
-        self, allocation: Mapping[str, int], active: Iterable[JobRecord]
+        self,
+        allocation: Mapping[str, int],
+        active: Iterable[JobRecord],
+        blocked: frozenset[GpuId] = frozenset(),
+        moving: Mapping[str, tuple[GpuId, ...]] | None = None,
     ) -> dict[str, list[list[int]]]:
+        """The placer's answer for ``allocation``: jobs stay where they are unless resized,
+        in the way, on a ``blocked`` GPU, or ``moving`` (a migration: the job is offered
+        the block on its target node as its current place, which the placer keeps)."""
         if self.placer is None:
             return {}
         current = {
             r.name: tuple((int(n), int(g)) for n, g in r.placement) for r in active if r.placement
         }
-        result = self.placer.place(dict(allocation), current)
+        for name, block in (moving or {}).items():
+            if len(block) == allocation.get(name, 0):
+                current[name] = block
+        if blocked:
+            result = self.placer.place(dict(allocation), current, blocked=blocked)
+        else:
+            result = self.placer.place(dict(allocation), current)
         return placement_lists(result)
+
+    # -- operator requests (flowcon.allocator.elasticity makes them) ---------------------
+
+    def _pinned(
+        self, allocation: dict[str, int], state: ClusterState, now: float
+    ) -> dict[str, int]:
+        """The policy's allocation with operator pins (``flowcon scale``) honoured, fitted
+        into the schedulable GPUs (``honour_pins``)."""
+        pins = {j: int(p.gpus) for j, p in self.ops.pins.items() if p.gpus and j in state.jobs}
+        if not pins and sum(allocation.values()) <= state.total_gpus:
+            return allocation
+        out, short = honour_pins(allocation, pins, self._shares(now), state.total_gpus)
+        for name, missing in short.items():
+            self.store.append_event(
+                "scale_short",
+                name,
+                ts=now,
+                pinned=pins[name],
+                gpus=out.get(name, 0),
+                reason=f"{missing} GPUs short: the schedulable GPUs are guaranteed to others",
+            )
+        return out
+
+    def _moving(
+        self, active: Iterable[JobRecord], blocked: frozenset[GpuId]
+    ) -> dict[str, tuple[GpuId, ...]]:
+        """Jobs to move this round: those on a blocked GPU (a drained node, an avoided GPU)
+        map to () (placed afresh), those with a migration to a free block on its node."""
+        from flowcon.alloc.operations import free_block_on_node
+
+        recs = list(active)
+        out: dict[str, tuple[GpuId, ...]] = {}
+        taken: set[GpuId] = set(blocked)
+        for r in recs:
+            taken.update((int(n), int(g)) for n, g in r.placement)
+        names = [n for n, _ in self.nodes]
+        for r in recs:
+            where = [(int(n), int(g)) for n, g in r.placement]
+            if any(p in blocked for p in where):
+                out[r.name] = ()
+            pin = self.ops.pins.get(r.name)
+            if pin is None or pin.node is None or pin.node not in names or not where:
+                continue
+            node = names.index(pin.node)
+            if all(n == node for n, _ in where):
+                continue
+            block = free_block_on_node(node, self.nodes[node][1], len(where), taken)
+            if block is not None:
+                out[r.name] = block
+                taken.update(block)
+        return out
+
+    def _migrations_done(self, plan: Plan, now: float) -> None:
+        """A job that now runs on the node it was asked to move to: the request is done."""
+        names = [n for n, _ in self.nodes]
+        changed = False
+        for job, pin in list(self.ops.pins.items()):
+            if pin.node is None or pin.node not in names:
+                continue
+            where = plan.placement.get(job) or []
+            if where and all(names[int(n)] == pin.node for n, _ in where):
+                self.ops.clear_node_pin(job)
+                self.store.append_event("migrated", job, ts=now, node=pin.node, placement=where)
+                changed = True
+        if changed:
+            self.save_operations(now)
 
     def _predict(self, rec: JobRecord, now: float) -> float | None:
         """When the job ends if it keeps its GPUs now (the next re-plan revises it)."""
@@ -619,6 +759,9 @@ class Planner:
     def observe_progress(self, name: str, step: float, ts: float) -> bool:
         """Progress read from the job's own metric lines (the executor's logs)."""
         return self.intake.observe_progress(name, step, ts)
+
+
+OPERATIONS_KEY = "operations"  # the store's meta key of the operator requests
 
 
 def charged_overhead(overheads: Mapping[str, float], modes: Iterable[str]) -> float:

@@ -7,6 +7,7 @@ placer. Each protocol names only what the allocator uses (``flowcon.allocator.ta
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Protocol
 
 from flowcon.alloc.placement import Placement, PlacementPlan
@@ -104,6 +105,10 @@ class ExecutorEvent(Protocol):
     def detail(self) -> str: ...
     @property
     def reason(self) -> str: ...
+    @property
+    def node(self) -> str: ...  # a worker that left: its node
+    @property
+    def gpus(self) -> tuple[str, ...]: ...  # and the GPU ids it held
 
 
 class OutputLine(Protocol):
@@ -167,5 +172,13 @@ class Placer(Protocol):
     """Puts GPU counts on GPUs (buddy placement, section 4.3)."""
 
     def place(
-        self, allocation: Mapping[str, int], current: Mapping[str, Placement]
-    ) -> PlacementPlan: ...
+        self,
+        allocation: Mapping[str, int],
+        current: Mapping[str, Placement],
+        *,
+        blocked: AbstractSet[tuple[int, int]] = ...,
+    ) -> PlacementPlan:
+        """``blocked``: (node index, GPU index) pairs no job may use (a drained node, a GPU
+        a straggler left); a job on one is moved, ``PlacementError`` when the rest cannot
+        hold the allocation."""
+        ...

@@ -614,6 +614,25 @@ class Store:
         rows = self._rows_of("measurements", job)
         return [dict(r) for r in rows]
 
+    # -- settings kept beside the jobs (``meta``) -----------------------------------------
+
+    def get_meta(self, key: str) -> object:
+        """The JSON value stored under ``key`` (None when absent or not JSON)."""
+        row = self._q1("SELECT value FROM meta WHERE key=?", (key,))
+        if row is None:
+            return None
+        try:
+            return json.loads(row["value"])
+        except ValueError:
+            return None
+
+    def put_meta(self, key: str, value: object) -> None:
+        if key == "schema_version":
+            raise ValueError("schema_version is the store's own")
+        self._exec(
+            "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, json.dumps(value))
+        )
+
     def count(self, table: str) -> int:
         if table not in ("jobs", "admissions", "allocations", "events", "measurements"):
             raise ValueError(table)

@@ -211,6 +211,10 @@ class JobDetail(JobView):
     allocations: list[AllocationView] = field(default_factory=list)
     events: list[EventView] = field(default_factory=list)
     containers: list[str] = field(default_factory=list)
+    # an operator's pin ({gpus, node, by, ts}: ``flowcon scale``/``migrate``), if any
+    pin: dict[str, Json] | None = None
+    # GPUs placement keeps off because this job's straggler left them ({node, gpu, until})
+    avoided: list[dict[str, Json]] = field(default_factory=list)
 
     def to_json(self) -> JsonObject:
         out = _plain(self)
@@ -228,7 +232,13 @@ class JobDetail(JobView):
             allocations=[AllocationView.from_json(a) for a in data.get("allocations") or []],
             events=[EventView.from_json(e) for e in data.get("events") or []],
             containers=[str(c) for c in data.get("containers") or []],
+            pin=_mapping_or_none(data.get("pin")),
+            avoided=[dict(a) for a in data.get("avoided") or [] if isinstance(a, Mapping)],
         )
+
+
+def _mapping_or_none(value: Json) -> dict[str, Json] | None:
+    return dict(value) if isinstance(value, Mapping) else None
 
 
 @dataclass(frozen=True)
@@ -346,4 +356,41 @@ class LogPage:
             lines=[LogLineView.from_json(ln) for ln in data.get("lines") or []],
             cursor=str(data.get("cursor") or ""),
             note=None if not note else str(note),
+        )
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One node as ``flowcon nodes`` shows it (``kubectl get nodes``' columns)."""
+
+    name: str
+    gpus: int
+    used: int
+    status: str  # Ready | Draining | Drained (SchedulingDisabled) | Avoided
+    jobs: list[str] = field(default_factory=list)
+    drained_since: float | None = None
+    avoided: list[dict[str, Json]] = field(default_factory=list)
+
+    def to_json(self) -> JsonObject:
+        return {
+            "name": self.name,
+            "gpus": self.gpus,
+            "used": self.used,
+            "status": self.status,
+            "jobs": list(self.jobs),
+            "drained_since": self.drained_since,
+            "avoided": list(self.avoided),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Json]) -> NodeView:
+        since = data.get("drained_since")
+        return cls(
+            name=str(data.get("name", "")),
+            gpus=int(data.get("gpus") or 0),
+            used=int(data.get("used") or 0),
+            status=str(data.get("status", "")),
+            jobs=[str(j) for j in data.get("jobs") or []],
+            drained_since=float(since) if isinstance(since, (int, float)) else None,
+            avoided=[dict(a) for a in data.get("avoided") or [] if isinstance(a, Mapping)],
         )

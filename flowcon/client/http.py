@@ -100,6 +100,28 @@ class AllocatorClient:
     def cancel(self, name: str) -> JsonObject:
         return self._call("DELETE", f"/api/v1/jobs/{quote(name, safe='')}")[1]
 
+    def scale(self, name: str, gpus: int | None) -> JsonObject:
+        body: JsonObject = {"auto": True} if gpus is None else {"gpus": gpus}
+        return self._call("POST", f"/api/v1/jobs/{quote(name, safe='')}/scale", body)[1]
+
+    def migrate(self, name: str, node: str) -> JsonObject:
+        path = f"/api/v1/jobs/{quote(name, safe='')}/migrate"
+        return self._call("POST", path, {"node": node})[1]
+
+    def nodes(self) -> list[JsonObject]:
+        out: object = self._call("GET", "/api/v1/nodes")[1]
+        return [n for n in out if isinstance(n, dict)] if isinstance(out, list) else []
+
+    def node(self, name: str) -> JsonObject:
+        return self._call("GET", f"/api/v1/nodes/{quote(name, safe='')}")[1]
+
+    def drain(self, name: str, force: bool = False) -> JsonObject:
+        path = f"/api/v1/nodes/{quote(name, safe='')}/drain"
+        return self._call("POST", path, {"force": force})[1]
+
+    def undrain(self, name: str) -> JsonObject:
+        return self._call("POST", f"/api/v1/nodes/{quote(name, safe='')}/undrain", {})[1]
+
     def post_measurements(self, node: str, measurements: list[JsonObject]) -> JsonObject:
         return self._call(
             "POST", "/api/v1/measurements", {"node": node, "measurements": measurements}
