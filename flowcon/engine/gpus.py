@@ -13,7 +13,18 @@ Config (the ``gpus`` section)::
       declared:
         nodes:
           - {name: node1, gpus: 4, nvlink: [[0, 1], [2, 3]]}   # nvlink groups optional
-          - {name: node2, gpus: 4}
+          - {name: node2, gpus: 4, pcie: [[0, 1], [2, 3]]}     # GPUs behind one PCIe switch
+          - name: node3                                        # or the full matrix, as
+            gpus: 4                                            # ``nvidia-smi topo -m``
+            links:                                             # prints it
+              - [X,   NV4, PIX, SYS]
+              - [NV4, X,   SYS, PIX]
+              - [PIX, SYS, X,   NV4]
+              - [SYS, PIX, NV4, X]
+
+Pairs nothing names are ``SYS`` (across the CPU sockets). ``layout_of`` turns the inventory
+into the buddy placer's ``Layout`` (flowcon/alloc/topology.py): nodes of any sizes, GPUs of
+each node in link order.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from flowcon.alloc.topology import Layout, gpu_order
 from flowcon.core.gpu_usage import GpuDevice, GpuProcess, GpuSample
 
 log = logging.getLogger(__name__)
@@ -147,6 +159,20 @@ class Inventory:
         return model.Topology(nodes_per_switch=len(nodes), gpus_per_node=counts.pop())
 
 
+def layout_of(inventory: Any) -> Layout:
+    """The buddy placer's ``flowcon.alloc.topology.Layout`` of ``inventory``: its nodes with
+    GPUs (node i = gpu_nodes()[i]), each node's GPUs in the order its links give
+    (``gpu_order``). Nodes without link information (``links``) count as all ``SYS``."""
+    orders: list[tuple[int, ...]] = []
+    for node in inventory.nodes:
+        if node.count <= 0:
+            continue
+        links = getattr(node, "links", None) or {}
+        levels = {(min(a, b), max(a, b)): int(v) for (a, b), v in links.items()}
+        orders.append(gpu_order(node.count, levels, default=int(Link.SYSTEM)))
+    return Layout.of_nodes(orders)
+
+
 # ---------------------------------------------------------------- discovery
 
 _warned = False
@@ -225,23 +251,85 @@ def _declared_node(item: Any, where: str) -> NodeInventory:
     uuids = item.get("uuids") or [f"FAKE-{name}-{k}" for k in range(count)]
     if len(uuids) != count:
         raise ValueError(f"{where}.uuids has {len(uuids)} entries for {count} GPUs")
-    links = _nvlink_groups(item.get("nvlink") or [], count, where)
+    links = _link_matrix(item.get("links"), count, where)
+    links.update(_groups(item.get("pcie") or [], count, f"{where}.pcie", Link.PCIE_SWITCH))
+    links.update(_nvlink_groups(item.get("nvlink") or [], count, where))
     gpus = tuple(Gpu(k, str(u)) for k, u in enumerate(uuids))
     return NodeInventory(name, gpus, real=False, links=links)
 
 
 def _nvlink_groups(groups: Any, count: int, where: str) -> dict[tuple[int, int], Link]:
     """``nvlink: [[0, 1], [2, 3]]``: every pair inside a group is NVLinked."""
+    return _groups(groups, count, f"{where}.nvlink", Link.NVLINK)
+
+
+def _groups(groups: Any, count: int, where: str, link: Link) -> dict[tuple[int, int], Link]:
+    """Every pair inside each group of ``groups`` (lists of GPU indices) is ``link`` apart."""
     links: dict[tuple[int, int], Link] = {}
+    if not isinstance(groups, list):
+        raise ValueError(f"{where} must be a list of lists of GPU indices")
     for group in groups:
         if not isinstance(group, list) or not all(
-            isinstance(k, int) and 0 <= k < count for k in group
+            isinstance(k, int) and not isinstance(k, bool) and 0 <= k < count for k in group
         ):
-            raise ValueError(f"{where}.nvlink groups must list GPU indices below {count}")
+            raise ValueError(f"{where} groups must list GPU indices below {count}")
         for a in group:
             for b in group:
                 if a < b:
-                    links[(a, b)] = Link.NVLINK
+                    links[(a, b)] = link
+    return links
+
+
+# ``nvidia-smi topo -m``'s words -> Link (NV<n>: n bonded NVLinks)
+_TOPO_WORDS = {
+    "X": Link.SAME,
+    "NV": Link.NVLINK,
+    "NVLINK": Link.NVLINK,
+    "NVSWITCH": Link.NVLINK,
+    "PIX": Link.PCIE_SWITCH,
+    "PXB": Link.PCIE_SWITCH,
+    "PHB": Link.HOST_BRIDGE,
+    "NODE": Link.NUMA_NODE,
+    "SYS": Link.SYSTEM,
+}
+
+
+def link_word(word: Any) -> Link | None:
+    """One entry of a ``links`` matrix (``NV12``, ``PIX``, ``SYS``, ...) or None."""
+    if not isinstance(word, str):
+        return None
+    w = word.strip().upper()
+    if w.startswith("NV") and w[2:].isdigit():
+        return Link.NVLINK
+    return _TOPO_WORDS.get(w)
+
+
+def _link_matrix(matrix: Any, count: int, where: str) -> dict[tuple[int, int], Link]:
+    """``links``: a ``count`` x ``count`` matrix as ``nvidia-smi topo -m`` prints it."""
+    if matrix is None:
+        return {}
+    if (
+        not isinstance(matrix, list)
+        or len(matrix) != count
+        or not all(isinstance(row, list) and len(row) == count for row in matrix)
+    ):
+        raise ValueError(f"{where}.links must be a {count} x {count} matrix")
+    links: dict[tuple[int, int], Link] = {}
+    for a, row in enumerate(matrix):
+        for b, word in enumerate(row):
+            link = link_word(word)
+            if link is None:
+                raise ValueError(
+                    f"{where}.links[{a}][{b}] is {word!r}: not one of X, NV<n>, PIX, PXB,"
+                    " PHB, NODE, SYS"
+                )
+            if (a == b) != (link == Link.SAME):
+                raise ValueError(f"{where}.links[{a}][{b}]: X is the diagonal, and only it")
+            other = link_word(matrix[b][a])
+            if other != link:
+                raise ValueError(f"{where}.links is not symmetric at [{a}][{b}]")
+            if a < b:
+                links[(a, b)] = link
     return links
 
 
