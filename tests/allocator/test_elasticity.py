@@ -63,7 +63,8 @@ def test_scale_holds_the_count_until_auto(store):
     el.scale("a", None, "operator", now=30.0)
     assert p.plan(now=30.0).allocation == {"a": 8}
     kinds = [e.kind for e in store.events(job="a")]
-    assert "scale_requested" in kinds and "scale_auto" in kinds
+    assert "scale_requested" in kinds
+    assert "scale_auto" in kinds
 
 
 def test_a_pinned_job_takes_spare_gpus_from_best_effort_jobs(store):
@@ -115,7 +116,9 @@ def test_drain_moves_jobs_off_the_node_and_undrain_reopens_it(store):
     plan = p.plan(now=2.0)
     assert sum(plan.allocation.values()) == 8
     kinds = [e.kind for e in store.events()]
-    assert "node_drained" in kinds and "node_undrained" in kinds and "capacity_changed" in kinds
+    assert "node_drained" in kinds
+    assert "node_undrained" in kinds
+    assert "capacity_changed" in kinds
     assert [e.kind for e in store.events(job=on_n1[0])].count("draining") == 1
 
 
