@@ -70,6 +70,11 @@ ROLE_JOB: Final = "job"
 ROLE_PROFILE: Final = "profile"
 # How the executor scales the job's containers: SCALING_STOPFREE or SCALING_RESTART (below).
 LABEL_SCALING: Final = "flowcon.scaling"
+# A stop-free container's own store address as the executor gave it (FLOWCON_STORE_ADDR; port
+# 0: its launcher's ``launcher_started`` line says the port): the executor finds the job's
+# coordinator from it (the lowest-index container's), and a container without it cannot
+# take over coordination (launched before stores moved).
+LABEL_STORE_ADDR: Final = "flowcon.store"
 # An image label: ``flowcon.elastic=stopfree`` declares that the image's training runs
 # flowcon.elastic's stop-free runtime; a job spec without ``scaling`` then scales stop-free.
 LABEL_ELASTIC: Final = "flowcon.elastic"
@@ -123,6 +128,11 @@ SCALING_RESTART: Final = "restart"
 # Set on the job's first container: its launcher process hosts the job's TCPStore on
 # MASTER_ADDR:MASTER_PORT (workers are its children, so a worker's crash keeps the store).
 ENV_STORE_HOST: Final = "FLOWCON_STORE_HOST"
+# Stop-free: "host:port" where this container's launcher hosts its own store (port 0: any
+# free port; the launcher passes the address it serves on to its workers in the same
+# variable). Coordination moves to such a store when the coordinator's container leaves or
+# dies (docs/elastic.md, "Stop-free scaling", the coordinator).
+ENV_STORE_ADDR: Final = "FLOWCON_STORE_ADDR"
 # A worker's stable id in the job (container name and local rank, set by the launcher).
 ENV_WORKER_ID: Final = "FLOWCON_WORKER_ID"
 # Set on workers started into a running job; their RANK/WORLD_SIZE are assigned at the switch.

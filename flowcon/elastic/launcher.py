@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import torch.distributed as dist
@@ -49,7 +49,8 @@ def container_exit(codes: Sequence[int]) -> int:
 
 
 def host_store(host: str, port: int) -> Any:
-    """The job's TCPStore, served by this (launcher) process for the job's lifetime."""
+    """A TCPStore served by this (launcher) process for the job's lifetime (port 0: any
+    free port, its ``port`` says which)."""
     tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 (not in torch's typed exports)
     return tcp_store(
         host,
@@ -64,11 +65,16 @@ def launch(env: ElasticEnv, argv: Sequence[str] | None = None) -> int:
     """The launcher of one container of a stop-free job (``elastic.main`` when not a worker).
 
     It hosts the job's TCPStore when ``FLOWCON_STORE_HOST=1`` (on MASTER_PORT, all
-    interfaces), starts LOCAL_WORLD_SIZE worker processes (this program again, with
+    interfaces; the job's first coordinator), else a standby store when the executor gave
+    ``FLOWCON_STORE_ADDR`` (host:port, port 0: any free one; the store coordination moves
+    to when the coordinator's container leaves or dies), and passes the address it serves
+    on to its workers as ``FLOWCON_STORE_ADDR``. It starts LOCAL_WORLD_SIZE worker processes
+    (this program again, with
     LOCAL_RANK, RANK = RANK + local rank, FLOWCON_WORKER_ID = "<id>/<local rank>"), forwards
     SIGTERM, SIGINT and SIGUSR1 to them, and never stops the others when one fails (the job
-    recovers without it). The store host stays up after its workers left, until the job is
-    done or it gets SIGTERM, since the job's other workers still need the store.
+    recovers without it). A launcher whose store coordinates the job stays up after its
+    workers left, until coordination moved away (``rendezvous.mark_moved``), the job is done
+    or it gets SIGTERM, since the job's other workers still need the store.
     """
     cmd = (
         list(argv)
@@ -79,7 +85,7 @@ def launch(env: ElasticEnv, argv: Sequence[str] | None = None) -> int:
         ]
     )
     hosting = os.environ.get(contract.ENV_STORE_HOST, "") not in ("", "0")
-    store = host_store(env.master_addr, env.master_port) if hosting else None
+    store, served = own_store(env, hosting)
     base_id = os.environ.get(contract.ENV_WORKER_ID) or default_worker_id()
     # A worker ignores SIGUSR1 (inherited) until its runtime handles it: one that arrives
     # while it imports torch must not kill it; the launcher repeats a leave request below.
@@ -95,6 +101,10 @@ def launch(env: ElasticEnv, argv: Sequence[str] | None = None) -> int:
                 contract.ENV_WORKER_ID: f"{base_id}/{local}",
             }
         )
+        if served:
+            child_env[contract.ENV_STORE_ADDR] = served
+        else:
+            child_env.pop(contract.ENV_STORE_ADDR, None)
         children.append(subprocess.Popen(cmd, env=child_env))
     stopping = False
     leaving = False
@@ -117,6 +127,7 @@ def launch(env: ElasticEnv, argv: Sequence[str] | None = None) -> int:
         event="launcher_started",
         worker=base_id,
         store_host=hosting,
+        store=served,
         join=os.environ.get(contract.ENV_JOIN, "") not in ("", "0"),
         local_world_size=env.local_world_size,
     )
@@ -128,10 +139,37 @@ def launch(env: ElasticEnv, argv: Sequence[str] | None = None) -> int:
             forward(signal.SIGUSR1, None)  # idempotent: reaches workers still starting
     codes = [int(c.returncode) for c in children]
     code = container_exit(codes)
-    if store is not None and code not in (0, EXIT_PREEMPTED):
-        # our workers left or died, the job goes on elsewhere: keep serving its store
+    if store is not None and code not in (0, EXIT_PREEMPTED) and rdv.is_coordinator(store):
         _report(event="store_host_only", worker=base_id, exit_codes=codes)
-        while not stopping and not rdv.job_done(store):
-            time.sleep(0.2)
-        return EXIT_PREEMPTED if stopping else 0
+        return linger(store, base_id, code, lambda: stopping)
     return code
+
+
+def linger(store: Any, base_id: str, code: int, stopping: Callable[[], bool]) -> int:
+    """Our workers left or died, the job goes on elsewhere: keep serving its coordinator
+    until the stayers moved to another store (a hand-over: ``code``, the workers' exit), the
+    job is done (0), or SIGTERM (143)."""
+    while not stopping() and not rdv.job_done(store):
+        to = rdv.moved_to(store)
+        if to is not None:
+            _report(event="coordinator_moved", worker=base_id, to=to)
+            return code
+        time.sleep(0.2)
+    return EXIT_PREEMPTED if stopping() else 0
+
+
+def own_store(env: ElasticEnv, hosting: bool) -> tuple[Any, str]:
+    """This container's store and the "host:port" it serves on: the job's first
+    coordinator's on MASTER_ADDR:MASTER_PORT (``hosting``), else a standby one where
+    ``FLOWCON_STORE_ADDR`` says (port 0: any free port); (None, "") without either."""
+    if hosting:
+        store = host_store(env.master_addr, env.master_port)
+        served = f"{env.master_addr}:{env.master_port}"
+        rdv.mark_coordinator(store, served)
+        return store, served
+    own = os.environ.get(contract.ENV_STORE_ADDR, "")
+    if not own:
+        return None, ""
+    host, port = rdv.split_addr(own)
+    store = host_store(host, port)
+    return store, f"{host}:{int(store.port)}"

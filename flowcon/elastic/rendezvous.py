@@ -23,6 +23,15 @@ Store keys (all under :data:`ROOT`):
 ``rec/<g>/n`` ``rec/<g>/<i>``    failure recovery of generation ``g``: survivors' records.
 ``rec/<g>/closed``               JSON :class:`Recovery`, the first closer's, by compare_set.
 ``done``                         set when the job finished its iterations.
+``coordinator``                  set on the store that coordinates the job now (its host's
+                                 launcher keeps serving it after its own workers left).
+``moved``                        the address coordination moved to (set on the old store at
+                                 a hand-over; waiting joiners re-register there).
+
+Every container's launcher hosts a store (``FLOWCON_STORE_ADDR``); one of them coordinates
+(the *coordinator*, initially the first container's). When its container leaves, the
+stayers move to the first stayer's store at the switch (:func:`hand_over`); when it dies,
+the survivors elect the first member store that answers (:func:`elect`) and recover there.
 """
 
 from __future__ import annotations
@@ -205,6 +214,7 @@ class Assignment:
     holders: int  # ranks 0..holders-1 hold the state and send it (Elan IV)
     sources: int = 1  # how many of them send concurrently
     admitted: int = 0  # joiner slots consumed with this switch
+    store: str = ""  # the coordinator from the switch on ("": the store it registered at)
 
 
 @dataclass(frozen=True)
@@ -215,6 +225,8 @@ class Generation:
     world_size: int
     admitted: int = 0  # joiner slots consumed up to and including this generation
     workers: tuple[str, ...] = field(default_factory=tuple)
+    # each rank's own store ("host:port" its launcher hosts; "": none), in rank order
+    stores: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def prefix(self) -> str:
@@ -329,8 +341,14 @@ def job_done(store: Store) -> bool:
     return there(store, f"{ROOT}done")
 
 
-def allocate_gen(store: Store) -> int:
-    return store.add(f"{ROOT}gen", 1)
+def allocate_gen(store: Store, floor: int = 0) -> int:
+    """A new generation id, unique on ``store`` and above ``floor`` (the ids of another
+    store the job used before: a hand-over or an election starts on a fresh counter).
+    Concurrent callers still get distinct ids: every ``add`` returns a distinct value."""
+    got = store.add(f"{ROOT}gen", 1)
+    if got <= floor:
+        got = store.add(f"{ROOT}gen", floor + 1 - got)
+    return got
 
 
 def publish_next(store: Store, gen: int, nxt: int) -> None:
@@ -412,6 +430,7 @@ def recover(
     expected: int,
     wait_s: float,
     poll_s: float = 0.02,
+    floor: int = 0,
 ) -> Recovery:
     """Survivors of generation ``gen`` agree on the next membership through the store.
 
@@ -440,7 +459,7 @@ def recover(
         if raw is not None:
             records.append(Survivor.load(_load(raw)))
     records.sort(key=lambda s: s.old_rank)
-    proposal = Recovery(gen=allocate_gen(store), survivors=tuple(records), step=0)
+    proposal = Recovery(gen=allocate_gen(store, floor), survivors=tuple(records), step=0)
     proposal = Recovery(proposal.gen, proposal.survivors, agreed_step(records))
     body = json.dumps(
         {
@@ -450,3 +469,96 @@ def recover(
         }
     )
     return _recovery_from(put_once(store, closed_key, body).encode())
+
+
+# ---------------------------------------------------------------- the coordinator
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    """``"host:port"`` as (host, port); ValueError when it is not one."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"not a host:port store address: {addr!r}")
+    return host, int(port)
+
+
+def coordinator_rank(stores: Sequence[str], coordinator: str) -> int | None:
+    """The rank whose container hosts the coordinator (None: no member's store)."""
+    for r, addr in enumerate(stores):
+        if addr and addr == coordinator:
+            return r
+    return None
+
+
+def successor(stores: Sequence[str], leavers: Sequence[int]) -> str | None:
+    """The store coordination moves to when the coordinator's rank leaves: the first
+    stayer's (the next generation's rank 0); None when it has none (old launchers)."""
+    for r, addr in enumerate(stores):
+        if r not in leavers:
+            return addr or None
+    return None
+
+
+def candidates(stores: Sequence[str], dead: str) -> list[str]:
+    """The stores an election tries, in rank order: the members' own, the dead one's out."""
+    out: list[str] = []
+    for addr in stores:
+        if addr and addr != dead and addr not in out:
+            out.append(addr)
+    return out
+
+
+def elect(stores: Sequence[str], dead: str, connect: Callable[[str], Store]) -> tuple[str, Store]:
+    """The survivors of a dead coordinator agree on its successor without it: each tries
+    the members' stores in rank order and takes the first that answers. Every survivor
+    sees the same dead containers, so they take the same one (the lowest surviving rank's
+    container; its launcher has served its store since it started). RuntimeError when none
+    answers."""
+    errors = []
+    for addr in candidates(stores, dead):
+        try:
+            store = connect(addr)
+            store.add(f"{ROOT}ping", 1)
+        except Exception as exc:  # that member's container is gone too: the next one
+            errors.append(f"{addr}: {exc}")
+            continue
+        put(store, f"{ROOT}coordinator", addr)
+        return addr, store
+    raise RuntimeError(f"no member store answers: {'; '.join(errors) or 'none known'}")
+
+
+def hand_over(old: Store, new: Store, new_addr: str, gen: int) -> int:
+    """The coordinator's container leaves: the next generation's id, allocated on ``new``
+    above every id ``old`` gave, with ``new`` marked as the coordinator. The caller assigns
+    the switch's joiners (on ``old``, where they wait) and then calls :func:`moved`."""
+    floor = old.add(f"{ROOT}gen", 0)
+    put(new, f"{ROOT}coordinator", new_addr)
+    nxt = allocate_gen(new, floor)
+    publish_next(new, gen, nxt)
+    return nxt
+
+
+def mark_moved(old: Store, new_addr: str) -> None:
+    """Coordination left ``old`` for ``new_addr``: its launcher may go, joiners move."""
+    put(old, f"{ROOT}moved", new_addr)
+
+
+def moved_to(store: Store) -> str | None:
+    """Where coordination moved from ``store`` (None: it has not)."""
+    key = f"{ROOT}moved"
+    return store.get(key).decode() if there(store, key) else None
+
+
+def mark_coordinator(store: Store, addr: str) -> None:
+    put(store, f"{ROOT}coordinator", addr)
+
+
+def coordinator_addr(store: Store) -> str | None:
+    """The address the coordinator ``store`` announced for itself (None: not announced)."""
+    key = f"{ROOT}coordinator"
+    return store.get(key).decode() if there(store, key) else None
+
+
+def is_coordinator(store: Store) -> bool:
+    """Whether ``store`` coordinates the job now (it did and it has not moved)."""
+    return there(store, f"{ROOT}coordinator") and not there(store, f"{ROOT}moved")

@@ -37,6 +37,14 @@ What happens at each step boundary (``steps`` does it between two iterations):
   all of them hold an in-memory snapshot of; they restore it and re-form;
 - SIGTERM: the whole job checkpoints and stops, as in restart mode.
 
+The coordinator (the TCPStore the votes' joiners, the generations and the recoveries go
+through) is no single point of failure: every container's launcher hosts a store
+(``FLOWCON_STORE_ADDR``), the members of a generation know each other's, and the
+coordinator is rank 0's container's. When that container leaves at a switch, the stayers
+move to the first stayer's store (``rendezvous.hand_over``) and its launcher goes once it
+sees ``moved``; when it dies, the survivors elect the first member store that answers
+(``rendezvous.elect``) and recover there from their in-memory snapshots.
+
 Gradients are averaged by a DDP communication hook weighted by each rank's share of the
 global batch (local / global), so uneven shares give the global-batch mean exactly.
 
@@ -118,9 +126,23 @@ STRAGGLER_FLOOR_S: Final = 0.01
 
 
 def connect_store(host: str, port: int, timeout_s: float) -> Any:
-    """A client of the job's TCPStore (hosted by the first container's launcher)."""
+    """A client of a TCPStore of the job (one container's launcher hosts it)."""
     tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 (not in torch's typed exports)
     return tcp_store(host, port, is_master=False, timeout=_dt.timedelta(seconds=timeout_s))
+
+
+# How long an election waits for a member store to answer before trying the next one.
+ELECT_CONNECT_S: Final = 5.0
+
+
+def store_at(addr: str, timeout_s: float, probe_s: float | None = None) -> Any:
+    """A client of the store at ``addr`` ("host:port"); ``probe_s``: first check within that
+    many seconds that it answers (a connect to a dead container retries for the whole
+    timeout)."""
+    host, port = rdv.split_addr(addr)
+    if probe_s is not None:
+        connect_store(host, port, probe_s).add(f"{rdv.ROOT}ping", 0)
+    return connect_store(host, port, timeout_s)
 
 
 class StopFree(Elastic):
@@ -178,11 +200,16 @@ class StopFree(Elastic):
         tw = int(e.get(contract.ENV_TARGET_WORLD) or 0) if target_world is None else target_world
         self.target_world = tw or env.world_size
         self.worker_id = worker_id or e.get(contract.ENV_WORKER_ID) or default_worker_id()
+        self._store_timeout_s = max(timeout_s, 30.0)
         self.store = (
             store
             if store is not None
-            else connect_store(env.master_addr, env.master_port, max(timeout_s, 30.0))
+            else connect_store(env.master_addr, env.master_port, self._store_timeout_s)
         )
+        # where the coordinator is (the store the job's workers use), and this container's
+        # own store (its launcher's; "": none, it cannot take over coordination)
+        self.store_addr = f"{env.master_addr}:{env.master_port}"
+        self.own_store = e.get(contract.ENV_STORE_ADDR, "")
         self.join_timeout_s = join_timeout_s
         self.snapshot_every = max(1, snapshot_every)
         self.coordinate_every = max(1, coordinate_every)
@@ -297,15 +324,19 @@ class StopFree(Elastic):
             )
             self._pg = True
             ids: list[Any] = [None] * gen.world_size
-            dist.all_gather_object(ids, (self.worker_id, identity(self.device)))
-            self.gen = dataclasses.replace(gen, workers=tuple(str(i[0]) for i in ids))
+            dist.all_gather_object(ids, (self.worker_id, identity(self.device), self.own_store))
+            self.gen = dataclasses.replace(
+                gen,
+                workers=tuple(str(i[0]) for i in ids),
+                stores=tuple(str(i[2]) for i in ids),
+            )
             # every rank on its own GPU: gradients and state over NCCL, GPU to GPU; the
             # votes and objects stay on this gloo group (all ranks take the same choice)
             self.backend = backend_for([str(i[1]) for i in ids])
             if self.backend == "nccl":
                 self.comm.group = dist.new_group(backend="nccl")
         else:
-            self.gen = dataclasses.replace(gen, workers=(self.worker_id,))
+            self.gen = dataclasses.replace(gen, workers=(self.worker_id,), stores=(self.own_store,))
 
     def close(self) -> None:
         """Leave this generation's group (see :func:`close_group`)."""
@@ -561,15 +592,30 @@ class StopFree(Elastic):
         t0 = time.time()
         old = self.gen
         old_rank = self.rank
-        self._admitting = d.upto if d.admit else old.admitted
         stay = old.world_size - len(d.leavers)
         new_world = stay + d.admit
-        if old_rank == 0:
-            nxt = rdv.allocate_gen(self.store)
-            rdv.publish_next(self.store, old.gen, nxt)
-            for i, joiner in enumerate(self._voted_joiners[: d.admit]):
+        me = rdv.new_rank(old_rank, d.leavers)
+        # the coordinator's container leaves: coordination moves to the first stayer's store
+        host = rdv.coordinator_rank(old.stores, self.store_addr)
+        target = rdv.successor(old.stores, d.leavers) if host in d.leavers else None
+        # joiner slots count on the store they registered at: a fresh store starts at 0
+        self._admitting = 0 if target else (d.upto if d.admit else old.admitted)
+        old_store = self.store
+        if target is not None and me is not None:
+            self.store = store_at(target, self._store_timeout_s)
+            self.store_addr = target
+        if (me == 0) if target is not None else (old_rank == 0):
+            if target is not None:
+                nxt = rdv.hand_over(old_store, self.store, target, old.gen)
+            else:
+                nxt = rdv.allocate_gen(self.store)
+                rdv.publish_next(self.store, old.gen, nxt)
+            joiners = (
+                self._voted_joiners if old_rank == 0 else self._switch_joiners(d, old, old_store)
+            )
+            for i, joiner in enumerate(joiners[: d.admit]):
                 rdv.assign(
-                    self.store,
+                    old_store,  # where the joiner waits
                     joiner.slot,
                     rdv.Assignment(
                         gen=nxt,
@@ -578,9 +624,11 @@ class StopFree(Elastic):
                         holders=stay,
                         sources=self.sources,
                         admitted=self._admitting,
+                        store=target or "",
                     ),
                 )
-        me = rdv.new_rank(old_rank, d.leavers)
+            if target is not None:
+                rdv.mark_moved(old_store, target)  # the old host's launcher may go now
         if me is None:
             self.close()
             self.left = True
@@ -615,8 +663,19 @@ class StopFree(Elastic):
                 pause_s=round(time.time() - t0, 4),
                 replicate_s=round(replicate_s, 4),
                 backend=self.backend,
+                coordinator=self.store_addr,
+                coordinator_moved=target is not None,
             )
         return "go"
+
+    @staticmethod
+    def _switch_joiners(d: rdv.Decision, old: rdv.Generation, store: Any) -> list[rdv.Joiner]:
+        """The joiners old rank 0 voted for, read again (from the old coordinator ``store``)
+        by the rank that leads a hand-over: the same slots, up to ``d.upto``."""
+        if not d.admit:
+            return []
+        ready, _ = rdv.ready_joiners(store, old.admitted)
+        return [j for j in ready if j.slot <= d.upto]
 
     def _set_global_batch(self, global_batch: int, step: int) -> None:
         """Elan III: the new global batch from step ``step + 1`` on; the LR ramps towards it."""
@@ -633,17 +692,35 @@ class StopFree(Elastic):
         """A joiner: register as ready, wait for the switch, take the state (Elan V.B)."""
         ready_at = time.time()
         wanted = int(os.environ.get(contract.ENV_GLOBAL_BATCH_SIZE) or 0)
-        slot = rdv.register_joiner(
-            self.store, rdv.Joiner(self.worker_id, self.target_world, wanted)
-        )
-        a = rdv.wait_assignment(
-            self.store,
-            slot,
-            self.join_timeout_s,
-            interrupted=lambda: (
-                self.stop_requested or self.leave_requested or rdv.job_done(self.store)
-            ),
-        )
+        # the coordinator's address as its members know it (the executor's MASTER_ADDR may
+        # spell it otherwise): a later switch finds the coordinator's rank by it
+        self.store_addr = rdv.coordinator_addr(self.store) or self.store_addr
+        deadline = time.monotonic() + self.join_timeout_s
+        while True:
+            slot = rdv.register_joiner(
+                self.store, rdv.Joiner(self.worker_id, self.target_world, wanted)
+            )
+            a = rdv.wait_assignment(
+                self.store,
+                slot,
+                max(0.0, deadline - time.monotonic()),
+                interrupted=lambda: (
+                    self.stop_requested
+                    or self.leave_requested
+                    or rdv.job_done(self.store)
+                    or rdv.moved_to(self.store) is not None
+                ),
+            )
+            moved = rdv.moved_to(self.store) if a is None else None
+            if moved is None or self.stop_requested or self.leave_requested:
+                break
+            # coordination moved while this joiner waited: an assignment written before the
+            # move still counts, else it registers again at the new coordinator
+            a = rdv.withdraw(self.store, slot)
+            if a is not None:
+                break
+            self.store = store_at(moved, self._store_timeout_s)
+            self.store_addr = moved
         if a is None and self.leave_requested and not self.stop_requested:
             a = rdv.withdraw(self.store, slot)  # None: withdrawn before any switch took it
             if a is None:
@@ -659,6 +736,9 @@ class StopFree(Elastic):
                 self.event("not_joined", reason="stopped" if self.stop_requested else "timeout")
             return False
         switched_at = time.time()
+        if a.store:  # the switch that admits this joiner also moves the coordinator
+            self.store = store_at(a.store, self._store_timeout_s)
+            self.store_addr = a.store
         gen = rdv.Generation(gen=a.gen, world_size=a.world_size, admitted=a.admitted)
         self._form(gen, a.rank)
         t1 = time.perf_counter()
@@ -690,7 +770,31 @@ class StopFree(Elastic):
         me = rdv.Survivor(
             old_rank, self.worker_id, tuple(s for s, _ in self._snaps), self._admitting
         )
-        rec = rdv.recover(self.store, old.gen, me, old.world_size - 1, self._timeout_s + 5.0)
+        wait_s = self._timeout_s + 5.0
+        elected = False
+        try:
+            rec = rdv.recover(self.store, old.gen, me, old.world_size - 1, wait_s)
+        except Exception as exc:
+            if not self._store_dead():
+                raise
+            # the coordinator died with its container: the survivors elect the first member
+            # store that answers and recover there (their joiner slots start again at 0)
+            dead = self.store_addr
+            self.store_addr, self.store = rdv.elect(
+                old.stores, dead, lambda a: store_at(a, self._store_timeout_s, ELECT_CONNECT_S)
+            )
+            elected = True
+            self._admitting = 0
+            me = dataclasses.replace(me, admitted=0)
+            old = dataclasses.replace(old, admitted=0)
+            self.event(
+                "coordinator_elected",
+                gen=old.gen,
+                dead=dead,
+                coordinator=self.store_addr,
+                error=str(exc)[:200],
+            )
+            rec = rdv.recover(self.store, old.gen, me, old.world_size - 1, wait_s, floor=old.gen)
         rank = rec.rank_of(old_rank)
         if rank is None:
             raise RuntimeError(f"worker {self.worker_id} missed the recovery of gen {old.gen}")
@@ -714,8 +818,18 @@ class StopFree(Elastic):
                 failed=old.world_size - len(rec.survivors),
                 pause_s=round(time.time() - t0, 4),
                 error=str(failure)[:200],
+                coordinator=self.store_addr,
+                coordinator_elected=elected,
             )
         return rec.step
+
+    def _store_dead(self) -> bool:
+        """Whether the coordinator's store no longer answers (its container is gone)."""
+        try:
+            self.store.add(f"{rdv.ROOT}ping", 0)
+        except Exception:
+            return True
+        return False
 
     def _mark_done(self, total: int) -> None:
         super()._mark_done(total)
