@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import FrameType
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from flowcon.alloc.operations import OperationError
 from flowcon.allocator.api import ApiError, ApiServer
@@ -595,12 +595,23 @@ class Allocator:
             self._profilers.pop(name, None)
         if self._profiling_cancelled(name):
             return
+        profiled: JobSpec | None = spec.with_profile(profile)
+        if spec.batch_range is not None:  # the batch dimension: batches and memory
+            profiled = self._profile_batches(spec.with_profile(profile), t0)
+        if profiled is None:
+            return
         seconds = time.monotonic() - t0
         points = {str(g): v for g, v in profile.points}
-        self.store.append_event("profiled", name, points=points, seconds=seconds)
+        self.store.append_event(
+            "profiled",
+            name,
+            points=points,
+            seconds=seconds,
+            **self._batch_points(profiled),
+        )
         log.info("job %s profiled in %.1f s: %s", name, seconds, points)
         try:
-            result = self.planner.submit(spec.with_profile(profile), self.clock())
+            result = self.planner.submit(profiled, self.clock())
         except PlanError as exc:
             self.planner.profiling_failed(name, str(exc), self.clock())
             return
@@ -608,6 +619,56 @@ class Allocator:
         log.info("job %s %s: %s", name, "admitted" if result.admitted else "dropped", result.reason)
         if result.admitted:
             self.wake()
+
+    def _profile_batches(self, spec: JobSpec, t0: float) -> JobSpec | None:
+        """``spec`` (profiled) with its speeds at other batches and its largest local
+        batch (``Executor.profile_batches``); None when the pre-run was cancelled or the
+        daemon stops. A failure here keeps the GPU-count profile (the batch then follows
+        the weak-scaling rule)."""
+        assert self.target is not None
+        assert spec.profile is not None
+        name = spec.name
+
+        def on_point(gpus: int, batch: int, rate: float | None) -> None:
+            self.store.append_event(
+                "profile_point",
+                name,
+                gpus=gpus,
+                global_batch=batch,
+                iterations_per_s=rate,
+                seconds=time.monotonic() - t0,
+            )
+
+        try:
+            rows, max_local = self.target.executor.profile_batches(
+                spec,
+                spec.profile,
+                placement_for=self._profile_placement,
+                max_seconds=self.cfg.profile_seconds,
+                min_points=self.cfg.profile_min_lines,
+                on_point=on_point,
+                cancelled=lambda: self._profiling_cancelled(name),
+            )
+        except Exception as exc:
+            if self._stop.is_set() or self._profiling_cancelled(name):
+                return None
+            log.warning(
+                "job %s: batch pre-run failed, keeping its GPU-count profile: %s", name, exc
+            )
+            return spec
+        if self._profiling_cancelled(name):
+            return None
+        return replace(spec, batch_profile=rows, max_local_batch=max_local)
+
+    @staticmethod
+    def _batch_points(spec: JobSpec) -> dict[str, Any]:
+        """The batch pre-run's results for the "profiled" event (none for a fixed batch)."""
+        if spec.batch_range is None:
+            return {}
+        rows = {
+            str(b): {str(g): v for g, v in row.items()} for b, row in spec.batch_profile.items()
+        }
+        return {"batch_points": rows, "max_local_batch": spec.max_local_batch}
 
     def refused(self, reason: str) -> None:
         """An API call was refused (``flowcon_allocator_refused_calls_total{reason}``)."""

@@ -164,6 +164,17 @@ class Executor(Protocol):
         on_point: Callable[[int, float | None], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
     ) -> ThroughputProfile: ...
+    def profile_batches(
+        self,
+        spec: JobSpec,
+        profile: ThroughputProfile,
+        placement_for: Callable[[int], NodePlacement | None],
+        max_seconds: float = 60.0,
+        min_points: int = 4,
+        poll_s: float = 0.5,
+        on_point: Callable[[int, int, float | None], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> tuple[dict[int, dict[int, float]], int | None]: ...
     def orphans(self) -> set[str]: ...
     def remove_profiles(self) -> int: ...
 

@@ -33,6 +33,7 @@ from flowcon.contract import EXIT_PREEMPTED as EXIT_PREEMPTED
 from flowcon.elastic import restart, stopfree
 from flowcon.elastic.data import ElasticSampler as ElasticSampler
 from flowcon.elastic.lr import HybridScaling as HybridScaling
+from flowcon.elastic.probe import largest_batch as largest_batch
 from flowcon.elastic.restart import CHECKPOINT_FILE as CHECKPOINT_FILE
 from flowcon.elastic.restart import DONE_FILE as DONE_FILE
 from flowcon.elastic.restart import Elastic as Elastic

@@ -68,7 +68,15 @@ from flowcon.executor.backend import ExecutorError, Worker
 from flowcon.executor.executor_base import ExecutorOptions, JobState
 from flowcon.executor.job_logs import JobLogsMixin
 from flowcon.executor.launchers import layout
-from flowcon.executor.profiling import measure, prerun
+from flowcon.executor.profiling import (
+    ENV_PROBE_LOCAL_BATCH,
+    measure,
+    prerun,
+    prerun_batches,
+    probe_outcome,
+    profile_spec,
+    search_local_batch,
+)
 from flowcon.executor.reconcile import ReconcileEvent, ReconcileMixin, lost_workers_only
 from flowcon.executor.restart import RescaleResult
 from flowcon.executor.stopfree_rescale import StopFreeRescaleMixin
@@ -222,6 +230,50 @@ class Executor(StopFreeRescaleMixin, ReconcileMixin, JobLogsMixin):
         """
         total = self.inventory.total_gpus if self.inventory is not None else 1
         counts = list(counts) if counts is not None else spec.gpu_counts_to_profile(total)
+        rate_at = self._rate_at(spec, max_seconds, min_points, poll_s, cancelled)
+        return prerun(spec, counts, placement_for, rate_at, min_gain, on_point, cancelled)
+
+    def profile_by_scaling(
+        self,
+        spec: JobSpec,
+        counts: Sequence[int],
+        placement_for: Callable[[int, dict[str, list[str]] | None], dict[str, list[str]] | None],
+        *,
+        max_seconds: float = 60.0,
+        min_points: int = 4,
+        poll_s: float = 0.5,
+        min_gain: float = 0.05,
+        on_point: Callable[[int, float | None], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> ThroughputProfile:
+        """Profile a stop-free job by scaling it while it runs, as itself (EDL 3.3,
+        ``flowcon.executor.scaling_profile``): its progress is kept and it runs on at the
+        last count measured; the caller removes it on failure."""
+        from flowcon.executor.scaling_profile import profile_by_scaling
+
+        profile, _ = profile_by_scaling(
+            self,
+            spec,
+            counts,
+            placement_for,
+            max_seconds=max_seconds,
+            min_points=min_points,
+            poll_s=poll_s,
+            min_gain=min_gain,
+            on_point=on_point,
+            cancelled=cancelled,
+        )
+        return profile
+
+    def _rate_at(
+        self,
+        spec: JobSpec,
+        max_seconds: float,
+        min_points: int,
+        poll_s: float,
+        cancelled: Callable[[], bool] | None,
+    ) -> Callable[[JobSpec, Placement], float | None]:
+        """One pre-run job's speed: launched as a ``profile`` role job, measured, removed."""
 
         def rate_at(pspec: JobSpec, placement: Placement) -> float | None:
             selector = self._selector(pspec.name, ROLE_PROFILE)
@@ -240,4 +292,68 @@ class Executor(StopFreeRescaleMixin, ReconcileMixin, JobLogsMixin):
                 self._stop_all(self.backend.list_workers(selector), grace_s=2.0)
                 self.backend.cleanup(pspec.name, self.volume_name(pspec.name))
 
-        return prerun(spec, counts, placement_for, rate_at, min_gain, on_point, cancelled)
+        return rate_at
+
+    def profile_batches(
+        self,
+        spec: JobSpec,
+        profile: ThroughputProfile,
+        placement_for: Callable[[int], Placement | None],
+        max_seconds: float = 60.0,
+        min_points: int = 4,
+        poll_s: float = 0.5,
+        on_point: Callable[[int, int, float | None], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> tuple[dict[int, dict[int, float]], int | None]:
+        """The batch dimension of the pre-run, for a job with a batch range (after
+        ``profile``): (its iterations/s at other global batches at the GPU counts
+        ``profile`` measured, the largest local batch that fits one worker). The largest
+        local batch comes first: on one worker, the job's own probe reports it where the
+        script runs one (``flowcon.elastic.largest_batch``, CUDA out-of-memory), else a
+        binary search over local batches in the range finds the largest one the
+        container's memory limit does not OOM-kill (exit 137 / OOMKilled); None where
+        even the range's smallest batch is killed or no worker could be placed. The
+        batches then measured stay within it (``flowcon.executor.profiling``)."""
+        if spec.batch_range is None:
+            return {}, None
+        max_local = self.largest_local_batch(spec, placement_for, max_seconds, poll_s, cancelled)
+        rate_at = self._rate_at(spec, max_seconds, min_points, poll_s, cancelled)
+        counts = [g for g, _ in profile.points]
+        rows = prerun_batches(spec, counts, placement_for, rate_at, max_local, on_point, cancelled)
+        return rows, max_local
+
+    def largest_local_batch(
+        self,
+        spec: JobSpec,
+        placement_for: Callable[[int], Placement | None],
+        max_seconds: float = 60.0,
+        poll_s: float = 0.5,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> int | None:
+        """The largest local batch of ``spec`` that fits one worker (``profile_batches``)."""
+        rng = spec.batch_range
+        placement = placement_for(1)
+        if rng is None or placement is None:
+            return None
+        low, high = rng
+        reported: list[int] = []
+
+        def runs_at(batch: int) -> bool:
+            env = {**dict(spec.env), ENV_PROBE_LOCAL_BATCH: f"{low}:{batch}"}
+            pspec = replace(
+                profile_spec(spec, 1), name=f"{spec.name}-m{batch}", run_batch=batch, env=env
+            )
+            selector = self._selector(pspec.name, ROLE_PROFILE)
+            try:
+                self.launch(pspec, placement, role=ROLE_PROFILE)
+                fits, said = probe_outcome(self.backend, selector, max_seconds, poll_s, cancelled)
+            finally:
+                self._stop_all(self.backend.list_workers(selector), grace_s=2.0)
+                self.backend.cleanup(pspec.name, self.volume_name(pspec.name))
+            if said is not None:
+                reported.append(said)
+            return fits
+
+        if not runs_at(high):  # OOM-killed at the top: search down (CPU memory limits)
+            return search_local_batch(spec, runs_at, low, high - 1) if high > low else None
+        return min(reported[-1], high) if reported else high

@@ -8,11 +8,15 @@ workers and read their logs; launching and removing them stays with the executor
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
+from flowcon.alloc.batch import model_batch
+from flowcon.core.batch_search import MAX_LOCAL_BATCH_KEY, largest_fitting
 from flowcon.core.metric_lines import regex_step_points, step_points
 from flowcon.executor.backend import Backend, ExecutorError, LogLine, Worker
 from flowcon.executor.workers import Placement
@@ -149,3 +153,138 @@ def prerun(
     if not points:
         raise ExecutorError(f"profiling {spec.name}: no GPU count produced metric lines")
     return ThroughputProfile(tuple(sorted(points.items())))
+
+
+# ---------------------------------------------------------------- the batch dimension
+
+# exit status of a container the kernel's OOM killer ended (SIGKILL), as the engine says it
+EXIT_OOM = 137
+
+
+def oom_killed(workers: Iterable[Worker]) -> bool:
+    """Whether a worker ran out of memory: the engine marked it OOMKilled (a "dead"
+    worker, ``flowcon.executor.backends.engine.worker_from_container``) or it exited 137."""
+    return any(w.state == "dead" or w.exit_code == EXIT_OOM for w in workers)
+
+
+def reported_local_batch(lines: Iterable[str]) -> int | None:
+    """The largest local batch a job's own probe reported (``flowcon.elastic.largest_batch``
+    then ``report_largest_batch``: a metric line ``{"max_local_batch": b}``), the last one
+    printed; None when it printed none."""
+    found: int | None = None
+    for line in lines:
+        text = line.strip()
+        if MAX_LOCAL_BATCH_KEY not in text or not text.startswith("{"):
+            continue
+        try:
+            value = json.loads(text).get(MAX_LOCAL_BATCH_KEY)
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            found = value
+    return found
+
+
+def batches_to_profile(spec: JobSpec, gpus: int, max_local: int | None = None) -> list[int]:
+    """The global batches other than the submitted one the pre-run measures at ``gpus``
+    GPUs for a job with a batch range: the range's ends, their geometric middle and the
+    weak-scaling batch there (``flowcon.alloc.batch.model_batch``), each splittable over
+    ``gpus`` and, with ``max_local``, at most ``max_local`` samples per worker; none for
+    a job without a range."""
+    rng = spec.batch_range
+    if rng is None:
+        return []
+    low, high = rng
+    middle = int(round(math.sqrt(low * high)))
+    weak = model_batch(spec.global_batch_size, spec.min_gpus, low, high, gpus, max_local)
+    out = set()
+    for b in (low, middle, high, weak):
+        if max_local is not None:
+            b = min(b, max_local * gpus)
+        b -= b % gpus  # equal shares
+        if low <= b <= high and b >= gpus and b != spec.global_batch_size:
+            out.add(b)
+    return sorted(out)
+
+
+def prerun_batches(
+    spec: JobSpec,
+    counts: Sequence[int],
+    placement_for: Callable[[int], Placement | None],
+    rate_at: Callable[[JobSpec, Placement], float | None],
+    max_local: int | None = None,
+    on_point: Callable[[int, int, float | None], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> dict[int, dict[int, float]]:
+    """Iterations/s of ``spec`` at the batches ``batches_to_profile`` names, at each of
+    ``counts`` (the GPU counts its profile measured): ``rate_at`` runs the pre-run job at
+    global batch ``b`` (``run_batch``). Returns batch -> GPU count -> it/s (the spec's
+    ``batch_profile``); ``on_point(gpus, batch, rate)`` is told each result."""
+    rows: dict[int, dict[int, float]] = {}
+    for n in counts:
+        for b in batches_to_profile(spec, n, max_local):
+            if cancelled is not None and cancelled():
+                raise ExecutorError(f"profiling {spec.name}: cancelled")
+            placement = placement_for(n)
+            if placement is None:
+                continue
+            pspec = replace(profile_spec(spec, n), name=f"{spec.name}-p{n}b{b}", run_batch=b)
+            rate = rate_at(pspec, placement)
+            if on_point is not None:
+                on_point(n, b, rate)
+            if rate is not None and rate > 0:
+                rows.setdefault(b, {})[n] = rate
+                log.info("profile %s: %d GPUs at batch %d -> %.3f it/s", spec.name, n, b, rate)
+    return rows
+
+
+def search_local_batch(
+    spec: JobSpec, runs_at: Callable[[int], bool], lo: int | None = None, hi: int | None = None
+) -> int | None:
+    """The largest per-worker batch of ``spec`` that fits its worker's memory, found by
+    running it on one worker at local batches between ``lo`` (default: the range's lowest
+    batch over ``max_gpus`` workers, at least 1) and ``hi`` (default: its highest batch):
+    ``runs_at(b)`` is False when the worker was OOM-killed at local batch ``b`` (exit
+    137 / OOMKilled from the engine). Halves from ``hi``, then bisects
+    (``flowcon.core.batch_search.largest_fitting``); None when not even ``lo`` fits."""
+    rng = spec.batch_range
+    if rng is None:
+        return None
+    top = rng[1] if hi is None else hi
+    bottom = max(1, rng[0] // (spec.max_gpus or rng[0])) if lo is None else lo
+    return largest_fitting(bottom, max(bottom, top), runs_at)
+
+
+# the pre-run's request to a job's own probe: "LO:HI", the local batches to search (the
+# job's script runs ``flowcon.elastic.largest_batch`` over them and reports the result)
+ENV_PROBE_LOCAL_BATCH = "FLOWCON_PROBE_LOCAL_BATCH"
+
+
+def probe_outcome(
+    backend: Backend,
+    selector: Mapping[str, str],
+    max_seconds: float,
+    poll_s: float,
+    cancelled: Callable[[], bool] | None = None,
+) -> tuple[bool, int | None]:
+    """(it fit, the largest local batch the job reported) of one probe run: polls until
+    a worker is OOM-killed (False), the job's own probe reported its largest local batch,
+    the job printed two steps (it runs at this batch: True) or exited, or ``max_seconds``
+    pass (no OOM seen: True)."""
+    deadline = time.monotonic() + max_seconds
+    while time.monotonic() < deadline:
+        time.sleep(poll_s)
+        if cancelled is not None and cancelled():
+            raise ExecutorError("profiling: cancelled")
+        ws = sorted(backend.list_workers(selector), key=lambda w: w.node_rank)
+        if oom_killed(ws):
+            return False, None
+        if not ws:
+            return True, None
+        lines = backend.logs(ws[0])
+        reported = reported_local_batch(lines)
+        if reported is not None:
+            return True, reported
+        if len(step_points(lines)) >= 2 or any(w.state == "exited" for w in ws):
+            return True, None
+    return True, None
