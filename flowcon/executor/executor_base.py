@@ -22,6 +22,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from flowcon.contract import (
+    ENV_MASTER_ADDR,
+    ENV_MASTER_PORT,
+    ENV_STORE_ADDR,
+    ENV_STORE_HOST,
     LABEL_ELASTIC,
     LABEL_GPUS,
     LABEL_JOB,
@@ -32,6 +36,7 @@ from flowcon.contract import (
     LABEL_RANK,
     LABEL_ROLE,
     LABEL_SCALING,
+    LABEL_STORE_ADDR,
     LABEL_WORLD_SIZE,
     MANAGED_BY_ALLOCATOR,
     ROLE_JOB,
@@ -293,11 +298,14 @@ class ExecutorBase:
         stopfree_env: Mapping[int, Mapping[str, str]] | None = None,
         only: frozenset[int] | None = None,
         store_host: Worker | None = None,
+        coordinator: tuple[str, int] | None = None,
     ) -> list[Worker]:
         """Create and start the containers of ``slots`` (all or nothing). Stop-free
         (``stopfree_env``: extra environment by container index): containers named by
-        index, labelled ``flowcon.scaling=stopfree``; ``only`` the slots of those indices
-        are created (the joiners; the others run), reaching the running ``store_host``."""
+        index, labelled ``flowcon.scaling=stopfree``, each with its own standby store's
+        address (``FLOWCON_STORE_ADDR``, label ``flowcon.store``); ``only`` the slots of
+        those indices are created (the joiners; the others run), reaching the running
+        ``store_host`` (``coordinator``: at this MASTER_ADDR/MASTER_PORT instead)."""
         job_labels = {
             **dict(self.options.extra_labels),
             LABEL_MANAGED_BY: MANAGED_BY_ALLOCATOR,
@@ -323,6 +331,7 @@ class ExecutorBase:
             addr, port, network = self.backend.master_addr(
                 spec.name, slots, name_of(slots[0]), job_labels, want
             )
+        addr, port = coordinator or (addr, port)
         world = world_size(slots)
         host_dir = self.options.checkpoint_host_dir
         if host_dir:
@@ -350,6 +359,8 @@ class ExecutorBase:
             if stopfree_env is not None:
                 labels[LABEL_SCALING] = SCALING_STOPFREE
                 env.update(stopfree_env.get(s.node_rank, {}))
+                own = self._own_store(spec, s, name_of(s), job_labels, network, env, port)
+                env[ENV_STORE_ADDR] = labels[LABEL_STORE_ADDR] = own
             reqs.append(
                 WorkerRequest(
                     name=name_of(s),
@@ -379,6 +390,28 @@ class ExecutorBase:
             self._stop_all(created, grace_s=2.0)
             raise
         return created
+
+    def _own_store(
+        self,
+        spec: JobSpec,
+        slot: WorkerSlot,
+        name: str,
+        job_labels: Mapping[str, str],
+        network: str | None,
+        env: Mapping[str, str],
+        port: int,
+    ) -> str:
+        """Where ``slot``'s launcher hosts its store ("host:port"): the job's MASTER_ADDR
+        and MASTER_PORT for the first coordinator; on a job network its container name
+        (each container has its own addresses, the same port); on host networking its
+        node's address and port 0 (any free port: containers of a job share a node's
+        ports; the launcher's ``launcher_started`` line says which)."""
+        if env.get(ENV_STORE_HOST) == "1":
+            return f"{env[ENV_MASTER_ADDR]}:{env[ENV_MASTER_PORT]}"
+        host, own_port, _ = self.backend.master_addr(
+            spec.name, [slot], name, job_labels, port, grow=True
+        )
+        return f"{host}:{0 if network == 'host' else own_port}"
 
     def _stop_all(self, workers: Sequence[Worker], grace_s: float) -> None:
         """SIGTERM every worker in parallel, wait (<= grace) for them to exit, remove them."""

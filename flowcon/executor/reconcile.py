@@ -25,12 +25,41 @@ log = logging.getLogger(__name__)
 
 
 def lost_workers_only(state: JobState) -> bool:
-    """A stop-free job whose dead containers do not include the store host (index 0),
-    with a running container left: the job goes on without them."""
+    """A stop-free job with a running container left whose dead containers its runtime
+    survives: the job goes on without them. The coordinator's container among the dead is
+    survived when every running container hosts a standby store (the survivors elect the
+    lowest-index one's; ``coordinator_loss``)."""
     dead = [w for w in state.workers if w.dead]
-    if not dead or any(w.node_rank == stopfree.STORE_HOST_INDEX for w in dead):
+    if not dead or not any(w.state == "running" for w in state.workers):
         return False
-    return any(w.state == "running" for w in state.workers)
+    loss = coordinator_loss(state)
+    return loss is None or loss[0] is not None
+
+
+def coordinator_loss(state: JobState) -> tuple[Worker | None, str] | None:
+    """None when the container of the job's coordinator (its lowest-index container that
+    did not leave) is alive; else (the survivor whose store the survivors elect, None when
+    they cannot: then the job restarts from its checkpoint, and why)."""
+    members = [w for w in state.workers if not w.left]
+    if not members:
+        return None
+    host = min(members, key=lambda w: w.node_rank)
+    if not host.dead:
+        return None
+    running = sorted((w for w in members if w.state == "running"), key=lambda w: w.node_rank)
+    if not running:
+        return None, f"the coordinator's container {host.name} died and no container runs"
+    bare = [w.name for w in running if not stopfree.has_standby_store(w)]
+    if bare:
+        return None, (
+            f"the coordinator's container {host.name} died and {', '.join(bare)} "
+            "hosts no standby store (launched before coordination moved)"
+        )
+    heir = running[0]
+    return heir, (
+        f"the coordinator's container {host.name} died: the survivors elect {heir.name}'s "
+        "store and go on from their in-memory state"
+    )
 
 
 @dataclass(frozen=True)
@@ -74,9 +103,7 @@ class ReconcileMixin(ExecutorBase):
                 # not see through: the job runs on without it; the next plan re-places it
                 reason = self._left_reason(w)
                 self.backend.remove(w)
-                events.append(
-                    ReconcileEvent(name, "left", w.name, reason, w.node, tuple(w.gpus))
-                )
+                events.append(ReconcileEvent(name, "left", w.name, reason, w.node, tuple(w.gpus)))
             status = state.status
             if status == "completed":
                 verdict = confirm(name) if confirm is not None else None
@@ -112,16 +139,21 @@ class ReconcileMixin(ExecutorBase):
             return ReconcileEvent(name, "failed", detail)
         if not preempted:
             self._restarts[name] = n + 1
+        loss = coordinator_loss(state) if state.scaling == SCALING_STOPFREE else None
         if state.scaling == SCALING_STOPFREE and lost_workers_only(state):
-            # EDL's consistent recovery: the others re-form from their in-memory state; the
-            # dead containers go, and the next round (its placement differs now) starts
-            # joiners in their place (a stop-free scale-out)
+            # EDL's consistent recovery: the others re-form from their in-memory state (a
+            # dead coordinator: at the store they elect); the dead containers go, and the
+            # next round (its placement differs now) starts joiners in their place (a
+            # stop-free scale-out) pointed at the coordinator they elected
             for w in dead:
                 self.backend.remove(w)
-            log.warning("job %s: removed %s; the job goes on without it", name, why)
-            return ReconcileEvent(name, "lost", why)
+            detail = f"{why}; {loss[1]}" if loss is not None else why
+            log.warning("job %s: removed %s; the job goes on without it", name, detail)
+            return ReconcileEvent(name, "lost", detail)
         relaunched = self._restart_from_checkpoint(state)
         what = "preempted (exit 143)" if preempted else why
+        if loss is not None:
+            why = f"{why}; {loss[1]}: restarted from its checkpoint"
         if relaunched:
             log.warning("job %s: removed for a relaunch after %s", name, why)
         else:

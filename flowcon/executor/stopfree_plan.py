@@ -7,15 +7,25 @@ and leaving workers stop at a step boundary the job agrees on. The executor's pa
 I/O:
 
 * a stop-free job runs one container per GPU (``LOCAL_WORLD_SIZE=1``), named by a stable
-  container index (``-w<index>``, label ``flowcon.rank``); index 0 is the store host
-  (``FLOWCON_STORE_HOST=1``: its launcher process holds the job's TCPStore), which never
-  leaves;
+  container index (``-w<index>``, label ``flowcon.rank``); index 0 starts as the job's
+  coordinator (``FLOWCON_STORE_HOST=1``: its launcher process holds the job's TCPStore),
+  and every container's launcher hosts a standby store (``FLOWCON_STORE_ADDR``, label
+  ``flowcon.store``);
+* the coordinator is always the lowest-index container: when it leaves, the runtime moves
+  coordination to the first stayer's store, and when it dies, the survivors elect the
+  lowest-index survivor's (``flowcon.elastic.rendezvous``); joiners reach the coordinator
+  through MASTER_ADDR/MASTER_PORT (``coordinator``);
 * scale-out starts only containers for the GPUs no running container holds, with
   ``FLOWCON_JOIN=1`` and ``FLOWCON_TARGET_WORLD`` = the world once they are in;
 * scale-in sends ``contract.LEAVE_SIGNAL`` to the containers whose GPUs the new placement
   drops, highest index first, and removes them once they exit ``contract.EXIT_LEFT``;
-* anything else (the store host's GPU dropped, a container not running, one launched for
-  checkpoint-restart) is a checkpoint-restart, and ``StopFreePlan.fallback`` says why.
+* a move that keeps some containers (a drain, a partial migration) lets the leavers go
+  first, then starts the joiners; a migration that keeps none (every GPU replaced) starts
+  the joiners first, waits until they joined, then lets the old ones go
+  (``StopFreePlan.join_first``: keep-then-leave);
+* anything else (a container not running, one launched for checkpoint-restart, the
+  coordinator leaving while no stayer hosts a standby store) is a checkpoint-restart, and
+  ``StopFreePlan.fallback`` says why.
 
 The measured pause of an event is the job's no-progress gap: from its last step line before
 the switch to its first step line at the new world size (``switch_gap``).
@@ -32,7 +42,7 @@ from flowcon import contract
 from flowcon.executor.backend import Worker
 from flowcon.executor.workers import WorkerSlot
 
-# what the store host's container is, among a stop-free job's containers
+# the container that hosts the coordinator when the job starts (later: the lowest index)
 STORE_HOST_INDEX = 0
 
 
@@ -63,7 +73,10 @@ def stopfree_env(index: int, *, join: bool, target_world: int) -> dict[str, str]
 class StopFreePlan:
     """One stop-free event: ``keep`` go on untouched, ``leave`` get the leave signal
     (highest index first) and go, then ``join`` start (after the kept ones in rank order).
-    ``fallback`` (a reason) means: checkpoint-restart instead."""
+    ``join_first`` (no container stays): the joiners start first, after the leavers in rank
+    order, and the leavers go once they joined. ``fallback`` (a reason) means:
+    checkpoint-restart instead. ``coordinator_leaves``: the container hosting the job's
+    coordinator is among the leavers (the runtime hands coordination over)."""
 
     keep: tuple[Worker, ...]
     join: tuple[WorkerSlot, ...]
@@ -71,13 +84,24 @@ class StopFreePlan:
     old_world: int
     new_world: int
     fallback: str | None = None
+    join_first: bool = False
+    coordinator_leaves: bool = False
 
     @property
     def join_world(self) -> int:
-        """``FLOWCON_TARGET_WORLD`` of the joiners: the new world. When an event both drops
-        and adds GPUs (a move), the leavers go first, so the job the joiners join is the
-        kept containers alone."""
+        """``FLOWCON_TARGET_WORLD`` of the joiners. When an event both drops and adds GPUs
+        (a move), the leavers go first, so the job the joiners join is the kept containers
+        alone: the new world. Joining first, they join the old world."""
+        if self.join_first:
+            return self.old_world + len(self.join)
         return self.new_world
+
+    @property
+    def running_at_join(self) -> tuple[Worker, ...]:
+        """The containers the joiners join (in index order): their ranks come first."""
+        if self.join_first:
+            return tuple(sorted(self.leave, key=lambda w: w.node_rank))
+        return self.keep
 
     @property
     def noop(self) -> bool:
@@ -86,6 +110,19 @@ class StopFreePlan:
 
 def _held(w: Worker) -> list[tuple[str, str]]:
     return [(w.node, g) for g in w.gpus]
+
+
+def coordinator(current: Sequence[Worker]) -> Worker | None:
+    """The container hosting the job's coordinator: the lowest-index one (the runtime's
+    rule, since ranks follow container indices: the coordinator is rank 0's container)."""
+    live = [w for w in current if not w.left and not w.dead]
+    return min(live, key=lambda w: w.node_rank) if live else None
+
+
+def has_standby_store(w: Worker) -> bool:
+    """Whether ``w``'s launcher hosts a store coordination can move to (launched with
+    ``FLOWCON_STORE_ADDR``; older containers have no ``flowcon.store`` label)."""
+    return bool(w.labels.get(contract.LABEL_STORE_ADDR))
 
 
 def plan_stopfree(current: Sequence[Worker], placement: Sequence[tuple[str, str]]) -> StopFreePlan:
@@ -110,25 +147,38 @@ def plan_stopfree(current: Sequence[Worker], placement: Sequence[tuple[str, str]
     if not_running:
         return fallback(f"{', '.join(sorted(not_running))} not running")
     want = set(placement)
-    keep = [w for w in current if set(_held(w)) <= want]
-    leave = [w for w in current if w not in keep]
-    host = [w for w in current if w.node_rank == STORE_HOST_INDEX]
-    if not host:
-        return fallback("no store host container (index 0)")
-    if host[0] in leave:
-        return fallback(f"the store host {host[0].name} would leave (its GPU is not kept)")
-    if not keep:
-        return fallback("no container stays")
+    keep = sorted((w for w in current if set(_held(w)) <= want), key=lambda w: w.node_rank)
+    leave = sorted((w for w in current if w not in keep), key=lambda w: -w.node_rank)
+    host = coordinator(current)
+    host_leaves = host is not None and host in leave
     held = {p for w in keep for p in _held(w)}
     new_pairs = [p for p in placement if p not in held]
     first = max(w.node_rank for w in current) + 1
-    kept = sum(len(w.gpus) for w in keep)
+    join_first = not keep
+    if join_first and not new_pairs:
+        return fallback("no container stays")
+    # joining first, the joiners come in after every running container (their ranks)
+    kept = old_world if join_first else sum(len(w.gpus) for w in keep)
     join = [
         WorkerSlot(node, first + i, kept + i, (gpu,)) for i, (node, gpu) in enumerate(new_pairs)
     ]
-    leave.sort(key=lambda w: w.node_rank, reverse=True)
-    keep.sort(key=lambda w: w.node_rank)
-    return StopFreePlan(tuple(keep), tuple(join), tuple(leave), old_world, new_world)
+    if host_leaves:
+        # coordination moves to the first stayer's store (joining first: the first joiner's)
+        heir = keep[0] if keep else None
+        if heir is not None and not has_standby_store(heir):
+            return fallback(
+                f"the coordinator {host.name if host else '?'} would leave and "
+                f"{heir.name} hosts no standby store (launched before coordination moved)"
+            )
+    return StopFreePlan(
+        tuple(keep),
+        tuple(join),
+        tuple(leave),
+        old_world,
+        new_world,
+        join_first=join_first,
+        coordinator_leaves=host_leaves,
+    )
 
 
 def world_slots(keep: Sequence[Worker], join: Sequence[WorkerSlot]) -> list[WorkerSlot]:

@@ -177,9 +177,10 @@ def test_a_restart_starts_every_container_with_the_new_batch() -> None:
     assert {env(r)[contract.ENV_GLOBAL_BATCH_SIZE] for r in new} == {"32"}
     assert {env(r)[contract.ENV_LOCAL_BATCH_SIZE] for r in new} == {"16"}
     assert {env(r)[contract.ENV_REFERENCE_BATCH_SIZE] for r in new} == {"16"}
-    # a stop-free job that cannot scale stop-free (its store host's GPU goes) restarts with it
+    # a stop-free job that cannot scale stop-free (its joiners never say they joined, so the
+    # old container never leaves) restarts with it
     be2 = FakeBackend()
-    ex2 = executor(be2)
+    ex2 = executor(be2, leave_timeout_s=0.05)
     s2 = spec(batch_size_max=64)
     ex2.launch(s2, {"node1": ["0"]})
     res = ex2.rescale(s2, {"node1": ["1", "2"]}, global_batch=32)

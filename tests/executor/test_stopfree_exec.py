@@ -237,17 +237,15 @@ def test_a_move_leaves_first_then_joins_at_the_new_world() -> None:
     assert env(be.requests[-1])[contract.ENV_TARGET_WORLD] == "2"
 
 
-def test_the_store_host_never_leaves_a_checkpoint_restart_instead() -> None:
+def test_the_coordinator_leaves_stop_free_without_a_restart() -> None:
     be, ex, s = launched(2)
     res = ex.rescale(s, {"node1": ["1"]})
-    assert res.mode == "restart"
-    assert res.fallback
-    assert "store host" in res.fallback
-    assert be.signals == []  # nobody was asked to leave
-    assert sorted(be.stopped) == ["flowcon-sf--node1-w0", "flowcon-sf--node1-w1"]
-    (fresh,) = be.workers
-    assert fresh.gpus == ("1",)
-    assert env(be.requests[-1])[contract.ENV_STORE_HOST] == "1"
+    assert res.mode == "stopfree", res
+    assert res.fallback is None
+    assert be.signals == [("flowcon-sf--node1-w0", "SIGUSR1")]  # the coordinator's container
+    assert be.stopped == []
+    assert [w.name for w in be.workers] == ["flowcon-sf--node1-w1"]
+    assert len(be.requests) == 2  # nothing started
 
 
 def test_leave_timeout_falls_back_to_checkpoint_restart(caplog) -> None:
@@ -340,7 +338,7 @@ def test_plan_of_a_mixed_job_and_a_left_worker_in_the_job_state() -> None:
     assert JobState("j", (w,)).status == "failed"
 
 
-def test_a_dead_worker_is_replaced_a_dead_store_host_relaunches() -> None:
+def test_a_dead_worker_is_replaced_a_dead_coordinator_is_survived() -> None:
     be, ex, s = launched(3)
     w2 = be.workers[2]
     w2.state, w2.exit_code = "exited", 137  # kill -9 of its worker: the launcher exited
@@ -355,6 +353,12 @@ def test_a_dead_worker_is_replaced_a_dead_store_host_relaunches() -> None:
     assert env(be.requests[-1])[contract.ENV_TARGET_WORLD] == "3"
     host = be.workers[0]
     host.state, host.exit_code = "dead", None
+    events = ex.reconcile()  # the survivors elect w1's store: no restart
+    assert [e.kind for e in events] == ["lost"]
+    assert "the survivors elect flowcon-sf--node1-w1's store" in events[0].detail
+    assert be.stopped == []
+    for w in be.workers:  # they did not make it: now the job restarts from its checkpoint
+        w.state, w.exit_code = "exited", 1
     events = ex.reconcile()
     assert [e.kind for e in events] == ["restarted"]
     assert be.workers == []  # relaunched next
