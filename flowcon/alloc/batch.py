@@ -167,9 +167,11 @@ def live_range(
     """The batch range of a live job: what its plan and its containers run at.
 
     ``curve``: the job's speed in iterations of the submitted batch per second per GPU
-    count (the profile corrected by measurements); ``rows``: iterations/s at other global
-    batches the pre-run measured (batch -> GPU count -> it/s). Every measured cell is a
-    cell of the range; at each GPU count of the curve (and the powers of two up to its
+    count (the profile corrected by measurements); ``rows``: its speed at other global
+    batches the pre-run measured (batch -> GPU count -> iterations of the submitted batch
+    per second, samples/s over ``submitted``: the unit a ranged job reports its progress
+    in). Every measured cell is a cell of the range (as iterations/s of its own batch, the
+    tables' unit); at each GPU count of the curve (and the powers of two up to its
     largest, and ``counts``) the weak-scaling batch ``model_batch`` gets a cell too where
     none was measured, at the samples/s the curve gives there (a batch change that was
     not measured is assumed to move no samples/s: the conservative side). ``best_batch``
@@ -179,7 +181,7 @@ def live_range(
         if low <= b <= high:
             for k, v in row.items():
                 if v > 0 and k >= 1:
-                    cells.setdefault(int(b), {})[int(k)] = float(v)
+                    cells.setdefault(int(b), {})[int(k)] = float(v) * submitted / b
     top = max(max(curve.points), *counts) if counts else max(curve.points)
     ks = sorted(set(curve.points) | set(powers_of_two(top)) | set(counts))
     for k in ks:

@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping
 from typing import cast
 
 from flowcon.alloc.model import ThroughputCurve
-from flowcon.allocator.records import run_batch
 from flowcon.allocator.store import ACTIVE_STATES, JobRecord, Store
 from flowcon.contract import Measurement
 
@@ -133,15 +132,6 @@ class MeasurementIntake:
             self._curves[key] = curve
         return curve
 
-    def submitted_equivalent(self, rec: JobRecord, gpus: int, speed: float) -> float:
-        """A measured speed (iterations/s at the batch the job runs at on ``gpus`` GPUs) in
-        iterations of the submitted batch per second, the unit of the job's curve and
-        progress: samples/s over the submitted batch. Unchanged for a fixed batch."""
-        batch = run_batch(rec.spec, gpus, self.curve(rec))
-        if batch is None or batch == rec.spec.global_batch_size:
-            return speed
-        return speed * batch / rec.spec.global_batch_size
-
     # -- intake --------------------------------------------------------------------------
 
     def ingest(self, node: str, m: Measurement, now: float | None = None) -> str:
@@ -192,7 +182,6 @@ class MeasurementIntake:
         """EWMA of the measured speed at the container's GPU count; "refined" when the
         curve the planner uses changed enough (an event is logged)."""
         g = self._gpus_of(cid) or rec.gpus
-        speed = self.submitted_equivalent(rec, g, speed)
         n = int(rec.measured_n.get(g, 0))
         old = rec.measured.get(g)
         new = speed if old is None or n == 0 else self.alpha * speed + (1 - self.alpha) * old

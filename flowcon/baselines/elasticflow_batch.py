@@ -11,9 +11,11 @@ nothing of them is copied. A job at k GPUs runs at ``best_batch(k)``, so the pla
 is the speed it gets; a job can thus be admitted at a batch that meets its deadline on
 fewer GPUs. Jobs without a range are ElasticFlow's.
 
-A research variant, kept with the baselines: the live allocator can be configured with it,
-but its planner does not run the batch this policy picks (a ranged job's batch there
-follows ``flowcon.alloc.batch.hybrid_batch``).
+Kept with the baselines, and a live policy (the allocator's ``policy: elasticflow-batch``):
+there a job's range is ``flowcon.alloc.batch.live_range`` (the batches its pre-run
+measured, and the weak-scaling batch elsewhere), and the executor runs ``best_batch`` of
+that same range (``flowcon.allocator.records.run_batch``), so the batch this policy plans
+with is the batch the job runs at.
 """
 
 from __future__ import annotations

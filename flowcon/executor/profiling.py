@@ -216,10 +216,12 @@ def prerun_batches(
     on_point: Callable[[int, int, float | None], None] | None = None,
     cancelled: Callable[[], bool] | None = None,
 ) -> dict[int, dict[int, float]]:
-    """Iterations/s of ``spec`` at the batches ``batches_to_profile`` names, at each of
+    """The speed of ``spec`` at the batches ``batches_to_profile`` names, at each of
     ``counts`` (the GPU counts its profile measured): ``rate_at`` runs the pre-run job at
-    global batch ``b`` (``run_batch``). Returns batch -> GPU count -> it/s (the spec's
-    ``batch_profile``); ``on_point(gpus, batch, rate)`` is told each result."""
+    global batch ``b`` (``run_batch``) and reads its step rate, which a job with a batch
+    range counts in iterations of its submitted batch (samples / the reference batch,
+    docs/jobs.md). Returns batch -> GPU count -> that rate (the spec's ``batch_profile``);
+    ``on_point(gpus, batch, rate)`` is told each result."""
     rows: dict[int, dict[int, float]] = {}
     for n in counts:
         for b in batches_to_profile(spec, n, max_local):

@@ -164,8 +164,9 @@ class JobSpec:
     batch_size_min: int | None = None
     batch_size_max: int | None = None
     # measured by the pre-run for a job with a batch range (not spec keys, stored): its
-    # iterations/s at other global batches (batch -> GPU count -> it/s) and the largest
-    # per-worker batch that fits the worker's memory (None: not probed)
+    # speed at other global batches (batch -> GPU count -> iterations of global_batch_size
+    # per second, i.e. samples/s over it) and the largest per-worker batch that fits the
+    # worker's memory (None: not probed)
     batch_profile: Mapping[int, Mapping[int, float]] = field(default_factory=dict)
     max_local_batch: int | None = None
     # assigned by the allocator (not spec keys, not stored): the global batch the job's new

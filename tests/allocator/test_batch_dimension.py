@@ -34,9 +34,10 @@ def spec(name: str = "b", **over: Any) -> JobSpec:
         "profile": ThroughputProfile.from_mapping({1: 10.0, 2: 18.0, 4: 30.0}),
         "batch_size_min": 16,
         "batch_size_max": 64,
-        # the pre-run measured batch 32 on 4 GPUs: 25 it/s = 800 samples/s, above the
-        # weak-scaling batch 64 there (30 it/s at 16 = 480 samples/s, not measured)
-        "batch_profile": {32: {4: 25.0}},
+        # the pre-run measured batch 32 on 4 GPUs: 50 iterations of 16 per second = 800
+        # samples/s (25 it/s of 32), above the weak-scaling batch 64 there (30 it/s of 16
+        # = 480 samples/s, not measured)
+        "batch_profile": {32: {4: 50.0}},
     }
     fields.update(over)
     return JobSpec(**fields)
@@ -109,7 +110,7 @@ def test_the_largest_local_batch_bounds_the_range() -> None:
 def test_the_pre_run_results_are_stored_with_the_spec() -> None:
     s = spec(max_local_batch=24)
     back = spec_from_dict(spec_to_dict(s))
-    assert back.batch_profile == {32: {4: 25.0}}
+    assert back.batch_profile == {32: {4: 50.0}}
     assert back.max_local_batch == 24
     old = spec_to_dict(spec())
     del old["batch_profile"], old["max_local_batch"]
