@@ -13,12 +13,18 @@ counts) into host buffers (``float32``). The GPU buffers go over ``group`` (the
 generation's NCCL group when each rank has its own GPU, else the default gloo group, which
 takes CUDA tensors), the host ones over the default group: no copy through host memory
 on the sending or the receiving side when both ends are GPUs.
+
+When fewer senders than holders are wanted, the senders are the holders nearest the
+joiners (``nearest_sources``): on the joiners' own node first, by the ``FLOWCON_NODE`` and
+``FLOWCON_GPUS`` every container is given (docs/elastic.md, the executor <-> job contract),
+so the state crosses the network only where no holder shares a node with a joiner.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -95,6 +101,47 @@ def chunks(n: int, parts: int) -> list[tuple[int, int]]:
     return out
 
 
+Location = tuple[str, str]  # (node name, this container's GPU ids): where a rank runs
+
+
+def worker_location(env: Mapping[str, str]) -> Location | None:
+    """Where this rank runs, from its container's environment; None where not told."""
+    node = env.get("FLOWCON_NODE", "")
+    return (node, env.get("FLOWCON_GPUS", "")) if node else None
+
+
+def nearest_sources(where: Sequence[Location | None], holders: int, count: int) -> list[int]:
+    """``count`` holder ranks (of ``0 .. holders-1``) to send the state from, nearest the
+    joiners (ranks ``holders ..``) first: a holder is nearer the fewer joiners are on other
+    nodes than it, then the fewer are outside its container (one container holds the ranks
+    of one node's GPUs; its GPUs are the closest); ties, and ranks whose place is unknown,
+    by rank. ``where[r]``: rank ``r``'s ``worker_location``."""
+    count = max(1, min(count, holders))
+    joiners = [w for w in where[holders:] if w is not None]
+
+    def far(rank: int) -> tuple[int, int, int]:
+        here = where[rank] if rank < len(where) else None
+        if here is None or not joiners:
+            return (len(joiners), len(joiners), rank)
+        other_node = sum(1 for j in joiners if j[0] != here[0])
+        other_box = sum(1 for j in joiners if j != here)
+        return (other_node, other_box, rank)
+
+    return sorted(sorted(range(holders), key=far)[:count])
+
+
+def _senders(holders: int, sources: int) -> list[int]:
+    """The holder ranks that send, nearest the joiners (one small all-gather of every
+    rank's place, made only when there is a choice: fewer senders than holders)."""
+    senders = max(1, min(sources, holders))
+    world = dist.get_world_size()
+    if senders >= holders or world <= holders:
+        return list(range(senders))
+    places: list[Any] = [None] * world
+    dist.all_gather_object(places, worker_location(os.environ))
+    return nearest_sources(places, holders, senders)
+
+
 def replicate(
     state: dict[str, Any] | None,
     holders: int,
@@ -107,7 +154,8 @@ def replicate(
     The small part (step, sampler, scheduler, RNG, ...) and the tensors' layout go from rank 0
     by ``broadcast_object_list``; the model and optimizer tensors are packed into one flat
     buffer per dtype, cut into ``min(sources, holders)`` pieces, and piece ``i`` is broadcast
-    from holder rank ``i`` (all holders have identical model and optimizer), concurrently.
+    from the ``i``-th of the holders nearest the joiners (``nearest_sources``; all holders
+    have identical model and optimizer), concurrently.
     Ranks ``< holders`` pass their state; the others pass None. ``device``: where this
     rank keeps the tensors that live on a GPU (its training device; None: the CPU);
     ``group``: the group those go over (None: the default group).
@@ -133,10 +181,10 @@ def replicate(
             for k, n in skel["_sizes"].items()
         }
     works = []
-    senders = max(1, min(sources, holders))
+    senders = _senders(holders, sources)
     for key in sorted(flat):
         over = group if key.endswith(ON_DEVICE) else None
-        for src, (lo, hi) in enumerate(chunks(flat[key].numel(), senders)):
+        for src, (lo, hi) in zip(senders, chunks(flat[key].numel(), len(senders)), strict=False):
             if hi > lo:
                 works.append(dist.broadcast(flat[key][lo:hi], src=src, group=over, async_op=True))
     for w in works:
