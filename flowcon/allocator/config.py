@@ -98,6 +98,8 @@ class AllocatorConfig:
     owners_may_scale: bool = False
     # seconds placement keeps off a GPU a straggler was removed from (0: not at all)
     straggler_avoid_seconds: float = 600.0
+    # ``profile: auto`` of a stop-free job: by scaling the running job (false: pre-run)
+    profile_by_scaling: bool = True
     raw: RawYaml = field(default_factory=dict)
     source: Path | None = None
 
@@ -226,6 +228,9 @@ class AllocatorSection(Strict):
     )
     straggler_avoid_seconds: float = Field(
         600.0, ge=0, allow_inf_nan=False, description="seconds >= 0 (0: no avoidance)"
+    )
+    profile_by_scaling: bool = Field(
+        True, description="true: stop-free jobs are profiled by scaling them while they run"
     )
 
     @field_validator("listen")
@@ -522,6 +527,7 @@ def load_config(
         policy=sec.policy,
         owners_may_scale=sec.owners_may_scale,
         straggler_avoid_seconds=sec.straggler_avoid_seconds,
+        profile_by_scaling=sec.profile_by_scaling,
         raw={
             **raw,
             "gpus": model.gpus.model_dump(exclude_none=True),

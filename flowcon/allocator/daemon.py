@@ -49,9 +49,9 @@ from flowcon.allocator.views import (
     NodeView,
     ProfilingAnswer,
 )
-from flowcon.contract import SCALING_RESTART, Measurement
+from flowcon.contract import SCALING_RESTART, SCALING_STOPFREE, Measurement
 from flowcon.executor.reach import Reach
-from flowcon.jobspec.spec import JobSpec, JobSpecError, parse_jobspec
+from flowcon.jobspec.spec import JobSpec, JobSpecError, ThroughputProfile, parse_jobspec
 from flowcon.tls import server_context
 from flowcon.web.health import Liveness
 from flowcon.web.history import History
@@ -574,17 +574,13 @@ class Allocator:
                 "profile_point", name, gpus=gpus, iterations_per_s=rate, seconds=elapsed
             )
 
+        by_scaling = self._profiles_by_scaling(spec)
+        if by_scaling:
+            spec = self._with_master_port(spec)
         try:
-            profile = self.target.executor.profile(
-                spec,
-                placement_for=self._profile_placement,
-                counts=counts,
-                max_seconds=self.cfg.profile_seconds,
-                min_points=self.cfg.profile_min_lines,
-                on_point=on_point,
-                cancelled=lambda: self._profiling_cancelled(name),
-            )
+            profile = self._measure_curve(spec, counts, by_scaling, on_point)
         except Exception as exc:
+            self._remove_profiled(name, by_scaling)
             if self._stop.is_set():
                 return  # the next start profiles it again
             if self.planner.profiling_failed(name, str(exc), self.clock()):
@@ -594,6 +590,7 @@ class Allocator:
         finally:
             self._profilers.pop(name, None)
         if self._profiling_cancelled(name):
+            self._remove_profiled(name, by_scaling)
             return
         profiled: JobSpec | None = spec.with_profile(profile)
         if spec.batch_range is not None:  # the batch dimension: batches and memory
@@ -607,6 +604,7 @@ class Allocator:
             name,
             points=points,
             seconds=seconds,
+            method="scaling" if by_scaling else "prerun",
             **self._batch_points(profiled),
         )
         log.info("job %s profiled in %.1f s: %s", name, seconds, points)
@@ -618,7 +616,88 @@ class Allocator:
         self.metrics.admission(result.admitted)
         log.info("job %s %s: %s", name, "admitted" if result.admitted else "dropped", result.reason)
         if result.admitted:
-            self.wake()
+            self.wake()  # a job profiled by scaling: the next round rescales it to its plan
+        else:
+            self._remove_profiled(name, by_scaling)
+
+    def _measure_curve(
+        self,
+        spec: JobSpec,
+        counts: list[int],
+        by_scaling: bool,
+        on_point: Callable[[int, float | None], None],
+    ) -> ThroughputProfile:
+        """The job's throughput curve: by scaling the running job, or by the pre-run."""
+        assert self.target is not None
+        name = spec.name
+        if by_scaling:
+            return self.target.executor.profile_by_scaling(
+                spec,
+                counts,
+                placement_for=self._scaling_placement,
+                max_seconds=self.cfg.profile_seconds,
+                min_points=self.cfg.profile_min_lines,
+                on_point=on_point,
+                cancelled=lambda: self._profiling_cancelled(name),
+            )
+        return self.target.executor.profile(
+            spec,
+            placement_for=self._profile_placement,
+            counts=counts,
+            max_seconds=self.cfg.profile_seconds,
+            min_points=self.cfg.profile_min_lines,
+            on_point=on_point,
+            cancelled=lambda: self._profiling_cancelled(name),
+        )
+
+    def _profiles_by_scaling(self, spec: JobSpec) -> bool:
+        """A stop-free job is profiled by scaling it while it runs (EDL 3.3), unless the
+        configuration asks for the pre-run for every job."""
+        if self.target is None or not self.cfg.profile_by_scaling:
+            return False
+        try:
+            return bool(self.target.executor.scaling_of(spec) == SCALING_STOPFREE)
+        except Exception as exc:  # the image's labels unreadable: the pre-run is safe
+            log.warning("job %s: scaling mode unknown (%s): pre-run profiling", spec.name, exc)
+            return False
+
+    def _with_master_port(self, spec: JobSpec) -> JobSpec:
+        """The job's own master port for its containers (the one the rounds keep)."""
+        assert self.target is not None
+        rec = self.store.get_job(spec.name)
+        if rec is None:
+            return spec
+        return replace(spec, master_port=self.target._master_port(self.store, rec))
+
+    def _remove_profiled(self, name: str, by_scaling: bool) -> None:
+        """The containers of a job profiled by scaling that is not admitted (or failed);
+        a stopping daemon leaves them (the next start profiles the job again)."""
+        assert self.target is not None
+        if not by_scaling or self._stop.is_set():
+            return
+        try:
+            self.target.executor.remove(name)
+        except Exception as exc:
+            log.warning("job %s: removing its profiling containers failed: %s", name, exc)
+
+    def _scaling_placement(
+        self, n: int, current: dict[str, list[str]] | None
+    ) -> dict[str, list[str]] | None:
+        """``n`` GPUs for a job profiled by scaling: free ones, keeping ``current``."""
+        from flowcon.allocator.target import placement_by_node
+        from flowcon.executor.scaling_profile import grow_placement
+
+        assert self.target is not None
+        inv = self.target.inventory
+        busy: set[str] = set()
+        for rec in self.store.active_jobs():
+            if rec.placement:
+                busy.update(self.target.uuids(placement_by_node(inv, rec.placement)))
+        free = [
+            (nd.name, [u for u in nd.uuids(list(range(nd.count))) if u not in busy])
+            for nd in inv.nodes
+        ]
+        return grow_placement(current or {}, free, n)
 
     def _profile_batches(self, spec: JobSpec, t0: float) -> JobSpec | None:
         """``spec`` (profiled) with its speeds at other batches and its largest local

@@ -175,6 +175,18 @@ class Executor(Protocol):
         on_point: Callable[[int, int, float | None], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
     ) -> tuple[dict[int, dict[int, float]], int | None]: ...
+    def profile_by_scaling(
+        self,
+        spec: JobSpec,
+        counts: Sequence[int],
+        placement_for: Callable[[int, dict[str, list[str]] | None], dict[str, list[str]] | None],
+        *,
+        max_seconds: float = 60.0,
+        min_points: int = 4,
+        on_point: Callable[[int, float | None], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> ThroughputProfile: ...
+    def scaling_of(self, spec: JobSpec) -> str: ...
     def orphans(self) -> set[str]: ...
     def remove_profiles(self) -> int: ...
 
