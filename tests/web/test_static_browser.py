@@ -224,3 +224,41 @@ def test_agent_view_shows_lists_and_limits(tmp_path: Path) -> None:
     assert dom.count("<canvas") >= 2  # G and CPU limit over time
     assert shot.stat().st_size > 10_000
     keep_screenshot(shot, "agent-dashboard.png")
+
+
+def test_allocator_view_shows_drained_nodes_and_avoided_gpus(tmp_path: Path) -> None:
+    from flowcon.alloc.model import Topology
+    from flowcon.alloc.placement import BuddyPlacer
+
+    cfg = AllocatorConfig(
+        state_dir=tmp_path / "state",
+        slot_seconds=1.0,
+        listen="127.0.0.1:0",
+        read_token="a-read-only-token",
+    )
+    alloc = Allocator(cfg, target=None, total_gpus=8)
+    alloc.planner.nodes = [("n0", 4), ("n1", 4)]
+    alloc.planner.placer = BuddyPlacer(Topology(2, 4))
+    alloc.start(port=0)
+    try:
+        client = AllocatorClient(alloc.url, alloc.token, timeout=10)
+        client.submit({**job("resnet-a", 10**6, None), "max_gpus": 2})
+        time.sleep(1.5)
+        client.drain("n1")
+        now = time.time()
+        assert alloc.elasticity.avoid("resnet-a", "n0", ("3",), "straggler", 600.0, now) == [3]
+        time.sleep(1.5)
+        dom = chromium(alloc.url + "/ui#token=a-read-only-token", "--dump-dom")
+        assert 'data-loaded="1"' in dom, dom[-1500:]
+        rows = Cells("data-node")
+        rows.feed(dom)
+        assert set(rows.rows) == {"n0", "n1"}
+        assert rows.rows["n1"][1] == "Drained"
+        assert rows.rows["n0"][1] == "Avoided"
+        assert rows.rows["n0"][4] == "resnet-a"
+        assert "GPU 3 (straggler of resnet-a" in rows.rows["n0"][5]
+        shot = tmp_path / "nodes.png"
+        chromium(alloc.url + "/ui#token=a-read-only-token", f"--screenshot={shot}")
+        keep_screenshot(shot, "nodes.png")
+    finally:
+        alloc.stop()

@@ -1,4 +1,4 @@
-/* The allocator's live view: polls /api/v1/history. */
+/* The allocator's live view: polls /api/v1/history and /api/v1/nodes. */
 "use strict";
 (() => {
   const { getJSON, esc, time, num, chart, poll } = flowcon;
@@ -24,8 +24,21 @@
     return { xs, series };
   }
 
+  function nodeRow(n, now) {
+    const avoided = (n.avoided || []).map((a) =>
+      `GPU ${esc(a.gpu)} (${esc(a.reason || "avoided")} of ${esc(a.job)}, ${num(Math.max(0, a.until - now), 0)} s left)`).join(", ");
+    const cls = n.status === "Ready" ? "ok" : "late";
+    return `<tr data-node="${esc(n.name)}"><td>${esc(n.name)}</td><td class="${cls}">${esc(n.status)}</td>` +
+      `<td class="num">${esc(n.gpus)}</td><td class="num">${esc(n.used)}</td>` +
+      `<td>${esc((n.jobs || []).join(", ") || "–")}</td><td>${avoided || "–"}</td></tr>`;
+  }
+
   async function refresh() {
     const h = await getJSON("/api/v1/history");
+    const nodes = await getJSON("/api/v1/nodes").catch(() => []);
+    document.querySelector("#nodes tbody").innerHTML = nodes.length
+      ? nodes.map((n) => nodeRow(n, h.now)).join("")
+      : '<tr><td colspan="6" class="empty">no GPU inventory (GPU counts only)</td></tr>';
     const active = h.jobs.filter((j) => ["running", "admitted", "profiling"].includes(j.state)).length;
     document.getElementById("meta").textContent =
       `${h.total_gpus} GPUs · slot ${h.slot_seconds} s · ${h.jobs.length} jobs (${active} active) · ${time(h.now)}`;
