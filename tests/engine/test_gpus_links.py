@@ -7,7 +7,7 @@ import pytest
 
 from flowcon.alloc.placement import BuddyPlacer
 from flowcon.allocator.target import build_placer
-from flowcon.engine.gpus import Inventory, Link, declared_nodes, layout_of, link_word
+from flowcon.engine.gpus import Inventory, Link, declared_nodes, discover, layout_of, link_word
 
 # nvidia-smi topo -m of a node with NVLink pairs 0-2 and 1-3, PCIe switches {0,1} {2,3}
 MATRIX = [
@@ -110,3 +110,22 @@ def test_homogeneous_inventory_places_as_before() -> None:
     assert placer.topology is not None
     assert (placer.topology.nodes, placer.topology.gpus_per_node) == (2, 4)
     assert build_placer(_inventory({"name": "a", "gpus": 0})) is None
+
+
+def test_nvml_links_order_the_local_node() -> None:
+    """NVML's NVLinks (here 0-2 and 1-3, PCIe between the others) set the local node's
+    order: the placer's pairs are the NVLink pairs."""
+    from tests.engine.test_gpus import FakeNvml
+
+    class Crossed(FakeNvml):
+        def __init__(self) -> None:
+            super().__init__()
+            self.peers = {0: 2, 2: 0, 1: 3, 3: 1}
+
+        def nvmlDeviceGetTopologyCommonAncestor(self, a: int, b: int) -> int:
+            return 10  # one PCIe switch for all
+
+    inv = discover({}, nvml=Crossed(), hostname="local")
+    assert inv.source == "nvml"
+    plan = BuddyPlacer(layout_of(inv)).place({"x": 2, "y": 2}, {})
+    assert sorted(sorted(g for _, g in p) for p in plan.placements.values()) == [[0, 2], [1, 3]]
