@@ -62,7 +62,10 @@ class _Grid:
     """Who holds each GPU, and idle GPUs per aligned block of every power-of-two size."""
 
     def __init__(
-        self, owner: list[str | None], invalid: Mapping[int, frozenset[int]] | None = None
+        self,
+        owner: list[str | None],
+        invalid: Mapping[int, frozenset[int]] | None = None,
+        spanning: Mapping[int, frozenset[int]] | None = None,
     ) -> None:
         total = len(owner)
         self.total = total
@@ -77,9 +80,11 @@ class _Grid:
             self.idle[s] = level
             s *= 2
         # blocks that mix node blocks of different sizes (a ``Layout``'s): never found free
-        # by ``best_fit``, and as a buddy they count as full (nothing can merge into them)
-        # (and so does a block past the end of such a layout, which is incomplete)
-        self.edge = 0 if invalid is None else _INVALID
+        # by ``best_fit``; as an enclosing block they count as full but for the candidate
+        # itself (nothing can merge into them), and so does a block past the end of such a
+        # layout, which is incomplete
+        self.layout = invalid is not None
+        self.spanning = spanning or {}  # blocks over several nodes: only when no other is free
         for s, bad in (invalid or {}).items():
             counts = self.idle[s]
             for b in bad:
@@ -116,12 +121,20 @@ class _Grid:
         except ValueError:
             if not cands:
                 return None
+        across = self.spanning.get(n)
+        if across:
+            inside = [b for b in cands if b not in across]
+            cands = inside or cands
         s = 2 * n
         while len(cands) > 1 and s in self.idle:
             parent = self.idle[s]
             shift = (s // n).bit_length() - 1
-            edge = s + self.edge  # an incomplete buddy: all idle (full in a ``Layout``)
-            scores = [parent[b >> shift] if (b >> shift) < len(parent) else edge for b in cands]
+            if self.layout:  # an invalid or incomplete enclosing block: only ``b`` idle
+                scores = [
+                    max(parent[b >> shift], n) if (b >> shift) < len(parent) else n for b in cands
+                ]
+            else:  # an incomplete enclosing block: all idle
+                scores = [parent[b >> shift] if (b >> shift) < len(parent) else s for b in cands]
             low = min(scores)
             cands = [b for b, sc in zip(cands, scores, strict=True) if sc == low]
             s *= 2
@@ -156,6 +169,7 @@ class BuddyPlacer:
         self._slot: dict[tuple[int, int], int] = {ng: i for i, ng in enumerate(layout.slots)}
         # blocks mixing node sizes; None for the node-major order (no layout to consult)
         self._invalid: Mapping[int, frozenset[int]] | None = None if g else layout.invalid
+        self._spanning: Mapping[int, frozenset[int]] = {} if g else layout.spanning
         self._largest = self._largest_block()
         self._blocks: dict[tuple[int, int], Placement] = {}  # (offset, size) -> placement
         self._last: _State | None = None  # our previous answer, its grid and offsets
@@ -273,7 +287,7 @@ class BuddyPlacer:
                     offsets[j] = keep
                 else:
                     todo.append((-n, j))
-            grid = _Grid(owner, self._invalid)
+            grid = _Grid(owner, self._invalid, self._spanning)
         heapq.heapify(todo)  # largest first, then by id
         moved: set[str] = set()  # jobs evicted from the place they kept so far
         placed: list[str] = []
@@ -337,8 +351,9 @@ class BuddyPlacer:
         """Free the aligned n-block that is cheapest to evacuate; its jobs go back to
         ``todo``. Cost: jobs that would otherwise stay, then GPUs they hold."""
         owner = grid.owner
-        best: tuple[int, int, int] | None = None
+        best: tuple[int, int, int, int] | None = None
         bad = self._invalid.get(n, ()) if self._invalid else ()
+        across = self._spanning.get(n, ()) if self._spanning else ()
         for off in range(0, (self.total // n) * n, n):
             first = owner[off]
             if first is not None and (first == BLOCKED or sizes[first] >= n):
@@ -349,7 +364,8 @@ class BuddyPlacer:
             if BLOCKED in holders:
                 continue
             stay = [x for x in holders if x not in moved]
-            cost = (len(stay), sum(sizes[x] for x in stay), off)
+            apart = 1 if across and off // n in across else 0  # over several nodes: last
+            cost = (len(stay), sum(sizes[x] for x in stay), apart, off)
             if best is None or cost < best:
                 best = cost
         if best is None:  # only with blocked GPUs or nodes of different sizes
@@ -357,7 +373,7 @@ class BuddyPlacer:
                 f"no block of {n} GPUs can be freed: the unblocked GPUs cannot hold the"
                 " allocation as whole buddy blocks"
             )
-        off = best[2]
+        off = best[3]
         for x in {x for x in owner[off : off + n] if x is not None}:
             grid.set(offsets.pop(x), sizes[x], None)
             moved.add(x)

@@ -91,7 +91,8 @@ class Layout:
     """Buddy slots over the cluster: slot ``s`` is GPU ``slots[s]`` = (node index, GPU index).
 
     ``invalid[size]``: the aligned blocks of ``size`` slots (block ``b`` = slots
-    ``[b*size, (b+1)*size)``) that mix node blocks of different sizes. ``uniform``: nodes
+    ``[b*size, (b+1)*size)``) that mix node blocks of different sizes; ``spanning[size]``:
+    the others made of several nodes' blocks (equal ones). ``uniform``: nodes
     of one power-of-two size, GPUs in index order (slot = node * size + gpu), as
     ``Topology`` describes them.
     """
@@ -99,6 +100,8 @@ class Layout:
     slots: tuple[tuple[int, int], ...]
     invalid: Mapping[int, frozenset[int]] = field(default_factory=dict)
     uniform: int = 0  # GPUs per node when uniform, else 0
+    # spanning[size]: the valid aligned blocks of ``size`` made of several nodes' blocks
+    spanning: Mapping[int, frozenset[int]] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -120,15 +123,15 @@ class Layout:
             size_at.extend([-neg] * len(gpus))
         total = len(slots)
         invalid: dict[int, frozenset[int]] = {}
+        spanning: dict[int, frozenset[int]] = {}
         s = 2
         while s <= total:
-            bad = frozenset(
-                b
-                for b in range(total // s)
-                if size_at[b * s] < s and size_at[b * s] != size_at[b * s + s - 1]
-            )
+            several = [b for b in range(total // s) if size_at[b * s] < s]
+            bad = frozenset(b for b in several if size_at[b * s] != size_at[b * s + s - 1])
             if bad:
                 invalid[s] = bad
+            if len(several) > len(bad):
+                spanning[s] = frozenset(several) - bad
             s *= 2
         sizes = {len(o) for o in orders}
         uniform = 0
@@ -136,7 +139,7 @@ class Layout:
             g = sizes.pop()
             if g and g & (g - 1) == 0 and all(tuple(o) == tuple(range(g)) for o in orders):
                 uniform = g
-        return cls(tuple(slots), invalid, uniform)
+        return cls(tuple(slots), invalid, uniform, spanning)
 
     @classmethod
     def uniform_nodes(cls, nodes: int, gpus_per_node: int) -> Layout:

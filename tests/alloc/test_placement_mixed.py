@@ -56,6 +56,23 @@ def test_a_job_bigger_than_any_node_spans_equal_nodes() -> None:
     assert sorted(map(sorted, spans.values())) == [[0], [1, 2]]
 
 
+def test_one_node_before_several() -> None:
+    placer = BuddyPlacer(Layout.of_nodes([range(8), range(2), range(2)]))
+    plan = placer.place({"a": 4}, {})
+    assert {n for n, _ in plan.placements["a"]} == {0}  # not the two 2-GPU nodes
+    plan = placer.place({"a": 4, "b": 4}, plan.placements)
+    assert {n for n, _ in plan.placements["b"]} == {0}  # fills the 8-GPU node
+    plan = placer.place({"a": 4, "b": 4, "c": 4}, plan.placements)
+    assert {n for n, _ in plan.placements["c"]} == {1, 2}  # only now over two nodes
+
+
+def test_a_half_used_big_node_beats_spanning_small_ones() -> None:
+    placer = BuddyPlacer(Layout.of_nodes([range(8), range(2), range(2)]))
+    first = placer.place({"x": 4}, {})
+    plan = placer.place({"x": 4, "y": 4}, first.placements)
+    assert {n for n, _ in plan.placements["y"]} == {0}
+
+
 def test_a_job_that_no_node_run_holds_is_refused() -> None:
     placer = BuddyPlacer(Layout.of_nodes([range(8), range(4), range(2), range(2)]))
     with pytest.raises(PlacementError, match="no block of 8 GPUs"):

@@ -111,3 +111,5 @@ def test_mixed_layout_largest_first_and_invalid_blocks() -> None:
     assert lay.invalid[8] == frozenset({1})
     assert 3 not in lay.invalid.get(4, frozenset())
     assert lay.invalid[16] == frozenset({0})
+    assert lay.spanning[4] == frozenset({3})  # the two 2-GPU nodes
+    assert 2 not in lay.spanning
