@@ -69,6 +69,23 @@ def test_the_policy_plans_the_batch_the_executor_runs(tmp_path: Path) -> None:
     p.store.close()
 
 
+def test_without_measured_batches_the_plan_assumes_the_weak_scaling_batch(
+    tmp_path: Path,
+) -> None:
+    """A range but no batch measured (a submitted profile): the policy's batch is the
+    executor's weak-scaling batch (64 on 4 GPUs), not the submitted one it assumed when
+    the range never reached it."""
+    p = planner(tmp_path)
+    s = spec(batch_profile={})
+    assert p.submit(s, NOW).admitted
+    gpus = p.plan(NOW).allocation["b"]
+    rec = p.store.get_job("b")
+    assert rec is not None
+    planned = getattr(p.policy, "batch_of", {}).get("b", s.global_batch_size)
+    assert planned == batch_for(rec.spec, gpus) == 16 * gpus
+    p.store.close()
+
+
 def test_progress_is_counted_in_samples_at_the_batch_used(tmp_path: Path) -> None:
     p = planner(tmp_path)
     assert p.submit(spec(), NOW).admitted
