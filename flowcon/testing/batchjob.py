@@ -10,6 +10,8 @@ peak of ``PEAK`` at ``l = H``: too small a batch leaves the GPU idle, too large 
 spills, as a real model does), and, being a job with a batch range, it counts its progress
 in iterations of the batch it was submitted with, ``FLOWCON_REFERENCE_BATCH_SIZE``
 (samples / that batch; docs/jobs.md), so a batch change does not change the work left.
+With ``KB_PER_SAMPLE`` it holds that much memory per sample of its local batch, so a
+container memory limit OOM-kills it above some batch (the pre-run's largest-batch search).
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ d=${FLOWCON_CHECKPOINT_DIR:-/tmp}; s=0
 w=${WORLD_SIZE:-1}; b=${FLOWCON_GLOBAL_BATCH_SIZE:-16}; b0=${FLOWCON_REFERENCE_BATCH_SIZE:-$b}
 l=$(( b / w )); [ "$l" -lt 1 ] && l=1
 h=${HALF:-8}; p=${PEAK:-400}
+# memory held while it trains: KB_PER_SAMPLE kB per sample of this container's GPUs (a
+# container memory limit OOM-kills it beyond)
+if [ -n "${KB_PER_SAMPLE:-}" ]; then
+  hold=$(head -c $(( l * ${LOCAL_WORLD_SIZE:-1} * KB_PER_SAMPLE * 1024 )) /dev/zero | tr '\000' x)
+fi
 # milli-iterations of the reference batch per second
 r=$(( 1000 * w * p * 2 * h * l / ((l * l + h * h) * b0) ))
 now_ms() { t=$EPOCHREALTIME; us=${t#*.}; echo $(( ${t%.*} * 1000 + (1$us - 1000000) / 1000 )); }

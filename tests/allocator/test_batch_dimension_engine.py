@@ -100,3 +100,36 @@ def test_the_batch_changes_at_a_rescale_and_the_finish_is_predicted(env, docker_
     assert done["progress"] == 1.0
     wait_for(lambda: not containers(docker_client, rid), 30)
     alloc.stop()
+
+
+def test_the_pre_run_backs_off_from_oom_kills(env, docker_client):
+    """Under a 40 MB limit per GPU the job (half a MB per local sample, held in a shell
+    variable) is OOM-killed at the range's top, 128: the pre-run bisects to the largest
+    local batch that runs and measures no batch above it."""
+    _cfg, start, rid = env
+    alloc = start()
+    client = AllocatorClient(alloc.url, alloc.token)
+    name = f"m{rid}"
+    body = batch_job_spec(name, 3000, max_gpus=2, memory_per_gpu="40m")
+    body["env"] = {"KB_PER_SAMPLE": "512"}
+    out = client.submit(body)
+    assert out["decision"] == "profiling", out
+    job = wait_for(
+        lambda: (j := client.job(name))["state"] in ("running", "completed", "dropped") and j,
+        240,
+        every=1,
+    )
+    assert job["state"] != "dropped", job
+    largest = job["spec"]["max_local_batch"]
+    print(f"largest local batch under 40 MB: {largest}")
+    assert largest is not None
+    assert 16 <= largest < 64, largest
+    rows = job["spec"]["batch_profile"]
+    for batch, row in rows.items():
+        for gpus in row:
+            assert int(batch) <= largest * int(gpus), rows
+    # the job runs within it: not killed again
+    wait_for(lambda: client.job(name)["state"] == "completed", 120, every=1)
+    assert not [e for e in alloc.store.events(job=name) if e.kind == "failed"]
+    wait_for(lambda: not containers(docker_client, rid), 30)
+    alloc.stop()
