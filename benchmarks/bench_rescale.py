@@ -25,6 +25,22 @@ finished epoch has them all; false when the job does not record them).
     python3 benchmarks/bench_rescale.py [--events 5] [--modes restart,stopfree]
     python3 benchmarks/bench_rescale.py --quick          # one event each way per mode
     python3 benchmarks/bench_rescale.py --image flowcon/testbox:latest   # shell job, restart only
+    python3 benchmarks/bench_rescale.py --quick --modes migrate,drain,coordinator-leave
+
+Modes that move the job's coordinator (stop-free, at executor level, on a declared
+inventory of three nodes with two GPUs each; each adds the restart mode to the same run,
+whose gap is the baseline in the JSON line):
+
+  migrate            the same count on another node: node1's GPUs 0,1 <-> node2's (every
+                     worker moves: the joiners first, then the old ones leave)
+  drain              every worker on one node moved off it: one worker on each of two nodes,
+                     the first node's leaves and a joiner starts on the third (the drained
+                     node holds the lowest-index container, the coordinator's, each time)
+  coordinator-leave  a scale-in 2 -> 1 that removes the lowest-index container (the
+                     coordinator's), then a scale-out back to 2 (not counted in its gap)
+
+Their gap is the longest pause between two step lines from the event's start to the first
+step line at the new placement's size after the size changed (a move is two switches).
 
 Stopped by SIGTERM (``timeout``), SIGINT (Ctrl-C) or an error, it removes the job's
 containers, network and checkpoint volume before it exits (130 when interrupted); a second
@@ -34,6 +50,7 @@ signal during that cleanup is ignored.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import signal
@@ -58,7 +75,33 @@ REPO = Path(__file__).resolve().parent.parent
 
 EXAMPLE = "flowcon/elastic-example:latest"
 TESTBOX = "flowcon/testbox:latest"
-MODES = ("restart", "stopfree")
+MODES = ("restart", "stopfree", "migrate", "drain", "coordinator-leave")
+# the modes that move the coordinator: stop-free jobs, the restart mode as their baseline
+MOVES = ("migrate", "drain", "coordinator-leave")
+# the placements each mode's events cycle through (event i goes to [(i + 1) % len])
+PLACEMENTS: dict[str, list[dict[str, list[str]]]] = {
+    "restart": [{"node1": ["0"]}, {"node1": ["0", "1"]}],
+    "stopfree": [{"node1": ["0"]}, {"node1": ["0", "1"]}],
+    "migrate": [{"node1": ["0", "1"]}, {"node2": ["0", "1"]}],
+    "drain": [
+        {"node1": ["0"], "node2": ["0"]},
+        {"node2": ["0"], "node3": ["0"]},
+        {"node3": ["0"], "node1": ["0"]},
+    ],
+    "coordinator-leave": [
+        {"node1": ["0", "1"]},
+        {"node1": ["1"]},
+        {"node1": ["1", "0"]},
+        {"node1": ["0"]},
+    ],
+}
+
+
+def event_kind(mode: str, old: int, new: int) -> str:
+    """What a mode's event is: coordinator-leave's scale-outs back are ``scale-out``."""
+    if mode == "coordinator-leave" and new > old:
+        return "scale-out"
+    return mode
 
 
 def metric_steps(lines: list[str]) -> list[int]:
@@ -120,6 +163,31 @@ def event_gap(
         if ln.world is not None and prev.world == world:
             continue  # a line at this size before the switch? not this event's
         return prev, ln
+    return None
+
+
+def settle_gap(lines: Sequence[Line], began: float, world: int) -> tuple[Line, Line] | None:
+    """The longest pause of an event that may switch more than once (a move: join, then
+    leave): (the two step lines around the longest gap) from the last line before
+    ``began`` to the first line at world size ``world`` after the size was another one
+    (before the event or during it); None while there is no such line."""
+    start = None
+    other = False
+    for i, ln in enumerate(lines):
+        if ln.ts < began:
+            start = i
+            other = ln.world != world
+            continue
+        if start is None:
+            start = i
+        if ln.world != world:
+            other = True
+            continue
+        if not other or i == 0:
+            continue
+        window = lines[start : i + 1]
+        pairs = list(itertools.pairwise(window))
+        return max(pairs, key=lambda p: p[1].ts - p[0].ts) if pairs else None
     return None
 
 
@@ -217,6 +285,7 @@ class Row:
     before: int | None
     after: int | None
     fallback: str | None
+    kind: str = ""  # the event (event_kind); "" for the restart / stopfree modes' events
 
 
 def run_mode(
@@ -227,8 +296,10 @@ def run_mode(
     events: int,
     train_s: float,
     wait_s: float,
+    mode: str = "",
 ) -> tuple[list[Row], list[Line]]:
-    """Launch ``spec``, rescale it ``events`` times between the placements, measure."""
+    """Launch ``spec``, rescale it ``events`` times between the placements, measure (a
+    move ``mode``: the gap by ``settle_gap``)."""
     rows: list[Row] = []
     ex.launch(spec, placements[0])
     print(f"launched {spec.name} ({spec.scaling})", flush=True)
@@ -240,14 +311,18 @@ def run_mode(
         old = ex.job(spec.name)
         old_ids = {w.id for w in old.workers} if old is not None else set()
         began = time.time()
-        res = ex.rescale(spec, placements[(i + 1) % 2])
+        res = ex.rescale(spec, placements[(i + 1) % len(placements)])
         returned = time.time()
         state = ex.job(spec.name)
         new_ids = {w.id for w in state.workers} - old_ids if state is not None else set()
         found = None
         deadline = time.monotonic() + wait_s
         while found is None and time.monotonic() < deadline:
-            found = event_gap(job_lines(ex, be, spec.name), began, res.new_gpus, new_ids)
+            now = job_lines(ex, be, spec.name)
+            if mode in MOVES:
+                found = settle_gap(now, began, res.new_gpus)
+            else:
+                found = event_gap(now, began, res.new_gpus, new_ids)
             if found is None:
                 time.sleep(0.1)
         prev, first = found if found is not None else (None, None)
@@ -273,6 +348,7 @@ def run_mode(
                 prev.step if prev else None,
                 first.step if first else None,
                 res.fallback,
+                event_kind(mode, res.old_gpus, res.new_gpus) if mode in MOVES else "",
             )
         )
         r = rows[-1]
@@ -284,7 +360,9 @@ def run_mode(
                       file=sys.stderr, flush=True)  # fmt: skip
         gap = f"{r.gap:.2f} s" if r.gap is not None else "not seen"
         prep = f"{r.prep:.2f} s" if r.prep is not None else "-"  # type: ignore[assignment]
-        print(f"  {spec.scaling} {r.old}->{r.new} ({r.mode}): gap {gap}, prep {prep}", flush=True)
+        what = f"{r.kind} " if r.kind else ""
+        print(f"  {what}{spec.scaling} {r.old}->{r.new} ({r.mode}): gap {gap}, prep {prep}",
+              flush=True)  # fmt: skip
         if r.gap is None:
             print(
                 f"  {spec.name}: no step at {r.new} worker(s) within {wait_s:.0f} s: the job is "
@@ -304,7 +382,12 @@ def main() -> int:
     )
     ap.add_argument("--rescales", type=int, default=None, help="rescale events per mode")
     ap.add_argument("--quick", action="store_true", help="a smoke run: one event each way")
-    ap.add_argument("--modes", default=None, help="restart,stopfree (testbox: restart)")
+    ap.add_argument(
+        "--modes",
+        default=None,
+        help="restart,stopfree,migrate,drain,coordinator-leave (default restart,stopfree; "
+        "testbox: restart)",
+    )
     ap.add_argument(
         "--no-build", action="store_true", help="run the example image as it is (no build.sh)"
     )
@@ -325,7 +408,7 @@ def main() -> int:
             subprocess.run(["bash", str(build), args.image], check=True)
         command = ["python3", "/opt/train.py"]
         env = {"STEP_SLEEP": "0.05"}
-        modes = list(MODES)
+        modes = ["restart", "stopfree"]
     else:
         from flowcon.testing.stepjob import STEP_JOB
 
@@ -335,7 +418,9 @@ def main() -> int:
     if args.modes:
         modes = [m.strip() for m in args.modes.split(",") if m.strip()]
         if not set(modes) <= set(MODES):
-            ap.error(f"--modes: {args.modes!r}: restart and/or stopfree")
+            ap.error(f"--modes: {args.modes!r}: any of {', '.join(MODES)}")
+        if set(modes) & set(MOVES) and "restart" not in modes:
+            modes.insert(0, "restart")  # the same run's baseline
     if args.rescales is not None:
         events = args.rescales
     elif args.events is not None:
@@ -356,16 +441,16 @@ def main() -> int:
                 "profile": {1: 1.0},
                 "env": env,
                 "launcher": "flowcon",
-                "scaling": mode,
+                "scaling": "restart" if mode == "restart" else "stopfree",
             }
         )
         for i, mode in enumerate(modes)
     }
-    inv = discover({"declared": {"nodes": [{"name": "node1", "gpus": 2}]}})
+    nodes = [{"name": f"node{i}", "gpus": 2} for i in (1, 2, 3)]
+    inv = discover({"declared": {"nodes": nodes}})
     labels = {"flowcon.bench": run_id, **dict(kv.split("=", 1) for kv in args.label)}
     be = KeepingBackend(client)
     ex = Executor(be, inv, ExecutorOptions(grace_s=args.grace, extra_labels=labels))
-    placements = [{"node1": ["0"]}, {"node1": ["0", "1"]}]
     rows: dict[str, list[Row]] = {}
     lines: dict[str, list[Line]] = {}
     interrupted = False
@@ -373,7 +458,9 @@ def main() -> int:
     try:
         for mode, spec in specs.items():
             current = spec.name
-            rows[mode], lines[mode] = run_mode(ex, be, spec, placements, events, train_s, 180.0)
+            rows[mode], lines[mode] = run_mode(
+                ex, be, spec, PLACEMENTS[mode], events, train_s, 180.0, mode
+            )
             ex.remove(spec.name, grace_s=2.0)
             current = None
     except KeyboardInterrupt as exc:
@@ -389,13 +476,29 @@ def main() -> int:
     return report(args.image, args.grace, rows, lines)
 
 
+def move_summary(rows: dict[str, list[Row]], summary: dict[str, Any]) -> dict[str, Any]:
+    """The move modes' keys of the JSON line: their gaps, fallbacks, and their p95 gap as a
+    fraction of the same run's restart p95 gap (the baseline)."""
+    out: dict[str, Any] = {}
+    base = summary.get("restart_gap_p95_s")
+    for mode in MOVES:
+        if mode not in rows:
+            continue
+        key = mode.replace("-", "_")
+        for k in ("gap_p50_s", "gap_p95_s", "fallbacks"):
+            out[f"{key}_{k}"] = summary[f"{key}_{k}"]
+        p95 = summary[f"{key}_gap_p95_s"]
+        out[f"{key}_vs_restart"] = round(p95 / base, 3) if p95 is not None and base else None
+    return out
+
+
 def report(
     image: str, grace: float, rows: dict[str, list[Row]], lines: dict[str, list[Line]]
 ) -> int:
     n = {m: len(r) for m, r in rows.items()}
     print(f"image {image}; grace {grace:.0f} s; events per mode {n}")
     print(
-        f"{'mode':>9} {'gpus':>7} {'stop s':>7} {'start s':>8} {'gap s':>7} {'prep s':>7} "
+        f"{'mode':>17} {'gpus':>7} {'stop s':>7} {'start s':>8} {'gap s':>7} {'prep s':>7} "
         f"{'step before':>12} {'step after':>11}"
     )
     ok = True
@@ -408,14 +511,16 @@ def report(
             cont = r.before is not None and r.after is not None and r.after > r.before
             ok &= cont
             print(
-                f"{r.mode:>9} {r.old:>3}->{r.new:<3} {r.stop:>7.2f} {r.start:>8.2f} "
+                f"{r.kind or r.mode:>17} {r.old:>3}->{r.new:<3} {r.stop:>7.2f} {r.start:>8.2f} "
                 f"{f(r.gap):>7} {f(r.prep):>7} {r.before!s:>12} {r.after!s:>11}"
                 + (f"  (fallback: {r.fallback})" if r.fallback else "")
             )
     summary: dict[str, Any] = {}
     for mode, rs in rows.items():
+        if mode in MOVES:
+            rs = [r for r in rs if r.kind == mode]  # its own events, not the way back
         gaps = [r.gap for r in rs if r.gap is not None]
-        outs = [r.prep for r in rs if r.prep is not None and r.new > r.old]
+        outs = [r.prep for r in rs if r.prep is not None and (r.new > r.old or r.kind)]
         p50, p95 = pct(gaps, 0.5), pct(gaps, 0.95)
         print(
             f"{mode}: no-progress gap p50 {p50:.2f} s, p95 {p95:.2f} s over {len(gaps)} "
@@ -425,8 +530,10 @@ def report(
         falls = [r for r in rs if r.fallback]
         if falls:
             print(f"{mode}: {len(falls)} event(s) fell back to checkpoint-restart")
-        summary[f"{mode}_gap_p50_s"] = round(p50, 3) if gaps else None
-        summary[f"{mode}_gap_p95_s"] = round(p95, 3) if gaps else None
+        key = mode.replace("-", "_")
+        summary[f"{key}_gap_p50_s"] = round(p50, 3) if gaps else None
+        summary[f"{key}_gap_p95_s"] = round(p95, 3) if gaps else None
+        summary[f"{key}_fallbacks"] = len(falls)
     if "restart" in rows:
         stops = [r.stop for r in rows["restart"]]
         if stops:
@@ -448,6 +555,7 @@ def report(
         "events": n,
         "exactly_once": bool(checks) and all(c is True for c in checks.values()),
     }
+    out.update(move_summary(rows, summary))
     print(json.dumps(out))
     return 0 if ok else 1
 

@@ -89,3 +89,43 @@ def test_kept_lines_belong_to_their_job() -> None:
     be.kept = {"c1": ("bench-a", [jl(1, 1.0, 1)]), "c2": ("bench-a-st", [jl(1, 5.0, 1)])}
     lines = bench.job_lines(NoJob(), be, "bench-a-st")  # type: ignore[arg-type]
     assert [(ln.cid, ln.step) for ln in lines] == [("c2", 1)]
+
+
+def test_settle_gap_spans_both_switches_of_a_move() -> None:
+    """A migration 2 -> 4 -> 2: the gap is the longest pause up to the first line at 2
+    after the size was another; lines at 2 before the join do not end it."""
+    lines = bench.parse_lines(
+        "a",
+        [jl(1, 1.0, 2), jl(2, 2.0, 2), jl(3, 3.5, 2), jl(4, 4.0, 4), jl(5, 6.5, 2)],
+    )
+    prev, first = bench.settle_gap(lines, 1.5, 2)  # type: ignore[misc]
+    assert (prev.step, first.step, first.ts - prev.ts) == (4, 5, 2.5)
+    assert bench.settle_gap(lines[:4], 1.5, 2) is None  # not back at 2 yet
+    # a scale-in 2 -> 1 (the coordinator's container leaves): the first line at 1
+    shrink = bench.parse_lines("a", [jl(1, 1.0, 2), jl(2, 2.0, 1), jl(3, 2.1, 1)])
+    prev, first = bench.settle_gap(shrink, 1.5, 1)  # type: ignore[misc]
+    assert (prev.step, first.step) == (1, 2)
+
+
+def test_move_modes_report_their_gaps_against_the_same_runs_restart(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    Row = bench.Row
+    rows = {
+        "restart": [Row("restart", 1, 2, 0.4, 0.3, 8.0, 4.0, 10, 11, None)],
+        "migrate": [Row("stopfree", 2, 2, 0.1, 0.3, 0.4, 3.0, 30, 31, None, "migrate")],
+        "coordinator-leave": [
+            Row("stopfree", 2, 1, 0.1, 0.0, 0.2, None, 40, 41, None, "coordinator-leave"),
+            Row("stopfree", 1, 2, 0.0, 0.3, 3.0, 3.0, 50, 51, None, "scale-out"),
+        ],
+    }
+    assert bench.report("img", 30.0, rows, {m: [] for m in rows}) == 0
+    last = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert last["restart_gap_p95_s"] == 8.0
+    assert last["migrate_gap_p95_s"] == 0.4
+    assert last["migrate_vs_restart"] == 0.05
+    assert last["coordinator_leave_gap_p95_s"] == 0.2  # the scale-out back is not counted
+    assert last["coordinator_leave_fallbacks"] == 0
+    assert "drain_gap_p95_s" not in last
+    assert bench.event_kind("coordinator-leave", 1, 2) == "scale-out"
+    assert bench.event_kind("drain", 2, 2) == "drain"
