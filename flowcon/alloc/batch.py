@@ -163,35 +163,60 @@ def live_range(
     rows: Mapping[int, Mapping[int, float]] | None = None,
     max_per_gpu: int | None = None,
     counts: tuple[int, ...] = (),
+    base: ThroughputCurve | None = None,
 ) -> BatchRange:
     """The batch range of a live job: what its plan and its containers run at.
 
     ``curve``: the job's speed in iterations of the submitted batch per second per GPU
-    count (the profile corrected by measurements); ``rows``: its speed at other global
-    batches the pre-run measured (batch -> GPU count -> iterations of the submitted batch
-    per second, samples/s over ``submitted``: the unit a ranged job reports its progress
-    in). Every measured cell is a cell of the range (as iterations/s of its own batch, the
-    tables' unit); at each GPU count of the curve (and the powers of two up to its
-    largest, and ``counts``) the weak-scaling batch ``model_batch`` gets a cell too where
-    none was measured, at the samples/s the curve gives there (a batch change that was
-    not measured is assumed to move no samples/s: the conservative side). ``best_batch``
-    then picks, at k GPUs, the batch both the policy plans with and the executor runs."""
-    cells: dict[int, dict[int, float]] = {}
+    count (the profile corrected by measurements); ``base``: the profile alone (default:
+    ``curve``); ``rows``: its speed at other global batches the pre-run measured (batch ->
+    GPU count -> iterations of the submitted batch per second, samples/s over
+    ``submitted``: the unit a ranged job reports its progress in).
+
+    At each GPU count k of the curve (and the powers of two up to its largest, and
+    ``counts``) the candidates are the batches the pre-run measured at k and the
+    weak-scaling batch ``model_batch`` (at the samples/s ``base`` gives at k: a batch
+    change that was not measured is assumed to move no samples/s, the conservative side),
+    those that split over k and fit ``max_per_gpu``; the one with the most samples/s
+    (ties: the smaller) is the batch of k, and the range holds that one cell at k. The
+    choice depends on the pre-run only, so the closed loop never moves a running job's
+    batch under it; the cell's speed is the curve's where the job was measured at k (it
+    ran at that batch there) or where the batch is the weak-scaling one, else the
+    pre-run's. ``best_batch`` of the range is then the batch both the policy plans with
+    and the executor runs, ``envelope`` its speed."""
+    base = curve if base is None else base
+    measured: dict[int, dict[int, float]] = {}  # batch -> k -> samples/s, from the pre-run
     for b, row in (rows or {}).items():
         if low <= b <= high:
             for k, v in row.items():
                 if v > 0 and k >= 1:
-                    cells.setdefault(int(b), {})[int(k)] = float(v) * submitted / b
+                    measured.setdefault(int(b), {})[int(k)] = float(v) * submitted
     top = max(max(curve.points), *counts) if counts else max(curve.points)
-    ks = sorted(set(curve.points) | set(powers_of_two(top)) | set(counts))
+    ks = sorted(set(curve.points) | set(base.points) | set(powers_of_two(top)) | set(counts))
+    cells: dict[int, dict[int, float]] = {}  # batch -> k -> its own iterations/s
     for k in ks:
-        b = model_batch(submitted, submitted_gpus, low, high, k, max_per_gpu)
-        speed = curve.at(k)
-        if speed > 0 and k not in cells.get(b, {}):
-            cells.setdefault(b, {})[k] = speed * submitted / b
-    if submitted not in cells:  # the range needs the submitted row (a modeled cell of it)
-        k = submitted_gpus if curve.at(submitted_gpus) > 0 else min(curve.points)
-        cells[submitted] = {k: curve.at(k)}
+        cand = {b: row[k] for b, row in measured.items() if k in row}
+        weak = model_batch(submitted, submitted_gpus, low, high, k, max_per_gpu)
+        if weak not in cand and base.at(k) > 0:
+            cand[weak] = base.at(k) * submitted
+        cand = {
+            b: r
+            for b, r in cand.items()
+            if b >= k and (max_per_gpu is None or -(-b // k) <= max_per_gpu)
+        }
+        if not cand:
+            continue
+        batch = max(sorted(cand), key=lambda b: cand[b])  # first of the best: the smallest
+        if k in curve.measured or k not in measured.get(batch, {}):
+            rate = curve.at(k) * submitted  # the closed loop's (or the corrected profile's)
+        else:
+            rate = cand[batch]
+        if rate > 0:
+            cells.setdefault(batch, {})[k] = rate / batch
+    if submitted not in cells:
+        # the range needs a row of the submitted batch: a placeholder cell it cannot run
+        # at (more GPUs than samples), so it is never picked nor in the envelope
+        cells[submitted] = {submitted + 1: 1.0}
     curves = {b: ThroughputCurve(pts, frozenset(pts)) for b, pts in cells.items()}
     return BatchRange(low, high, submitted, curves, max_per_gpu)
 

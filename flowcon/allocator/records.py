@@ -131,6 +131,7 @@ def core_job(
     points over the profile) or the spec's profile. ``model`` is the job's image: jobs of one
     image train one model, and the model keys the per-model throughput tables and caps (the
     simulator fills it from a trace's ``model_name``)."""
+    brange = batch_range_of(spec, curve)  # before: the profile's curve has no measurement
     if curve is None:
         if spec.profile is None:
             raise JobSpecError("profile", "no throughput profile yet (run the pre-run first)")
@@ -149,7 +150,7 @@ def core_job(
         done_iterations=done_iterations,
         model=spec.image,
         batch_size=spec.global_batch_size,
-        batch_range=batch_range_of(spec, curve),
+        batch_range=brange,
     )
 
 
@@ -159,14 +160,14 @@ def batch_range_of(spec: JobSpec, curve: ThroughputCurve | None = None) -> Batch
     by measurements, in iterations of the submitted batch per second; the spec's profile
     when None), the batches the pre-run measured and the largest local batch it found.
     ``flowcon.alloc.batch.best_batch`` of it is the batch the job runs at on k GPUs, for
-    the policy and for the executor alike."""
+    the policy and for the executor alike; which batch that is depends on the profile and
+    the pre-run only, the closed loop's measurements in ``curve`` only move its speed."""
     rng = spec.batch_range
-    if rng is None:
+    if rng is None or spec.profile is None:
         return None
+    base = ThroughputCurve(spec.profile.as_dict())
     if curve is None:
-        if spec.profile is None:
-            return None
-        curve = ThroughputCurve(spec.profile.as_dict())
+        curve = base
     return live_range(
         curve,
         spec.global_batch_size,
@@ -176,6 +177,7 @@ def batch_range_of(spec: JobSpec, curve: ThroughputCurve | None = None) -> Batch
         spec.batch_profile,
         spec.max_local_batch,
         (spec.max_gpus,) if spec.max_gpus else (),
+        base,
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from flowcon.alloc.batch import best_batch, envelope, live_range
+from flowcon.alloc.batch import best_batch, envelope, live_range, speed_at
 from flowcon.alloc.model import ThroughputCurve
 from flowcon.allocator.planner import Planner
 from flowcon.allocator.records import batch_range_of, core_job, spec_from_dict, spec_to_dict
@@ -132,3 +132,20 @@ def test_the_pre_run_results_are_stored_with_the_spec() -> None:
     old = spec_to_dict(spec())
     del old["batch_profile"], old["max_local_batch"]
     assert spec_from_dict(old).batch_profile == {}
+
+
+def test_the_closed_loop_moves_the_speed_never_the_batch() -> None:
+    """Measured at 4 GPUs (where it runs at batch 32) far slower than the pre-run said:
+    the batch there stays 32 (no second opinion under a running job), its speed is the
+    measured one, for the plan and the executor alike."""
+    s = spec()
+    base = ThroughputCurve(s.profile.as_dict())  # type: ignore[union-attr]
+    slow = base.with_measurement(4, 20.0)  # 320 samples/s, below the weak 64's 480
+    brange = batch_range_of(s, slow)
+    assert brange is not None
+    assert best_batch(brange, 4) == batch_for(s, 4, slow) == 32
+    assert speed_at(brange, 4) == pytest.approx(20.0)
+    assert dict(envelope(brange).points)[4] == pytest.approx(20.0)
+    # unmeasured counts keep the weak-scaling batch at the corrected profile's speed
+    assert best_batch(brange, 2) == 32
+    assert speed_at(brange, 2) == pytest.approx(slow.at(2))
