@@ -155,3 +155,18 @@ def test_search_local_batch_backs_off_from_oom_kills() -> None:
     assert search_local_batch(s, runs_at, 16, 127) == 50
     assert tried[0] == 127
     assert search_local_batch(spec(batch_size_min=None, batch_size_max=None), runs_at) is None
+
+
+def test_torch_cuda_out_of_memory_is_caught() -> None:
+    """The real exception class (no GPU needed to raise it): the default ``is_oom``."""
+    torch = pytest.importorskip("torch")
+    from flowcon.elastic.probe import is_out_of_memory
+
+    def step(b: int) -> None:
+        if b > 24:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB")
+
+    assert is_out_of_memory(torch.cuda.OutOfMemoryError("x"))
+    assert is_out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate"))
+    assert not is_out_of_memory(RuntimeError("shape mismatch"))
+    assert largest_batch(step, 1, 100) == 24
