@@ -189,3 +189,16 @@ def test_cli_scale_and_migrate(daemon):
     described = runner.invoke(main, ["job", "a", *args])
     assert "migrated" in described.output
     assert "scale_requested" in described.output
+
+
+def test_only_a_straggler_makes_the_daemon_avoid_gpus(daemon):
+    op = AllocatorClient(daemon.url, daemon.token, timeout=10)
+    op.submit(spec("a", max_gpus=2))
+    _wait_gpus(op, "a", 2)
+    daemon._left("a", "n0", ("1",), "signal")  # told to leave: the GPU is fine
+    assert daemon.planner.ops.avoid == []
+    daemon._left("a", "n0", ("1",), "straggler")
+    (avoided,) = daemon.planner.ops.avoid
+    assert (avoided.node, avoided.gpu, avoided.job) == ("n0", 1, "a")
+    assert avoided.until > time.time() + daemon.cfg.straggler_avoid_seconds - 60
+    assert op.job("a")["avoided"][0]["gpu"] == 1

@@ -81,7 +81,9 @@ def test_a_straggler_that_left_is_an_event_with_its_reason_and_a_count(tmp_path:
         # one that left without a line saying why (logs gone, another runtime)
         other = be.workers[1]
         other.state, other.exit_code = "exited", contract.EXIT_LEFT
-        assert ex.reconcile() == [ReconcileEvent("sf", "left", other.name, "unknown")]
+        assert ex.reconcile() == [
+            ReconcileEvent("sf", "left", other.name, "unknown", other.node, other.gpus)
+        ]
     finally:
         store.close()
 
@@ -96,5 +98,24 @@ def test_poll_without_metrics_still_stores_the_event(tmp_path: Path) -> None:
         ExecutorTarget(ex, None).poll(store)  # type: ignore[arg-type]
         (ev,) = store.events(kind="worker_left")
         assert ev.data == {"container": gone.name, "reason": "signal"}
+    finally:
+        store.close()
+
+
+def test_a_stragglers_gpus_are_told_to_the_allocator(tmp_path: Path) -> None:
+    """``poll(on_left=...)`` hears the node and the GPU ids the straggler held: the daemon
+    keeps placement off them (flowcon.allocator.elasticity)."""
+    be, ex, _ = launched(3)
+    gone = be.workers[2]
+    gone.state, gone.exit_code = "exited", contract.EXIT_LEFT
+    be.output[gone.name] = [_left("straggler")]
+    store = _store(tmp_path)
+    heard: list[tuple[str, str, tuple[str, ...], str]] = []
+    try:
+        target = ExecutorTarget(ex, None)  # type: ignore[arg-type]
+        target.poll(store, on_left=lambda *a: heard.append(a))
+        assert heard == [("sf", gone.node, tuple(gone.gpus), "straggler")]
+        assert gone.node
+        assert gone.gpus
     finally:
         store.close()
