@@ -7,7 +7,9 @@ Built from a ``flowcon.alloc.topology.Layout`` instead, the indices are the layo
 nodes of different sizes (each cut into power-of-two blocks, laid out largest first) and
 GPUs inside a node in link order (an aligned pair shares NVLink where a pairing does); a
 block that would mix node blocks of different sizes is never handed out, so a job bigger
-than every node spans nodes of one size or is refused (``PlacementError``).
+than every node spans nodes of one size or is refused (``PlacementError``); a block inside
+one node is taken before one over several, and an enclosing block that can never be whole
+(mixed or past the end) counts as full, so small jobs fill small nodes first.
 
 ``blocked`` GPUs (a drained node, a GPU a straggler left) are held by nobody: a job on one
 is moved, and the placement fails when the other GPUs cannot hold the allocation.
@@ -19,8 +21,8 @@ are idle (fragmentation) are jobs moved, and only the ones in the way: the block
 the one whose evacuation moves the fewest jobs that would otherwise stay (then the fewest
 GPUs). Aligned power-of-two blocks nest, so such a block never cuts a bigger job, the
 evicted jobs are all smaller and are placed again the same way; with power-of-two sizes this
-always succeeds when the GPUs suffice. Each rescaled or migrated job is charged ``overhead``
-seconds of lost progress.
+always succeeds when the GPUs suffice (on equal nodes with no GPU blocked). Each rescaled
+or migrated job is charged ``overhead`` seconds of lost progress.
 """
 
 from __future__ import annotations
