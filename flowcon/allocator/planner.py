@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from flowcon.alloc.driver import is_tick, slot_boundary
 from flowcon.alloc.model import Job, ThroughputCurve
 from flowcon.alloc.operations import GpuId, Operations, honour_pins
-from flowcon.alloc.placement import PlacementPlan
+from flowcon.alloc.placement import PlacementError, PlacementPlan
 from flowcon.alloc.types import AdmissionDecision, ClusterState, Policy
 from flowcon.allocator.intake import MeasurementIntake
 from flowcon.allocator.ports import Placer
@@ -557,7 +557,7 @@ class Planner:
             if allocation == state.allocation and not moving:
                 placement = {r.name: r.placement for r in active if r.gpus > 0}
             else:
-                placement = self._place(allocation, active, blocked, moving)
+                allocation, placement = self._placeable(allocation, active, blocked, moving, now)
             plan = Plan(now, allocation, placement)
             for rec in active:
                 self._record(rec, plan, now)
@@ -665,6 +665,45 @@ class Planner:
         else:
             result = self.placer.place(dict(allocation), current)
         return placement_lists(result)
+
+    def _placeable(
+        self,
+        allocation: dict[str, int],
+        active: list[JobRecord],
+        blocked: frozenset[GpuId],
+        moving: Mapping[str, tuple[GpuId, ...]],
+        now: float,
+    ) -> tuple[dict[str, int], dict[str, list[list[int]]]]:
+        """The allocation and its placement. The policy counts GPUs, not nodes: on nodes
+        of different sizes, or with GPUs blocked, a count may fit no block (8 + 8 on
+        nodes of 8, 4, 2, 2). Then the largest job that does not fit is halved until the
+        plan can be placed, with a ``placement_shrunk`` event, rather than failing the
+        round."""
+        alloc = dict(allocation)
+        for _ in range(64):
+            try:
+                return alloc, self._place(alloc, active, blocked, moving)
+            except PlacementError as exc:
+                if not alloc:
+                    raise
+                name = max(alloc, key=lambda j: (alloc[j], j))
+                old = alloc[name]
+                if old > 1:
+                    alloc[name] = old // 2
+                else:
+                    del alloc[name]
+                self.store.append_event(
+                    "placement_shrunk",
+                    name,
+                    ts=now,
+                    gpus=old,
+                    placed=alloc.get(name, 0),
+                    reason=str(exc),
+                )
+                log.warning(
+                    "job %s: %d GPUs cannot be placed (%s): %d", name, old, exc, alloc.get(name, 0)
+                )
+        raise PlacementError("no placeable allocation found")
 
     # -- operator requests (flowcon.allocator.elasticity makes them) ---------------------
 

@@ -227,3 +227,21 @@ def test_a_bad_stored_request_is_skipped_not_fatal(tmp_path, caplog):
     assert p.ops.pins["a"].gpus == 2
     assert "skipped drained.n1" in caplog.text
     st.close()
+
+
+def test_an_unplaceable_count_is_halved_not_a_failed_round(store):
+    """Nodes of 8, 4, 2 and 2 GPUs: the policy may ask 8 + 8 (it counts GPUs, not nodes);
+    the plan halves the job that cannot be placed instead of failing the round."""
+    from flowcon.alloc.topology import Layout
+
+    nodes = [("big", 8), ("mid", 4), ("s1", 2), ("s2", 2)]
+    layout = Layout.of_nodes([range(c) for _, c in nodes])
+    p = Planner(store, 16, 10.0, placer=BuddyPlacer(layout), nodes=nodes)
+    p.submit(_spec("a", 10**6, None, max_gpus=8), now=0.0)
+    p.submit(_spec("b", 10**6, None, max_gpus=8), now=0.0)
+    plan = p.plan(now=0.0)
+    assert sorted(plan.allocation.values()) == [4, 8]
+    assert sum(len(w) for w in plan.placement.values()) == 12
+    shrunk = store.events(kind="placement_shrunk")
+    assert shrunk  # each plan since the second submit (the submit's own, this one)
+    assert {(e.data["gpus"], e.data["placed"]) for e in shrunk} == {(8, 4)}

@@ -115,7 +115,7 @@ def test_homogeneous_inventory_places_as_before() -> None:
 def test_nvml_links_order_the_local_node() -> None:
     """NVML's NVLinks (here 0-2 and 1-3, PCIe between the others) set the local node's
     order: the placer's pairs are the NVLink pairs."""
-    from tests.engine.test_gpus import FakeNvml
+    from test_gpus import FakeNvml
 
     class Crossed(FakeNvml):
         def __init__(self) -> None:
