@@ -145,6 +145,7 @@ class Planner:
             log.warning("stored operator requests: skipped %s", why)
         self._capacity = self._capacity_now(clock())
         self._policy_capacity: int | None = None  # the capacity the policy's plans assume
+        self._shrunk_said: dict[str, tuple[int, int]] = {}  # placement_shrunk told, per job
         self.slot = slot_seconds
         self.placer = placer
         self.alpha = ewma_alpha
@@ -692,6 +693,10 @@ class Planner:
                     alloc[name] = old // 2
                 else:
                     del alloc[name]
+                said = (old, alloc.get(name, 0))
+                if self._shrunk_said.get(name) == said:
+                    continue  # said at an earlier round: once per change, not per round
+                self._shrunk_said[name] = said
                 self.store.append_event(
                     "placement_shrunk",
                     name,
