@@ -29,6 +29,9 @@ from flowcon.elastic.stopfree_env import default_worker_id
 from flowcon.report import report as _report
 
 LEAVE_REPEAT_S: Final = 0.5
+# How long an old coordinator's store still serves after coordination moved: a joiner that
+# waits there polls every 20 ms and re-registers at the new one (rendezvous ``moved``).
+MOVED_LINGER_S: Final = 1.0
 
 
 def container_exit(codes: Sequence[int]) -> int:
@@ -139,20 +142,29 @@ def launch(env: ElasticEnv, argv: Sequence[str] | None = None) -> int:
             forward(signal.SIGUSR1, None)  # idempotent: reaches workers still starting
     codes = [int(c.returncode) for c in children]
     code = container_exit(codes)
-    if store is not None and code not in (0, EXIT_PREEMPTED) and rdv.is_coordinator(store):
-        _report(event="store_host_only", worker=base_id, exit_codes=codes)
+    if store is not None and code not in (0, EXIT_PREEMPTED) and rdv.was_coordinator(store):
+        if rdv.moved_to(store) is None:
+            _report(event="store_host_only", worker=base_id, exit_codes=codes)
         return linger(store, base_id, code, lambda: stopping)
     return code
 
 
-def linger(store: Any, base_id: str, code: int, stopping: Callable[[], bool]) -> int:
+def linger(
+    store: Any,
+    base_id: str,
+    code: int,
+    stopping: Callable[[], bool],
+    after_move_s: float = MOVED_LINGER_S,
+) -> int:
     """Our workers left or died, the job goes on elsewhere: keep serving its coordinator
-    until the stayers moved to another store (a hand-over: ``code``, the workers' exit), the
-    job is done (0), or SIGTERM (143)."""
+    until the stayers moved to another store (a hand-over: ``code``, the workers' exit,
+    ``after_move_s`` later, so that joiners still waiting here see where it went), the job
+    is done (0), or SIGTERM (143)."""
     while not stopping() and not rdv.job_done(store):
         to = rdv.moved_to(store)
         if to is not None:
             _report(event="coordinator_moved", worker=base_id, to=to)
+            time.sleep(after_move_s)
             return code
         time.sleep(0.2)
     return EXIT_PREEMPTED if stopping() else 0

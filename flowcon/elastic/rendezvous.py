@@ -559,6 +559,11 @@ def coordinator_addr(store: Store) -> str | None:
     return store.get(key).decode() if there(store, key) else None
 
 
+def was_coordinator(store: Store) -> bool:
+    """Whether ``store`` coordinated the job at some point (it may have moved since)."""
+    return there(store, f"{ROOT}coordinator")
+
+
 def is_coordinator(store: Store) -> bool:
     """Whether ``store`` coordinates the job now (it did and it has not moved)."""
     return there(store, f"{ROOT}coordinator") and not there(store, f"{ROOT}moved")

@@ -196,7 +196,7 @@ class ExecutorBase:
         return [(s.node, g) for s in self._resolve(plan_workers(placement)) for g in s.gpus]
 
     def _launch_stopfree(self, spec: JobSpec, placement: Placement) -> list[Worker]:
-        """A stop-free job's first start: one container per GPU, index 0 the store host.
+        """A stop-free job's first start: one container per GPU, index 0 the coordinator.
         A no-op when exactly those GPUs run already."""
         pairs = self._pairs(placement)
         current = self.backend.list_workers(self._selector(spec.name))
