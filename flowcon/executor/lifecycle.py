@@ -79,6 +79,7 @@ from flowcon.executor.profiling import (
 )
 from flowcon.executor.reconcile import ReconcileEvent, ReconcileMixin, lost_workers_only
 from flowcon.executor.restart import RescaleResult
+from flowcon.executor.scaling_profile import profile_by_scaling
 from flowcon.executor.stopfree_rescale import StopFreeRescaleMixin
 from flowcon.executor.workers import Placement, plan_workers
 from flowcon.jobspec.spec import JobSpec, ThroughputProfile
@@ -249,8 +250,6 @@ class Executor(StopFreeRescaleMixin, ReconcileMixin, JobLogsMixin):
         """Profile a stop-free job by scaling it while it runs, as itself (EDL 3.3,
         ``flowcon.executor.scaling_profile``): its progress is kept and it runs on at the
         last count measured; the caller removes it on failure."""
-        from flowcon.executor.scaling_profile import profile_by_scaling
-
         profile, _ = profile_by_scaling(
             self,
             spec,

@@ -21,19 +21,27 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from flowcon.executor.backend import Backend, ExecutorError
+from flowcon.executor.backend import Backend, ExecutorError, Worker
 from flowcon.executor.profiling import rate_of, worker_points
+from flowcon.executor.restart import RescaleResult
 from flowcon.jobspec.keys import MetricSpec
 from flowcon.jobspec.spec import JobSpec, ThroughputProfile
-
-if TYPE_CHECKING:
-    from flowcon.executor.lifecycle import Executor
 
 log = logging.getLogger(__name__)
 
 Placement = dict[str, list[str]]  # node -> GPU ids, in rank order
+
+
+class Executor(Protocol):
+    """What profiling by scaling drives (``flowcon.executor.lifecycle.Executor``)."""
+
+    @property
+    def backend(self) -> Backend: ...
+    def _selector(self, job: str | None = None) -> dict[str, str]: ...
+    def launch(self, spec: JobSpec, placement: Placement) -> list[Worker]: ...
+    def rescale(self, spec: JobSpec, placement: Placement) -> RescaleResult: ...
 
 
 def placement_size(p: Mapping[str, Sequence[str]]) -> int:
