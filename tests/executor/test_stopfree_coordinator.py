@@ -6,11 +6,14 @@ coordinator as it is now, and a dead coordinator is survived or restarted, sayin
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from test_stopfree_exec import FakeBackend, env, executor, launched, spec
+from test_workers_left import _store
 
 from flowcon import contract
+from flowcon.allocator.target import ExecutorTarget
 from flowcon.executor.backend import Worker
 from flowcon.executor.executor_base import JobState
 from flowcon.executor.reconcile import coordinator_loss, lost_workers_only
@@ -179,3 +182,24 @@ def test_reconcile_reports_the_election_or_the_restart() -> None:
     assert ev2.kind == "restarted", ev2
     assert "hosts no standby store" in ev2.detail
     assert "restarted from its checkpoint" in ev2.detail
+
+
+def test_the_allocators_stored_event_says_what_happened(tmp_path: Path) -> None:
+    """Through ``ExecutorTarget.poll``: a dead coordinator survived is a ``worker_lost``
+    event whose detail names the election; one that cannot be survived is a ``restarted``
+    event whose detail says why."""
+    be, ex, _ = launched(3)
+    be.workers[0].state, be.workers[0].exit_code = "exited", 137
+    store = _store(tmp_path)
+    try:
+        assert ExecutorTarget(ex, None).poll(store) == []  # type: ignore[arg-type]
+        (lost,) = store.events(kind="worker_lost")
+        assert "the survivors elect flowcon-sf--node1-w1's store" in lost.data["detail"]
+        for w in be.workers:  # the survivors died too: now the job restarts
+            w.state, w.exit_code = "exited", 1
+        ExecutorTarget(ex, None).poll(store)  # type: ignore[arg-type]
+        (restarted,) = store.events(kind="restarted")
+        assert "flowcon-sf--node1-w1 exit 1" in restarted.data["detail"]
+        assert "restarted from its checkpoint" in restarted.data["detail"]
+    finally:
+        store.close()
