@@ -3,8 +3,9 @@
 A restarted allocator adopts the jobs it finds from their containers' labels
 (``ExecutorBase.jobs``); ``ReconcileMixin.reconcile`` then reports completions, removes
 stop-free containers that left, and restarts a job with a dead worker from its checkpoint
-(a stop-free job that lost only workers goes on without them: ``lost_workers_only``),
-until ``max_restarts``.
+(a stop-free job that lost only workers goes on without them: ``lost_workers_only``;
+its coordinator's container among them when the survivors can elect another:
+``coordinator_loss``, whose reason the event's detail carries), until ``max_restarts``.
 ``orphans`` and ``remove_profiles`` find and clear what an interrupted allocator left
 behind.
 """
