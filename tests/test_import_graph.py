@@ -233,3 +233,36 @@ def test_layer_check_on_a_tiny_graph() -> None:
 def test_the_layers_import_only_downwards() -> None:
     bad = layer_violations(import_graph())
     assert not bad, "layer contract broken:\n" + "\n".join(bad)
+
+
+# what images/elastic-example/build.sh stages beside the training script: the runtime's
+# own imports of flowcon must stay inside it, or the image's jobs fail at import
+ELASTIC_IMAGE_CARRIES = (
+    "flowcon.elastic",
+    "flowcon.contract",
+    "flowcon.report",
+    "flowcon.core.batch_search",
+)
+
+
+def test_the_elastic_runtime_imports_only_what_its_image_carries() -> None:
+    graph = import_graph()
+    outside = sorted(
+        f"{mod} -> {dep}"
+        for mod, deps in graph.items()
+        if _under(mod, ("flowcon.elastic",))
+        for dep in deps
+        if dep != "flowcon" and not _under(dep, ELASTIC_IMAGE_CARRIES)
+    )
+    assert not outside, "flowcon.elastic imports what its image does not carry:\n" + "\n".join(
+        outside
+    )
+    from pathlib import Path
+
+    build = (Path(__file__).resolve().parents[1] / "images/elastic-example/build.sh").read_text()
+    for module in ELASTIC_IMAGE_CARRIES:
+        path = module.replace(".", "/")
+        staged = f"flowcon/{path.split('/', 1)[1]}" if "/" in path else path
+        assert f"$REPO/{staged}" in build or f'$REPO"/{staged}' in build, (
+            f"build.sh does not copy {module} into the image"
+        )
