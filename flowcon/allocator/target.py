@@ -471,7 +471,8 @@ class ExecutorTarget:
                 self._note_containers(planner, rec.name, state)
             return
         spec = replace(rec.spec, master_port=self._master_port(store, rec))
-        batch = batch_for(spec, sum(len(g) for g in placement.values()), planner.curve(rec))
+        curve = planner.curve(rec) if spec.batch_range is not None else None
+        batch = batch_for(spec, sum(len(g) for g in placement.values()), curve)
         said = {} if batch is None else {"global_batch": batch}  # in the job's events
         began = time.time()
         if state is None:
