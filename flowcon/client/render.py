@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import click
@@ -222,11 +223,16 @@ def describe_job(job: JobDetail, now: float) -> str:
     lines += [
         f"Progress:          {100 * job.progress:.1f}% "
         f"({job.done_iterations:.0f}/{job.iterations:.0f} iterations)",
-        f"GPUs:              {job.gpus}",
+        f"GPUs:              {job.gpus}{_pin_text(job.pin)}",
         f"Placement:         {_placement(job.placement)}",
         "Curve (it/s):      " + (", ".join(f"{g}: {v:.3g}" for g, v in job.curve.items()) or "-"),
-        "Spec:",
     ]
+    for av in job.avoided:
+        lines.append(
+            f"Avoided:           {av.get('node')} GPU {av.get('gpu')} "
+            f"({av.get('reason') or '-'}), until {_fmt_ts(_float(av.get('until')), now)}"
+        )
+    lines.append("Spec:")
     shown = dict(job.spec)
     for key in ("submit_time", "deadline"):  # Unix times, as a reader wants them
         if isinstance(shown.get(key), int | float):
@@ -242,6 +248,22 @@ def describe_job(job: JobDetail, now: float) -> str:
     for e in job.events:
         lines.append(f"  {_fmt_ts(e.ts, now):<22} {e.kind:<22} {_event_detail(e)}")
     return "\n".join(lines)
+
+
+def _pin_text(pin: Mapping[str, object] | None) -> str:
+    """``  (held at 2 by operator; moving to node2)`` for a job an operator pinned."""
+    if not pin:
+        return ""
+    parts = []
+    if pin.get("gpus"):
+        parts.append(f"held at {pin['gpus']} by {pin.get('by') or 'operator'}")
+    if pin.get("node"):
+        parts.append(f"moving to {pin['node']}")
+    return f"  ({'; '.join(parts)})" if parts else ""
+
+
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
 
 
 def _iso(ts: float) -> str:

@@ -186,7 +186,11 @@ def test_cli_scale_and_migrate(daemon):
     while {n for n, _ in op.job("a")["placement"]} != {want}:
         assert time.monotonic() < end, op.job("a")
         time.sleep(0.1)
+    runner.invoke(main, ["scale", "a", "--gpus", "1", *args])
+    daemon._left("a", "n1" if dst == "n1" else "n0", ("0",), "straggler")
     described = runner.invoke(main, ["job", "a", *args])
+    assert "(held at 1 by operator)" in described.output
+    assert "Avoided:" in described.output
     assert "migrated" in described.output
     assert "scale_requested" in described.output
 
