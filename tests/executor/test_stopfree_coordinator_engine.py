@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import os
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from flowcon.executor.lifecycle import Executor
-from flowcon.executor.stopfree_plan import json_objects
 
 pytest.register_assert_rewrite("support.swarm_fixtures")  # it is also loaded as a plugin below
+from support.follow import Follow, exactly_once  # noqa: E402
 from support.swarm_fixtures import step_job_spec  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
 
@@ -42,58 +41,6 @@ def example_image() -> str:
     return IMAGE
 
 
-class Follow:
-    """The output of every container of a job, followed from its start to its exit."""
-
-    def __init__(self, client: Any, job: str) -> None:
-        self.client, self.job = client, job
-        self.lines: dict[str, list[str]] = {}
-        self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
-
-    def poll(self) -> None:
-        """Follow the job's containers not followed yet."""
-        found = self.client.containers.list(
-            ignore_removed=True, all=True, filters={"label": f"flowcon.job={self.job}"}
-        )
-        for c in found:
-            if c.name in self.lines:
-                continue
-            self.lines[c.name] = []
-            t = threading.Thread(target=self._follow, args=(c,), daemon=True)
-            t.start()
-            self._threads.append(t)
-
-    def _follow(self, c: Any) -> None:
-        buf = b""
-        try:
-            for chunk in c.logs(stream=True, follow=True, stdout=True, stderr=False):
-                buf += chunk
-                *done, buf = buf.split(b"\n")
-                with self._lock:
-                    self.lines[c.name].extend(d.decode(errors="replace") for d in done)
-        except Exception:  # the container went: what was read stays
-            return
-
-    def objects(self, name: str | None = None) -> list[dict[str, Any]]:
-        self.poll()
-        with self._lock:
-            names = [name] if name else sorted(self.lines)
-            text = [ln for n in names for ln in self.lines.get(n, [])]
-        return list(json_objects(text))
-
-    def steps(self) -> list[dict[str, Any]]:
-        """Every rank 0's step lines, in time order."""
-        lines = [o for o in self.objects() if "event" not in o and "step" in o]
-        return sorted(lines, key=lambda o: float(o.get("ts", 0)))
-
-    def events(self, kind: str) -> list[dict[str, Any]]:
-        return [o for o in self.objects() if o.get("event") == kind]
-
-    def at(self, world: int, after: int = 0) -> int:
-        return sum(1 for m in self.steps()[after:] if m.get("world_size") == world)
-
-
 def _spec(name: str) -> Any:
     return step_job_spec(
         name,
@@ -105,14 +52,7 @@ def _spec(name: str) -> Any:
 
 
 def _exactly_once(lines: list[dict[str, Any]]) -> None:
-    """Each step's global batch whole, each sample at most once per epoch."""
-    by_epoch: dict[int, list[int]] = {}
-    for m in lines:
-        assert len(m["sample_ids"]) == GBS, m["step"]
-        by_epoch.setdefault(m["epoch"], []).extend(m["sample_ids"])
-    for epoch, ids in by_epoch.items():
-        assert len(set(ids)) == len(ids), epoch
-        assert set(ids) <= set(range(SAMPLES)), epoch
+    exactly_once(lines, GBS, SAMPLES)
 
 
 def _started(client: Any, name: str) -> tuple[str, int]:
@@ -148,7 +88,10 @@ def test_the_coordinators_container_leaves_in_a_scale_in(
     assert steps == list(range(steps[0], steps[-1] + 1)), steps  # no restart, none twice
     _exactly_once(logs.steps())
     assert _started(docker_client, w1) == before  # never restarted
-    names = [c.name for c in docker_client.containers.list(filters={"label": "flowcon.job=sfcl"})]
+    found = docker_client.containers.list(
+        ignore_removed=True, filters={"label": "flowcon.job=sfcl"}
+    )
+    names = [c.name for c in found]
     assert names == [w1]
     # a joiner now reaches the new coordinator
     out = executor.rescale(spec, {"node1": ["1", "2"]})
