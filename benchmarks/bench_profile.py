@@ -14,7 +14,7 @@ profiling and how many of them the job keeps, and as its last line one JSON obje
 ``prerun_s``, ``scaling_s``, ``speedup`` (prerun_s / scaling_s: EDL reports about 10x),
 ``prerun_steps_lost``, ``scaling_steps_kept``, ``scaling_steps_lost``, the points.
 
-    python3 benchmarks/bench_profile.py [--counts 1,2] [--gpus 2]
+    python3 benchmarks/bench_profile.py [--counts 1,2] [--gpus 2] [--startup 20]
     python3 benchmarks/bench_profile.py --quick      # counts 1,2, short measurements
 """
 
@@ -43,7 +43,7 @@ if str(REPO) not in sys.path:  # run as a script: the repository's benchmarks pa
 from benchmarks.bench_rescale import EXAMPLE, KeepingBackend, parse_lines  # noqa: E402
 
 
-def _spec(name: str, image: str) -> JobSpec:
+def _spec(name: str, image: str, startup: float) -> JobSpec:
     return parse_jobspec(
         {
             "name": name,
@@ -53,7 +53,7 @@ def _spec(name: str, image: str) -> JobSpec:
             "iterations": 10**7,
             "best_effort": True,
             "profile": {1: 1.0},
-            "env": {"STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1"},
+            "env": {"STEP_SLEEP": "0.05", "OMP_NUM_THREADS": "1", "START_SLEEP": str(startup)},
             "launcher": "flowcon",
             "scaling": "stopfree",
         }
@@ -117,6 +117,13 @@ def main() -> int:
     ap.add_argument("--gpus", type=int, default=2, help="GPUs of the declared node")
     ap.add_argument("--max-seconds", type=float, default=120.0, help="per count, at most")
     ap.add_argument("--min-points", type=int, default=8, help="metric lines per count")
+    ap.add_argument(
+        "--startup",
+        type=float,
+        default=0.0,
+        help="seconds each worker start spends before training (train.py's START_SLEEP): "
+        "a real job's data loading and model build; 0: the example's own (about 3 s here)",
+    )
     ap.add_argument("--quick", action="store_true", help="short measurements (a smoke run)")
     ap.add_argument("--no-build", action="store_true", help="run the image as it is")
     ap.add_argument(
@@ -142,7 +149,8 @@ def main() -> int:
     labels = {"flowcon.bench": run_id, **dict(kv.split("=", 1) for kv in args.label)}
     be = KeepingBackend(client)
     ex = Executor(be, inv, ExecutorOptions(grace_s=10.0, extra_labels=labels))
-    pre_spec, sc_spec = _spec(f"bprof-{run_id}", args.image), _spec(f"bscal-{run_id}", args.image)
+    pre_spec = _spec(f"bprof-{run_id}", args.image, args.startup)
+    sc_spec = _spec(f"bscal-{run_id}", args.image, args.startup)
     try:
         pre = run_prerun(ex, be, inv, pre_spec, counts, args)
         print(
@@ -173,6 +181,7 @@ def main() -> int:
         "scaling_points": {str(k): round(v, 3) for k, v in sc[1].items()},
         "image": args.image,
         "min_points": args.min_points,
+        "startup_s": args.startup,
     }
     print(json.dumps(out))
     return 0

@@ -25,7 +25,8 @@ restart with another one): ``HybridScaling`` moves the learning rate linearly to
 FLOWCON_REFERENCE_BATCH_SIZE (set for a job with a batch range: the batch it was submitted
 with) or else the batch the job started with.
 
-Env: FLOWCON_ITERATIONS (default 1000), STEP_SLEEP (seconds, to slow the demo down), LR
+Env: FLOWCON_ITERATIONS (default 1000), STEP_SLEEP (seconds, to slow the demo down),
+START_SLEEP (seconds each worker waits before it trains, as a real job's start-up), LR
 (default 0.01), STEP_CPU (CPU seconds of extra compute per step, as a heavier model would
 spend: a CPU limit on the container stretches it, unlike a sleep), plus what the executor
 sets (WORLD_SIZE, RANK, FLOWCON_GLOBAL_BATCH_SIZE, ...).
@@ -66,6 +67,9 @@ def compute(cpu_s: float) -> None:
 
 
 def train(run: elastic.Elastic) -> None:
+    # START_SLEEP: seconds every start of a worker spends before it trains, a stand-in for
+    # what a real job pays there (reading its data set, building a large model, CUDA init)
+    time.sleep(float(os.environ.get("START_SLEEP", "0") or 0))
     torch.manual_seed(0)  # identical initial weights on every rank
     x, y = dataset()
     net = torch.nn.Sequential(
