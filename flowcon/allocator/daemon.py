@@ -543,19 +543,28 @@ class Allocator:
         rec = self.store.get_job(name)
         return rec is None or not rec.pending
 
+    def _busy_gpus(self) -> set[str]:
+        """The GPU UUIDs the active jobs' placements hold."""
+        from flowcon.allocator.target import placement_by_node
+
+        assert self.target is not None
+        busy: set[str] = set()
+        for rec in self.store.active_jobs():
+            if rec.placement:
+                busy.update(
+                    self.target.uuids(placement_by_node(self.target.inventory, rec.placement))
+                )
+        return busy
+
     def _profile_placement(self, n: int) -> dict[str, list[str]] | None:
         """``n`` GPUs for the pre-run: free ones (held by no job) when enough are free,
         otherwise GPUs shared with running jobs (the pre-run then underestimates; the
         closed loop corrects the curve once the job runs)."""
-        from flowcon.allocator.target import placement_by_node
         from flowcon.executor.workers import pack_placement
 
         assert self.target is not None
         inv = self.target.inventory
-        busy: set[str] = set()
-        for rec in self.store.active_jobs():
-            if rec.placement:
-                busy.update(self.target.uuids(placement_by_node(inv, rec.placement)))
+        busy = self._busy_gpus()
         placement = pack_placement(inv, n, busy)
         if placement is None:
             placement = pack_placement(inv, n)
@@ -684,15 +693,11 @@ class Allocator:
         self, n: int, current: dict[str, list[str]] | None
     ) -> dict[str, list[str]] | None:
         """``n`` GPUs for a job profiled by scaling: free ones, keeping ``current``."""
-        from flowcon.allocator.target import placement_by_node
         from flowcon.executor.scaling_profile import grow_placement
 
         assert self.target is not None
         inv = self.target.inventory
-        busy: set[str] = set()
-        for rec in self.store.active_jobs():
-            if rec.placement:
-                busy.update(self.target.uuids(placement_by_node(inv, rec.placement)))
+        busy = self._busy_gpus()
         free = [
             (nd.name, [u for u in nd.uuids(list(range(nd.count))) if u not in busy])
             for nd in inv.nodes

@@ -92,24 +92,40 @@ def measure(
     cancelled: Callable[[], bool] | None = None,
     min_steps: int = 20,
     metric: MetricSpec | None = None,
+    *,
+    since: float | None = None,
+    skip: int = 1,
+    any_exit_ends: bool = True,
 ) -> float | None:
     """Poll the rank-0 logs of the workers ``selector`` finds until the step rate is steady
-    (``min_points`` lines, ``min_steps`` steps), they exit, or ``max_seconds`` pass."""
+    (``min_points`` lines, ``min_steps`` steps), they exit, or ``max_seconds`` pass.
+
+    ``since``: only lines printed after it (epoch seconds: a running job just rescaled);
+    ``skip``: lines left out first (the start-up line, the step that carried a switch);
+    ``any_exit_ends``: one exited worker ends the measurement (a pre-run), else all (a
+    running job's leavers exit while it goes on). Workers that left are not read."""
     deadline = time.monotonic() + max_seconds
     rate: float | None = None
     while time.monotonic() < deadline:
         time.sleep(poll_s)
         if cancelled is not None and cancelled():
             return None
-        ws = sorted(backend.list_workers(selector), key=lambda w: w.node_rank)
+        ws = sorted(
+            (w for w in backend.list_workers(selector) if not w.left), key=lambda w: w.node_rank
+        )
         if not ws:
             return rate
-        points = [(ts, step) for step, ts in worker_points(backend, ws[0], metric)][1:]
+        points = [
+            (ts, step)
+            for step, ts in worker_points(backend, ws[0], metric)
+            if since is None or ts >= since
+        ][skip:]
         rate, n = rate_of(points)
         # enough lines, and enough steps that one step of rounding is <= 5 %
         if n >= min_points and points[-1][1] - points[0][1] >= min_steps:
             return rate
-        if any(w.state in ("exited", "dead") for w in ws):
+        ended = [w.state in ("exited", "dead") for w in ws]
+        if any(ended) if any_exit_ends else all(ended):
             return rate
     return rate
 

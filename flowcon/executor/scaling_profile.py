@@ -24,9 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from flowcon.executor.backend import Backend, ExecutorError, Worker
-from flowcon.executor.profiling import rate_of, worker_points
+from flowcon.executor.profiling import measure
 from flowcon.executor.restart import RescaleResult
-from flowcon.jobspec.keys import MetricSpec
 from flowcon.jobspec.spec import JobSpec, ThroughputProfile
 
 log = logging.getLogger(__name__)
@@ -95,43 +94,6 @@ def profile_direction(counts: Sequence[int], largest_fits: bool) -> list[int]:
     return ordered[::-1] if largest_fits else ordered
 
 
-def measure_since(
-    backend: Backend,
-    selector: Mapping[str, str],
-    since: float,
-    max_seconds: float,
-    min_points: int,
-    poll_s: float,
-    cancelled: Callable[[], bool] | None = None,
-    metric: MetricSpec | None = None,
-    min_steps: int = 20,
-    settle_points: int = 1,
-) -> float | None:
-    """The step rate from the store host's metric lines printed after ``since`` (epoch
-    seconds), skipping ``settle_points`` (the first step after a switch carries the
-    switch), once ``min_points`` lines and ``min_steps`` steps are in, or after
-    ``max_seconds``."""
-    deadline = time.monotonic() + max_seconds
-    rate: float | None = None
-    while time.monotonic() < deadline:
-        time.sleep(poll_s)
-        if cancelled is not None and cancelled():
-            return None
-        ws = sorted(
-            (w for w in backend.list_workers(selector) if not w.left), key=lambda w: w.node_rank
-        )
-        if not ws:
-            return rate
-        points = [(ts, step) for step, ts in worker_points(backend, ws[0], metric) if ts >= since]
-        points = points[settle_points:]
-        rate, n = rate_of(points)
-        if n >= min_points and points[-1][1] - points[0][1] >= min_steps:
-            return rate
-        if all(w.state in ("exited", "dead") for w in ws):
-            return rate
-    return rate
-
-
 def profile_by_scaling(
     executor: Executor,
     spec: JobSpec,
@@ -163,7 +125,7 @@ def profile_by_scaling(
     current: Placement | None = None
     best = 0.0
     selector = executor._selector(spec.name)
-    for i, n in enumerate(order):
+    for n in order:
         check_cancelled()
         moved = _move_to(
             executor, spec, n, current, top if n == max(counts) else None, placement_for
@@ -174,16 +136,17 @@ def profile_by_scaling(
             log.info("profile %s by scaling: no %d GPUs free, stopping", spec.name, n)
             break
         current, since = moved
-        rate = measure_since(
+        rate = measure(
             executor.backend,
             selector,
-            since,
             max_seconds,
             min_points,
             poll_s,
             cancelled,
             metric=spec.metric,
-            settle_points=0 if i == 0 else 1,
+            since=since,
+            skip=1,  # the first line carries the start-up or the switch
+            any_exit_ends=False,
         )
         check_cancelled()
         if on_point is not None:
