@@ -280,9 +280,22 @@ class Allocator:
         ``straggler_avoid_seconds`` (EDL 5.2 removes it; this keeps it from coming back)."""
         if reason == "straggler" and node and gpus:
             seconds = self.cfg.straggler_avoid_seconds
-            avoided = self.elasticity.avoid(job, node, gpus, reason, seconds, self.clock())
+            indices = self._gpu_indices(node, gpus)
+            avoided = self.elasticity.avoid(job, node, indices, reason, seconds, self.clock())
             if avoided:
                 log.info("job %s: avoiding %s GPUs %s for %.0f s", job, node, avoided, seconds)
+
+    def _gpu_indices(self, node: str, gpus: tuple[str, ...]) -> tuple[str, ...]:
+        """The containers' GPU ids (UUIDs, as their labels carry them) as the indices
+        placement uses on ``node``; an id the inventory does not know is left out."""
+        if self.target is None:
+            return gpus
+        try:
+            nd = self.target.inventory.node(node)
+        except KeyError:
+            return ()
+        index_of = {u: str(i) for i, u in enumerate(nd.uuids(list(range(nd.count))))}
+        return tuple(index_of.get(g, g) for g in gpus if g in index_of or g.isdigit())
 
     def _round(self, polled: bool = False, force: bool = True) -> Plan:
         """One slot: collect finished/dead jobs, re-plan, make containers match."""

@@ -201,8 +201,29 @@ def test_only_a_straggler_makes_the_daemon_avoid_gpus(daemon):
     _wait_gpus(op, "a", 2)
     daemon._left("a", "n0", ("1",), "signal")  # told to leave: the GPU is fine
     assert daemon.planner.ops.avoid == []
-    daemon._left("a", "n0", ("1",), "straggler")
+    daemon._left("a", "n0", ("1",), "straggler")  # no inventory here: ids are indices
     (avoided,) = daemon.planner.ops.avoid
     assert (avoided.node, avoided.gpu, avoided.job) == ("n0", 1, "a")
     assert avoided.until > time.time() + daemon.cfg.straggler_avoid_seconds - 60
     assert op.job("a")["avoided"][0]["gpu"] == 1
+
+
+def test_a_stragglers_gpu_uuids_become_placement_indices(tmp_path):
+    """Containers carry GPU UUIDs (their ``flowcon.gpus`` label); placement counts GPUs by
+    index on the node: the daemon translates them with the inventory."""
+    from flowcon.engine.gpus import discover
+
+    inv = discover({"declared": {"nodes": [{"name": "n0", "gpus": 4}, {"name": "n1", "gpus": 4}]}})
+    alloc = _daemon(tmp_path)
+    try:
+
+        class Target:
+            inventory = inv
+
+        alloc.target = Target()  # type: ignore[assignment]
+        uuid = inv.node("n1").uuids([2])[0]
+        assert alloc._gpu_indices("n1", (uuid, "GPU-unknown")) == ("2",)
+        assert alloc._gpu_indices("n9", (uuid,)) == ()
+        alloc.target = None
+    finally:
+        alloc.stop()

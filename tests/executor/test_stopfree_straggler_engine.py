@@ -199,7 +199,9 @@ def test_a_cpu_throttled_worker_is_removed_and_the_job_runs_at_the_rate_of_the_r
     assert left, _lines(c2)[-5:]
 
     events = executor.reconcile(known=[JOB])
-    assert ReconcileEvent(JOB, "left", c2.name, "straggler") in events, events
+    # the event names the node and the GPU the straggler held (the allocator avoids it)
+    gpus = tuple(c2.labels["flowcon.gpus"].split(","))
+    assert ReconcileEvent(JOB, "left", c2.name, "straggler", "node1", gpus) in events, events
     names = {
         c.name
         for c in docker_client.containers.list(
