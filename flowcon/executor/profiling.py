@@ -130,6 +130,49 @@ def measure(
     return rate
 
 
+class CurvePoints:
+    """The points a profiling measures, one count at a time, and its stop rule: a count
+    not ``min_gain`` (relative) faster than the best so far is the last (section 6.6;
+    ``stop_early=False`` measures every count, as a descending run must)."""
+
+    def __init__(
+        self,
+        name: str,
+        min_gain: float,
+        on_point: Callable[[int, float | None], None] | None,
+        cancelled: Callable[[], bool] | None,
+        stop_early: bool = True,
+    ) -> None:
+        self.name, self.min_gain, self.stop_early = name, min_gain, stop_early
+        self.on_point, self.cancelled = on_point, cancelled
+        self.points: dict[int, float] = {}
+        self.best = 0.0
+
+    def check_cancelled(self) -> None:
+        if self.cancelled is not None and self.cancelled():
+            raise ExecutorError(f"profiling {self.name}: cancelled")
+
+    def add(self, n: int, rate: float | None, how: str = "") -> bool:
+        """Record the rate at ``n`` GPUs (None: nothing measured); True: stop here."""
+        self.check_cancelled()
+        if self.on_point is not None:
+            self.on_point(n, rate)
+        if rate is None:
+            log.warning("profile %s at %d GPUs: no steady step rate measured", self.name, n)
+            return False
+        self.points[n] = rate
+        log.info("profile %s%s: %d GPUs -> %.3f it/s", self.name, how, n, rate)
+        if self.stop_early and rate <= self.best * (1.0 + self.min_gain):
+            return True
+        self.best = rate
+        return False
+
+    def profile(self) -> ThroughputProfile:
+        if not self.points:
+            raise ExecutorError(f"profiling {self.name}: no GPU count produced metric lines")
+        return ThroughputProfile(tuple(sorted(self.points.items())))
+
+
 def prerun(
     spec: JobSpec,
     counts: Sequence[int],
@@ -142,33 +185,15 @@ def prerun(
     """Run ``rate_at(profile_spec(spec, n), placement)`` for each count ``n`` until more GPUs
     stop adding throughput: a count not ``min_gain`` (relative) faster than the best so far
     is the last. Counts without a placement are skipped; ``on_point`` is told each result."""
-
-    def check_cancelled() -> None:
-        if cancelled is not None and cancelled():
-            raise ExecutorError(f"profiling {spec.name}: cancelled")
-
-    points: dict[int, float] = {}
-    best = 0.0
+    curve = CurvePoints(spec.name, min_gain, on_point, cancelled)
     for n in counts:
-        check_cancelled()
+        curve.check_cancelled()
         placement = placement_for(n)
         if placement is None:
             continue
-        rate = rate_at(profile_spec(spec, n), placement)
-        check_cancelled()
-        if on_point is not None:
-            on_point(n, rate)
-        if rate is None:
-            log.warning("profile %s at %d GPUs: no steady step rate measured", spec.name, n)
-            continue
-        points[n] = rate
-        log.info("profile %s: %d GPUs -> %.3f it/s", spec.name, n, rate)
-        if rate <= best * (1.0 + min_gain):
+        if curve.add(n, rate_at(profile_spec(spec, n), placement)):
             break
-        best = rate
-    if not points:
-        raise ExecutorError(f"profiling {spec.name}: no GPU count produced metric lines")
-    return ThroughputProfile(tuple(sorted(points.items())))
+    return curve.profile()
 
 
 # ---------------------------------------------------------------- the batch dimension

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from flowcon.executor.backend import Backend, ExecutorError, Worker
-from flowcon.executor.profiling import measure
+from flowcon.executor.profiling import CurvePoints, measure
 from flowcon.executor.restart import RescaleResult
 from flowcon.jobspec.spec import JobSpec, ThroughputProfile
 
@@ -113,20 +113,16 @@ def profile_by_scaling(
     placement the job runs on now. On failure or cancel the job's containers are left
     to the caller (``Executor.remove``)."""
 
-    def check_cancelled() -> None:
-        if cancelled is not None and cancelled():
-            raise ExecutorError(f"profiling {spec.name}: cancelled")
-
     if not counts:
         raise ExecutorError(f"profiling {spec.name}: no GPU count to measure")
     top = placement_for(max(counts), None)
     order = profile_direction(counts, top is not None)
-    points: dict[int, float] = {}
+    # the pre-run's stop rule holds going up; going down every count is measured
+    curve = CurvePoints(spec.name, min_gain, on_point, cancelled, stop_early=order[0] < order[-1])
     current: Placement | None = None
-    best = 0.0
     selector = executor._selector(spec.name)
     for n in order:
-        check_cancelled()
+        curve.check_cancelled()
         moved = _move_to(
             executor, spec, n, current, top if n == max(counts) else None, placement_for
         )
@@ -148,21 +144,11 @@ def profile_by_scaling(
             skip=1,  # the first line carries the start-up or the switch
             any_exit_ends=False,
         )
-        check_cancelled()
-        if on_point is not None:
-            on_point(n, rate)
-        if rate is None:
-            log.warning("profile %s at %d GPUs: no steady step rate measured", spec.name, n)
-            continue
-        points[n] = rate
-        log.info("profile %s by scaling: %d GPUs -> %.3f it/s", spec.name, n, rate)
-        ascending = order[0] < order[-1]
-        if ascending and rate <= best * (1.0 + min_gain):
+        if curve.add(n, rate, " by scaling"):
             break
-        best = max(best, rate)
-    if not points or current is None:
-        raise ExecutorError(f"profiling {spec.name}: no GPU count produced metric lines")
-    return ThroughputProfile(tuple(sorted(points.items()))), current
+    profile = curve.profile()
+    assert current is not None  # a point was measured: the job was started
+    return profile, current
 
 
 def _move_to(
