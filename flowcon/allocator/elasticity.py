@@ -25,7 +25,13 @@ import copy
 import logging
 from dataclasses import replace
 
-from flowcon.alloc.operations import Avoidance, OperationError, Pin, check_scale
+from flowcon.alloc.operations import (
+    Avoidance,
+    OperationError,
+    Pin,
+    check_scale,
+    free_block_on_node,
+)
 from flowcon.alloc.types import ClusterState
 from flowcon.allocator.planner import Planner
 from flowcon.allocator.records import Json
@@ -86,8 +92,6 @@ class Elasticity:
     def migrate(self, name: str, node: str, by: str, now: float) -> JobRecord:
         """Move ``name``'s workers to ``node`` at the next round (stop-free where the
         job's runtime allows, else by checkpoint-restart, as the executor decides)."""
-        from flowcon.alloc.operations import free_block_on_node
-
         p = self.planner
         with self.store.transaction():
             rec = self._active(name)

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 from flowcon.alloc.driver import is_tick, slot_boundary
 from flowcon.alloc.model import Job, ThroughputCurve
-from flowcon.alloc.operations import GpuId, Operations, honour_pins
+from flowcon.alloc.operations import GpuId, Operations, free_block_on_node, honour_pins
 from flowcon.alloc.placement import PlacementError, PlacementPlan
 from flowcon.alloc.types import AdmissionDecision, ClusterState, Policy
 from flowcon.allocator.intake import MeasurementIntake
@@ -179,11 +179,8 @@ class Planner:
     def guaranteed_shares(self, now: float) -> dict[str, int]:
         """Each admitted deadline job's minimum satisfactory share now, where the policy
         keeps reservations (ElasticFlow, EDF with admission); empty otherwise."""
-        shares = getattr(self.policy, "guaranteed_shares", None)
-        if not callable(shares):
-            return {}
         with self.store.transaction():  # the planning loop changes reservations under it
-            return dict(shares(now))
+            return self._shares(now)
 
     def trusted_measurements(self, rec: JobRecord) -> dict[int, float]:
         return self.intake.trusted_measurements(rec)
@@ -252,6 +249,7 @@ class Planner:
         )
 
     def _shares(self, now: float) -> dict[str, int]:
+        """``guaranteed_shares`` inside a transaction the caller holds."""
         shares = getattr(self.policy, "guaranteed_shares", None)
         return dict(shares(now)) if callable(shares) else {}
 
@@ -737,8 +735,6 @@ class Planner:
     ) -> dict[str, tuple[GpuId, ...]]:
         """Jobs to move this round: those on a blocked GPU (a drained node, an avoided GPU)
         map to () (placed afresh), those with a migration to a free block on its node."""
-        from flowcon.alloc.operations import free_block_on_node
-
         recs = list(active)
         out: dict[str, tuple[GpuId, ...]] = {}
         taken: set[GpuId] = set(blocked)
