@@ -735,6 +735,8 @@ class Planner:
     ) -> dict[str, tuple[GpuId, ...]]:
         """Jobs to move this round: those on a blocked GPU (a drained node, an avoided GPU)
         map to () (placed afresh), those with a migration to a free block on its node."""
+        if not blocked and not any(p.node for p in self.ops.pins.values()):
+            return {}  # every round: nothing to look at unless an operator asked
         recs = list(active)
         out: dict[str, tuple[GpuId, ...]] = {}
         taken: set[GpuId] = set(blocked)
