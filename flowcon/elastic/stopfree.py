@@ -79,6 +79,7 @@ from flowcon import contract
 from flowcon.elastic.ddp import ElasticDDP, _Comm, close_group
 from flowcon.elastic.devices import apply_gpu_share, backend_for, identity
 from flowcon.elastic.launcher import launch
+from flowcon.elastic.redial import RedialingStore
 from flowcon.elastic.replication import replicate
 from flowcon.elastic.restart import Elastic, ElasticEnv
 from flowcon.elastic.stopfree_env import (
@@ -201,11 +202,12 @@ class StopFree(Elastic):
         self.target_world = tw or env.world_size
         self.worker_id = worker_id or e.get(contract.ENV_WORKER_ID) or default_worker_id()
         self._store_timeout_s = max(timeout_s, 30.0)
-        self.store = (
-            store
-            if store is not None
-            else connect_store(env.master_addr, env.master_port, self._store_timeout_s)
-        )
+        if store is not None:
+            self.store = store
+        elif self.joiner:  # a dropped connection before admission: dial again (redial.py)
+            self.store = self._joiner_store(f"{env.master_addr}:{env.master_port}")
+        else:
+            self.store = connect_store(env.master_addr, env.master_port, self._store_timeout_s)
         # where the coordinator is (the store the job's workers use), and this container's
         # own store (its launcher's; "": none, it cannot take over coordination)
         self.store_addr = f"{env.master_addr}:{env.master_port}"
@@ -688,6 +690,11 @@ class StopFree(Elastic):
         if self.rank == 0:
             self.event("global_batch", step=step, global_batch=global_batch)
 
+    def _joiner_store(self, addr: str) -> RedialingStore:
+        """A joiner's client of the coordinator at ``addr`` (dialled again on a drop)."""
+        host, port = rdv.split_addr(addr)
+        return RedialingStore(lambda: connect_store(host, port, self._store_timeout_s))
+
     def _join(self) -> bool:
         """A joiner: register as ready, wait for the switch, take the state (Elan V.B)."""
         ready_at = time.time()
@@ -719,7 +726,7 @@ class StopFree(Elastic):
             a = rdv.withdraw(self.store, slot)
             if a is not None:
                 break
-            self.store = store_at(moved, self._store_timeout_s)
+            self.store = self._joiner_store(moved)
             self.store_addr = moved
         if a is None and self.leave_requested and not self.stop_requested:
             a = rdv.withdraw(self.store, slot)  # None: withdrawn before any switch took it
@@ -736,6 +743,8 @@ class StopFree(Elastic):
                 self.event("not_joined", reason="stopped" if self.stop_requested else "timeout")
             return False
         switched_at = time.time()
+        if isinstance(self.store, RedialingStore):  # a member from here on: no redials
+            self.store = self.store.client
         if a.store:  # the switch that admits this joiner also moves the coordinator
             self.store = store_at(a.store, self._store_timeout_s)
             self.store_addr = a.store
