@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowcon.allocator.hot_jobs import HotJobs
 from flowcon.allocator.records import JsonObject, spec_from_dict, spec_to_dict
 from flowcon.jobspec.spec import JobSpec
 
@@ -32,6 +33,7 @@ PENDING_STATES = ("profiling",)
 ACTIVE_STATES = ("admitted", "running")
 TERMINAL_STATES = ("completed", "dropped", "cancelled", "failed")
 ALL_STATES = PENDING_STATES + ACTIVE_STATES + TERMINAL_STATES
+HOT_STATES = PENDING_STATES + ACTIVE_STATES  # kept in memory (flowcon.allocator.hot_jobs)
 # the owner of records from before owners: the principal of the shared user_token
 LEGACY_OWNER = "user"
 
@@ -178,6 +180,16 @@ class JobRecord:
             return 1.0
         return max(0.0, min(1.0, self.done_iterations / self.iterations))
 
+    def copy(self) -> JobRecord:
+        """An independent copy (its curves and placement too; the spec is immutable)."""
+        new = object.__new__(JobRecord)
+        new.__dict__.update(self.__dict__)
+        new.profile = dict(self.profile)
+        new.measured = dict(self.measured)
+        new.measured_n = dict(self.measured_n)
+        new.placement = [list(p) for p in self.placement]
+        return new
+
     @property
     def deadline_met(self) -> bool | None:
         """True/False once the job completed; None while it runs or without a deadline."""
@@ -318,6 +330,14 @@ class Store:
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA foreign_keys=ON")
         self._migrate()
+        # the pending and active jobs' rows as committed (written through, read from here)
+        self._hot: HotJobs[JobRecord] = HotJobs(HOT_STATES, JobRecord.copy)
+        marks = ",".join("?" for _ in HOT_STATES)
+        with self._lock:  # the writer's connection: no reader of this thread's is opened
+            rows = self._conn.execute(
+                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN ({marks})", HOT_STATES
+            ).fetchall()
+        self._hot.load(self._job_from_row(r) for r in rows)
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -365,12 +385,19 @@ class Store:
                 if outer:
                     self._owner = None
                     self._job_writes = 0
+                    self._hot.rollback()
                     self._conn.execute("ROLLBACK")
                 raise
             self._depth -= 1
             if outer:
                 self._owner = None
-                self._conn.execute("COMMIT")
+                try:
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    self._hot.rollback()
+                    self._job_writes = 0
+                    raise
+                self._hot.commit()
                 self.generation += self._job_writes
                 self._job_writes = 0
 
@@ -481,16 +508,24 @@ class Store:
             ),
         )
         with self._lock:
+            self._hot.write(job, staged=self._depth > 0)
             if self._depth:
                 self._job_writes += 1  # counted once the transaction commits
             else:
                 self.generation += 1
 
+    def _own(self) -> bool:
+        """Whether this thread writes the open transaction (it sees its own writes)."""
+        return self._owner == threading.get_ident()
+
     def get_job(self, name: str) -> JobRecord | None:
+        hot = self._hot.get(name, self._own())
+        if hot is not None:
+            return hot
         row = self._q1(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE name=?", (name,))
         return self._job_from_row(row) if row else None
 
-    def list_jobs(self, states: tuple[str, ...] | None = None) -> list[JobRecord]:
+    def _sql_jobs(self, states: tuple[str, ...] | None) -> list[JobRecord]:
         if states:
             marks = ",".join("?" for _ in states)
             rows = self._qall(
@@ -502,17 +537,35 @@ class Store:
             rows = self._qall(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY submit_time, name")
         return [self._job_from_row(r) for r in rows]
 
+    def list_jobs(self, states: tuple[str, ...] | None = None) -> list[JobRecord]:
+        """The jobs in ``states`` (all without), by submit time then name. The pending
+        and active ones come from memory, the terminal ones from SQLite."""
+        wanted = tuple(states) if states else ALL_STATES
+        hot_states = tuple(s for s in wanted if s in HOT_STATES)
+        cold_states = tuple(s for s in wanted if s not in HOT_STATES)
+        own = self._own()
+        hot = self._hot.rows(hot_states, own) if hot_states else []
+        if not cold_states:
+            return hot
+        cold = self._sql_jobs(cold_states)
+        if not hot:
+            return cold
+        # a job that ended between the two reads is in both: the later write counts
+        by_name = {r.name: r for r in hot}
+        for r in cold:
+            seen = by_name.get(r.name)
+            if seen is None or r.updated >= seen.updated:
+                by_name[r.name] = r
+        out = [r for r in by_name.values() if r.state in wanted]
+        out.sort(key=lambda r: (r.submit_time, r.name))
+        return out
+
     def active_jobs(self) -> list[JobRecord]:
         return self.list_jobs(ACTIVE_STATES)
 
     def active_names(self) -> list[str]:
-        """The active jobs' names, in ``active_jobs``' order, without decoding a row."""
-        marks = ",".join("?" for _ in ACTIVE_STATES)
-        rows = self._qall(
-            f"SELECT name FROM jobs WHERE state IN ({marks}) ORDER BY submit_time, name",
-            ACTIVE_STATES,
-        )
-        return [str(r["name"]) for r in rows]
+        """The active jobs' names, in ``active_jobs``' order, without copying a row."""
+        return self._hot.names(ACTIVE_STATES, self._own())
 
     # -- history ----------------------------------------------------------------------
 

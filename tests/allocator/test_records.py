@@ -78,6 +78,8 @@ def test_a_stored_row_from_before_the_keys_loads(tmp_path):
     for key in ("volumes", "labels", "metric", "launcher", "scaling", "batch_size_min"):
         old.pop(key)
     st._exec("UPDATE jobs SET spec=? WHERE name='j'", (json.dumps(old, sort_keys=True),))
+    st.close()
+    st = Store(tmp_path / "old.db")  # the old database, opened by this flowcon
     rec = st.get_job("j")
     assert rec is not None
     assert rec.spec.launcher == "flowcon"
