@@ -10,7 +10,6 @@ store every round, not patched incrementally).
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
 import threading
@@ -48,6 +47,7 @@ from flowcon.allocator.views import (
     LogPage,
     NodeView,
     ProfilingAnswer,
+    SpecTexts,
 )
 from flowcon.contract import SCALING_RESTART, SCALING_STOPFREE, Measurement
 from flowcon.executor.reach import Reach
@@ -134,6 +134,7 @@ class Allocator:
         # GET /api/v1/jobs bodies by (store generation, whose view); one encodes at a time
         self._jobs_bodies: dict[tuple[int, str | None], bytes] = {}
         self._jobs_lock = threading.Lock()
+        self._spec_texts = SpecTexts()  # each spec's JSON in the list, encoded once
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -394,8 +395,13 @@ class Allocator:
         with self._jobs_lock:
             body = self._jobs_bodies.get(key)
             if body is None:
-                jobs = [v.to_json() for v in self.list_jobs(who)]
-                body = json.dumps({"jobs": jobs}, default=str).encode()
+                jobs = [
+                    JobView.encoded(
+                        rec, self._spec_texts(rec.spec) if self._may(rec, who) else "{}"
+                    )
+                    for rec in self.store.list_jobs(copies=False)
+                ]
+                body = ('{"jobs": [' + ", ".join(jobs) + "]}").encode()
                 self._jobs_bodies = {k: v for k, v in self._jobs_bodies.items() if k[0] == key[0]}
                 self._jobs_bodies[key] = body
         return body

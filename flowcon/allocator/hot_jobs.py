@@ -94,13 +94,14 @@ class HotJobs(Generic[R]):
         """Whether ``name`` is a hot job now (else it is terminal, or unknown)."""
         return name in self._view(own)
 
-    def rows(self, states: Iterable[str], own: bool) -> list[R]:
+    def rows(self, states: Iterable[str], own: bool, copies: bool = True) -> list[R]:
         """Copies of the rows in ``states`` (a subset of the hot states), in the order
-        ``Store.list_jobs`` gives: by submit time, then name."""
+        ``Store.list_jobs`` gives: by submit time, then name (``copies=False``: the rows
+        themselves, for a caller that only reads them)."""
         wanted = frozenset(states)
         got = [r for r in self._view(own).values() if r.state in wanted]
         got.sort(key=lambda r: (r.submit_time, r.name))
-        return [self._copy(r) for r in got]
+        return [self._copy(r) for r in got] if copies else got
 
     def names(self, states: Iterable[str], own: bool) -> list[str]:
         wanted = frozenset(states)

@@ -310,8 +310,9 @@ class Planner:
                 raise PlanError(409, f"job {spec.name!r} exists and is {old.state}")
             if old is not None and old.pending and spec.submit_time != old.submit_time:
                 raise PlanError(409, f"job {spec.name!r} exists and is {old.state}")
-            self.advance(now)
-            active = self.store.active_jobs()
+            # the active jobs at ``now`` for the decision; the plan that follows stores
+            # them (writing thousands of rows here as well cost as much as a round)
+            active = self._advance(now, write=False, account=False)[1]
             rec = new_record(spec, "admitted", spec.profile.as_dict())
             state = self.cluster_state(active, now)
             decision = self.policy.on_submit(self.core_job(rec), now, state)
@@ -493,16 +494,21 @@ class Planner:
         returns jobs that completed (only with ``complete_on_progress``)."""
         return self._advance(now)[0]
 
-    def _advance(self, now: float, write: bool = True) -> tuple[list[str], list[JobRecord]]:
+    def _advance(
+        self, now: float, write: bool = True, account: bool = True
+    ) -> tuple[list[str], list[JobRecord]]:
         """``advance``: (jobs completed, the active records moved to ``now``). With
         ``write=False`` the active records are left for the caller to store (a plan
-        stores each once, with its new allocation, instead of twice)."""
+        stores each once, with its new allocation, instead of twice). ``account=False``
+        with it: the moved records are a look only (a submit's admission), nothing
+        stored, the GPU-seconds served not counted (the next plan counts them from the
+        stored progress, to the same ``now``: the same arithmetic, one step)."""
         done: list[str] = []
         still: list[JobRecord] = []
         with self.store.transaction():
             for rec in self.store.active_jobs():
                 finished_at, served = self._progress_to(rec, now)
-                if served:
+                if served and account:
                     self._attained[rec.name] = self._attained.get(rec.name, 0.0) + served
                 if self.complete_on_progress and rec.done_iterations >= rec.iterations - 1e-6:
                     self._finish(rec, "completed", finished_at, "iterations done")

@@ -537,14 +537,18 @@ class Store:
             rows = self._qall(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY submit_time, name")
         return [self._job_from_row(r) for r in rows]
 
-    def list_jobs(self, states: tuple[str, ...] | None = None) -> list[JobRecord]:
+    def list_jobs(
+        self, states: tuple[str, ...] | None = None, copies: bool = True
+    ) -> list[JobRecord]:
         """The jobs in ``states`` (all without), by submit time then name. The pending
-        and active ones come from memory, the terminal ones from SQLite."""
+        and active ones come from memory, the terminal ones from SQLite. ``copies=False``
+        (a caller that only reads them, such as a view): the pending and active records
+        are the store's own, which it replaces on a write and never changes."""
         wanted = tuple(states) if states else ALL_STATES
         hot_states = tuple(s for s in wanted if s in HOT_STATES)
         cold_states = tuple(s for s in wanted if s not in HOT_STATES)
         own = self._own()
-        hot = self._hot.rows(hot_states, own) if hot_states else []
+        hot = self._hot.rows(hot_states, own, copies) if hot_states else []
         if not cold_states:
             return hot
         cold = self._sql_jobs(cold_states)

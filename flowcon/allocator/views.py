@@ -9,12 +9,15 @@ showed for it), so a client still reads a daemon of another version.
 
 from __future__ import annotations
 
+import json
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Protocol
 
 from flowcon.allocator.records import Json, JsonObject, spec_json
 from flowcon.allocator.store import LEGACY_OWNER, Event, JobRecord
+from flowcon.jobspec.spec import JobSpec
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -37,6 +40,28 @@ def _num(value: Json, default: float = 0.0) -> float:
 
 def _opt_float(value: Json) -> float | None:
     return None if value is None else float(value)
+
+
+class SpecTexts:
+    """The JSON text of each spec as the job list shows it (env values "***"), by spec
+    object: a ``JobSpec`` is immutable and the store hands out one object per stored text.
+    At most ``size`` entries; a full cache starts over."""
+
+    def __init__(self, size: int = 50_000) -> None:
+        self.size = size
+        self._texts: dict[int, tuple[JobSpec, str]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, spec: JobSpec) -> str:
+        known = self._texts.get(id(spec))
+        if known is not None and known[0] is spec:
+            return known[1]
+        text = json.dumps(spec_json(spec, redact=True), default=str)
+        with self._lock:
+            if len(self._texts) >= self.size:
+                self._texts = {}
+            self._texts[id(spec)] = (spec, text)
+        return text
 
 
 @dataclass(frozen=True)
@@ -66,9 +91,9 @@ class JobView:
     owner: str = LEGACY_OWNER  # who submitted it (an older allocator's answer: the legacy)
 
     @staticmethod
-    def fields_of(rec: JobRecord) -> JsonObject:
-        """The record's fields as ``JobView`` has them."""
-        return {
+    def fields_of(rec: JobRecord, with_spec: bool = True) -> JsonObject:
+        """The record's fields as ``JobView`` has them (``with_spec=False``: no "spec")."""
+        out: JsonObject = {
             "name": rec.name,
             "state": rec.state,
             "submit_time": rec.submit_time,
@@ -86,13 +111,31 @@ class JobView:
             "measured": {str(k): v for k, v in sorted(rec.measured.items())},
             "measured_samples": {str(k): int(v) for k, v in sorted(rec.measured_n.items())},
             "deadline_met": rec.deadline_met,
-            "spec": spec_json(rec.spec, redact=True),
-            "owner": rec.owner,
         }
+        if with_spec:
+            out["spec"] = spec_json(rec.spec, redact=True)
+        out["owner"] = rec.owner
+        return out
 
     @classmethod
     def of(cls, rec: JobRecord) -> JobView:
         return cls(**cls.fields_of(rec))
+
+    @staticmethod
+    def encoded(rec: JobRecord, spec_text: str) -> str:
+        """``json.dumps(JobView.of(rec).to_json(), default=str)`` with the spec's part given
+        as its JSON text (``SpecTexts``): a list of thousands of jobs encodes each spec once,
+        not on every change of the job's progress."""
+        head = JobView.fields_of_record(rec)
+        body = json.dumps(head, default=str)
+        return f'{body[:-1]}, "spec": {spec_text}, "owner": {json.dumps(rec.owner)}}}'
+
+    @staticmethod
+    def fields_of_record(rec: JobRecord) -> JsonObject:
+        """``fields_of`` without the spec and the owner (``encoded`` adds them)."""
+        out = JobView.fields_of(rec, with_spec=False)
+        del out["owner"]
+        return out
 
     def to_json(self) -> JsonObject:
         return _plain(self)

@@ -441,3 +441,16 @@ def test_placement_lists_read_the_placers_plan() -> None:
 
     plan = PlacementPlan({"a": ((0, 1), (0, 2)), "b": ()})
     assert placement_lists(plan) == {"a": [[0, 1], [0, 2]], "b": []}
+
+
+def test_a_submit_counts_served_gpu_seconds_once(planner):
+    """A submit moves the running jobs to its time for its decision without storing them;
+    the plan after it stores them: progress and GPU-seconds served are counted once."""
+    planner.submit(_spec("a", 100_000, None, 0.0), now=0.0)
+    gpus = planner.store.get_job("a").gpus
+    assert gpus > 0
+    planner.submit(_spec("b", 100_000, None, 10.0), now=10.0)  # plans at 10 as well
+    rec = planner.store.get_job("a")
+    assert rec.progress_ts == 10.0
+    assert rec.done_iterations == pytest.approx(PROFILE[gpus] * 10.0)
+    assert planner._attained["a"] == pytest.approx(gpus * 10.0)

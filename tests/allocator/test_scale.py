@@ -184,29 +184,31 @@ def test_the_api_holds_a_burst_of_connections_while_it_is_not_accepting():
         server.httpd.server_close()
 
 
-def test_the_job_list_is_encoded_once_per_change_of_the_store(tmp_path):
+def test_the_job_list_is_encoded_once_per_change_of_the_store(tmp_path, monkeypatch):
+    from flowcon.allocator.views import JobView
+
     alloc = _daemon(tmp_path)
     alloc.start(port=0, plan_loop=False)
     client = AllocatorClient(alloc.url, alloc.token, timeout=10)
     client.submit(_spec_body("a"))
-    calls = []
-    real = alloc.list_jobs
+    encoded = []
+    real = JobView.encoded
 
-    def counting(who=None):
-        calls.append(who)
-        return real(who)
+    def counting(rec, spec_text):
+        encoded.append(rec.name)
+        return real(rec, spec_text)
 
-    alloc.list_jobs = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(JobView, "encoded", staticmethod(counting))
     first = [j["name"] for j in client.jobs()]
     assert [j["name"] for j in client.jobs()] == first == ["a"]
-    assert len(calls) == 1
+    assert encoded == ["a"]  # the second list was the first one's body
     client.submit(_spec_body("b"))  # a write: the next list is encoded afresh
     assert [j["name"] for j in client.jobs()] == ["a", "b"]
-    assert len(calls) == 2
+    assert encoded == ["a", "a", "b"]
     alloc.plan_round(force=True)
     gpus = {j["name"]: j["gpus"] for j in client.jobs()}
     assert gpus == {r.name: r.gpus for r in alloc.store.list_jobs()}
-    assert len(calls) == 3
+    assert len(encoded) == 5
     alloc.stop()
 
 
@@ -307,3 +309,26 @@ def test_submits_that_arrive_together_share_a_plan(tmp_path):
     by_store = {r.name: r.gpus for r in st.active_jobs()}
     assert sum(by_store.values()) <= 64
     st.close()
+
+
+def test_a_listed_job_encodes_as_its_view_with_the_spec_encoded_once():
+    """``GET /api/v1/jobs`` splices each spec's cached JSON into the job's: the same
+    object, keys in the same order, as encoding the whole view; env values hidden."""
+    import json
+
+    from flowcon.allocator.views import JobView, SpecTexts
+
+    rec = _rec("a")
+    rec.spec = replace(rec.spec, env={"API_KEY": "hunter2"})
+    rec.placement = [[0, 1]]
+    rec.measured = {2: 17.5}
+    texts = SpecTexts()
+    whole = json.dumps(JobView.of(rec).to_json(), default=str)
+    spliced = JobView.encoded(rec, texts(rec.spec))
+    assert json.loads(spliced) == json.loads(whole)
+    assert list(json.loads(spliced)) == list(json.loads(whole))
+    assert "hunter2" not in spliced
+    assert texts(rec.spec) is texts(rec.spec)  # encoded once per spec object
+    hidden = json.loads(JobView.encoded(rec, "{}"))
+    assert hidden["spec"] == {}
+    assert hidden["owner"] == rec.owner
