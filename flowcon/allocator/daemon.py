@@ -135,6 +135,7 @@ class Allocator:
         self._jobs_bodies: dict[tuple[int, str | None], bytes] = {}
         self._jobs_lock = threading.Lock()
         self._spec_texts = SpecTexts()  # each spec's JSON in the list, encoded once
+        self._job_parts: dict[int, tuple[JobRecord, str | None, str | None]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -177,6 +178,7 @@ class Allocator:
         if plan_loop:
             self._loop = threading.Thread(target=self._run, name="allocator-plan", daemon=True)
             self._loop.start()
+            self.planner.wake_loop = self.wake  # a submit's plan is the loop's next one
         log.info(
             "allocator on %s: %d GPUs, slot %.0f s, db %s",
             self.server.url,
@@ -195,6 +197,7 @@ class Allocator:
         ``stop_jobs``."""
         self._stop.set()
         self._wake.set()
+        self.planner.wake_loop = None
         if self.server is not None:
             self.server.stop()
         if self._loop is not None:
@@ -395,16 +398,32 @@ class Allocator:
         with self._jobs_lock:
             body = self._jobs_bodies.get(key)
             if body is None:
-                jobs = [
-                    JobView.encoded(
-                        rec, self._spec_texts(rec.spec) if self._may(rec, who) else "{}"
-                    )
-                    for rec in self.store.list_jobs(copies=False)
-                ]
-                body = ('{"jobs": [' + ", ".join(jobs) + "]}").encode()
+                body = self._encode_jobs(who)
                 self._jobs_bodies = {k: v for k, v in self._jobs_bodies.items() if k[0] == key[0]}
                 self._jobs_bodies[key] = body
         return body
+
+    def _encode_jobs(self, who: Principal | None) -> bytes:
+        """The job list's JSON. Each job's part is kept by record object (the store hands
+        out the same object until the row is written again), with its spec shown and
+        hidden: a round re-encodes the jobs it wrote, a submit one job, not the list."""
+        old = self._job_parts
+        parts: dict[int, tuple[JobRecord, str | None, str | None]] = {}
+        out = []
+        for rec in self.store.list_jobs(copies=False):
+            known = old.get(id(rec))
+            _, shown, hidden = known if known is not None and known[0] is rec else (rec, None, None)
+            if self._may(rec, who):
+                if shown is None:
+                    shown = JobView.encoded(rec, self._spec_texts(rec.spec))
+                out.append(shown)
+            else:
+                if hidden is None:
+                    hidden = JobView.encoded(rec, "{}")
+                out.append(hidden)
+            parts[id(rec)] = (rec, shown, hidden)
+        self._job_parts = parts
+        return ('{"jobs": [' + ", ".join(out) + "]}").encode()
 
     def get_job(self, name: str, who: Principal | None = None) -> JobDetail:
         rec = self.store.get_job(name)
@@ -850,20 +869,24 @@ class Allocator:
         counts: dict[str, int] = {}
         replan = False
         now = self.clock()
-        for m in items:
-            if not isinstance(m, Mapping):
-                outcome = "skipped: not an object"
-            else:
-                try:
-                    # untrusted JSON: ingest checks every field itself
-                    outcome = self.planner.ingest(node, cast(Measurement, m), now)
-                except Exception as exc:  # one bad row must not lose the others
-                    log.warning("measurement from %s skipped: %s", node, exc)
-                    outcome = "skipped: error"
-            key = outcome.split(":")[0]
-            counts[key] = counts.get(key, 0) + 1
-            self.metrics.measurement(key)
-            replan = replan or outcome == "refined"
+        # one transaction for the report (one wait for the store's writer, not one a row)
+        with self.store.transaction():
+            for m in items:
+                if not isinstance(m, Mapping):
+                    outcome = "skipped: not an object"
+                else:
+                    try:
+                        # untrusted JSON: ingest checks every field itself
+                        outcome = self.planner.ingest(node, cast(Measurement, m), now)
+                    except Exception as exc:  # one bad row must not lose the others
+                        if write_failure(exc) is not None:
+                            raise  # the store cannot be written: the report is refused
+                        log.warning("measurement from %s skipped: %s", node, exc)
+                        outcome = "skipped: error"
+                key = outcome.split(":")[0]
+                counts[key] = counts.get(key, 0) + 1
+                self.metrics.measurement(key)
+                replan = replan or outcome == "refined"
         if replan:
             self.wake()
         return {"node": node, "received": len(items), **counts, "replan": replan}

@@ -173,6 +173,12 @@ class Planner:
         self._planned = 0
         self._last_plan: Plan | None = None
         self._plan_lock = threading.Lock()
+        self._planned_cv = threading.Condition()  # notified when a plan was made
+        # set while a planning loop runs (the daemon's: it wakes that loop): a submit
+        # then waits up to ``loop_wait_s`` for the loop's next plan instead of making one
+        # of its own beside it (the loop would plan again for the same admission)
+        self.wake_loop: Callable[[], None] | None = None
+        self.loop_wait_s = 1.0
 
     # -- the job as the core sees it --------------------------------------------------
 
@@ -352,7 +358,15 @@ class Planner:
 
     def _plan_since(self, seq: int, now: float) -> Plan:
         """A plan made after admission number ``seq`` was stored: the last one when it
-        saw that admission (another submit's, or a round's), else a new one."""
+        saw that admission (another submit's, or a round's), else the planning loop's next
+        one when a loop runs and plans within ``loop_wait_s``, else a new one."""
+        wake = self.wake_loop
+        if wake is not None:
+            wake()
+            deadline = time.monotonic() + self.loop_wait_s
+            with self._planned_cv:
+                while self._planned < seq and time.monotonic() < deadline:
+                    self._planned_cv.wait(timeout=max(0.0, deadline - time.monotonic()))
         with self._plan_lock:
             last = self._last_plan
             if last is not None and self._planned >= seq:
@@ -569,6 +583,8 @@ class Planner:
             self._migrations_done(plan, now)
             plan.gpus = {rec.name: rec.gpus for rec in active}
             self._planned, self._last_plan = max(self._planned, seen), plan
+        with self._planned_cv:
+            self._planned_cv.notify_all()
         return plan
 
     def next_decision(self, now: float) -> float | None:

@@ -314,6 +314,10 @@ class Store:
         # visible to other connections)
         self.generation = 0
         self._job_writes = 0  # inside the open transaction
+        # the same for rows of terminal jobs, and what was read of them at one value
+        self.cold_generation = 0
+        self._cold_writes = 0
+        self._cold: tuple[int, list[JobRecord]] | None = None
         # reads from threads outside a transaction use a connection of their own (WAL:
         # they see the last committed state), so a GET never waits for a planning round
         # that holds the writer; ":memory:" has one database per connection
@@ -384,7 +388,7 @@ class Store:
                 self._depth -= 1
                 if outer:
                     self._owner = None
-                    self._job_writes = 0
+                    self._job_writes = self._cold_writes = 0
                     self._hot.rollback()
                     self._conn.execute("ROLLBACK")
                 raise
@@ -395,11 +399,12 @@ class Store:
                     self._conn.execute("COMMIT")
                 except BaseException:
                     self._hot.rollback()
-                    self._job_writes = 0
+                    self._job_writes = self._cold_writes = 0
                     raise
                 self._hot.commit()
+                self.cold_generation += self._cold_writes
                 self.generation += self._job_writes
-                self._job_writes = 0
+                self._job_writes = self._cold_writes = 0
 
     def _exec(self, sql: str, params: tuple[object, ...] = ()) -> sqlite3.Cursor:
         with self._lock:
@@ -509,10 +514,13 @@ class Store:
         )
         with self._lock:
             self._hot.write(job, staged=self._depth > 0)
+            cold = int(job.state not in HOT_STATES)
             if self._depth:
                 self._job_writes += 1  # counted once the transaction commits
+                self._cold_writes += cold
             else:
                 self.generation += 1
+                self.cold_generation += cold
 
     def _own(self) -> bool:
         """Whether this thread writes the open transaction (it sees its own writes)."""
@@ -551,7 +559,7 @@ class Store:
         hot = self._hot.rows(hot_states, own, copies) if hot_states else []
         if not cold_states:
             return hot
-        cold = self._sql_jobs(cold_states)
+        cold = self._cold_rows(cold_states, own, copies)
         if not hot:
             return cold
         # a job that ended between the two reads is in both: the later write counts
@@ -563,6 +571,23 @@ class Store:
         out = [r for r in by_name.values() if r.state in wanted]
         out.sort(key=lambda r: (r.submit_time, r.name))
         return out
+
+    def _cold_rows(
+        self, states: tuple[str, ...], own: bool, copies: bool
+    ) -> list[JobRecord]:
+        """The terminal jobs in ``states``: read from SQLite once per change of them
+        (``cold_generation``) and kept; the open transaction's writer reads its own."""
+        if own and self._cold_writes:
+            return self._sql_jobs(states)
+        gen = self.cold_generation  # before the rows: a later commit makes it stale
+        cached = self._cold
+        if cached is None or cached[0] != gen:
+            cached = (gen, self._sql_jobs(TERMINAL_STATES))
+            if self.cold_generation == gen:
+                self._cold = cached
+        wanted = frozenset(states)
+        rows = [r for r in cached[1] if r.state in wanted]
+        return [r.copy() for r in rows] if copies else rows
 
     def active_jobs(self) -> list[JobRecord]:
         return self.list_jobs(ACTIVE_STATES)

@@ -4,6 +4,7 @@ round, an API backlog for a burst of clients, a daemon driven round by round."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -332,3 +333,71 @@ def test_a_listed_job_encodes_as_its_view_with_the_spec_encoded_once():
     hidden = json.loads(JobView.encoded(rec, "{}"))
     assert hidden["spec"] == {}
     assert hidden["owner"] == rec.owner
+
+
+def test_a_submit_answers_with_the_planning_loops_next_plan(tmp_path):
+    """With the planning loop running, a submit wakes it and answers with its plan (the
+    one that starts the job's containers) instead of making a second plan beside it;
+    without a loop it plans itself."""
+    alloc = _daemon(tmp_path)
+    alloc.start(port=0)
+    planners: list[str] = []
+    real = alloc.planner.plan
+
+    def counting(now=None, force=True):
+        planners.append(threading.current_thread().name)
+        return real(now, force)
+
+    alloc.planner.plan = counting  # type: ignore[method-assign]
+    try:
+        code, answer = alloc.submit(_spec_body("a"))
+        assert code == 201
+        assert answer.gpus > 0  # type: ignore[attr-defined]
+        # the loop's plans only (a second wake after the answer may plan once more)
+        assert planners
+        assert set(planners) == {"allocator-plan"}
+    finally:
+        alloc.stop()
+
+
+def test_a_submit_plans_itself_when_the_loop_does_not_answer(tmp_path):
+    alloc = _daemon(tmp_path)
+    alloc.planner.wake_loop = lambda: None  # a loop that never plans
+    alloc.planner.loop_wait_s = 0.05
+    code, answer = alloc.submit(_spec_body("a"))
+    assert code == 201
+    assert answer.gpus > 0  # type: ignore[attr-defined]
+
+
+def test_a_list_after_a_write_encodes_only_the_jobs_written(tmp_path, monkeypatch):
+    """The job list keeps each job's JSON by the record the store hands out: after one
+    job is written, the next list encodes that job only; an ended job (read from SQLite,
+    kept until a terminal row changes) is not encoded again."""
+    from flowcon.allocator.views import JobView
+
+    alloc = _daemon(tmp_path)
+    for name in ("a", "b", "c"):
+        alloc.submit(_spec_body(name))
+    alloc.cancel("c")
+    alloc.jobs_body()
+    encoded = []
+    real = JobView.encoded
+
+    def counting(rec, spec_text):
+        encoded.append(rec.name)
+        return real(rec, spec_text)
+
+    monkeypatch.setattr(JobView, "encoded", staticmethod(counting))
+    rec = alloc.store.get_job("b")
+    assert rec is not None
+    rec.reason = "changed"
+    alloc.store.put_job(rec)
+    listed = json.loads(alloc.jobs_body())["jobs"]
+    assert encoded == ["b"]
+    assert [(j["name"], j["state"]) for j in listed] == [
+        ("a", "running"),
+        ("b", "running"),
+        ("c", "cancelled"),
+    ]
+    assert listed[1]["reason"] == "changed"
+    alloc.store.close()
