@@ -13,7 +13,9 @@ containers). Two phases:
    daemon's clock to the next decision time (the planner's or the next arrival's) and runs
    one round (``Allocator.plan_round``), as ``tests/allocator/test_planner_matches_simulator.py``
    drives the planner. Meanwhile a second process runs ``--clients`` HTTP clients on
-   ``GET /api/v1/jobs`` and one agent report per node every ``--itval`` seconds. The GPU
+   ``GET /api/v1/jobs``, each waiting ``--think`` seconds after an answer (1 s: a client
+   polling the list about once a second; 0: a closed loop, as fast as the answers come),
+   and one agent report per node every ``--itval`` seconds. The GPU
    counts of every decision and every admission are hashed and compared with the
    simulator's on the same jobs (same policy object class, no overhead, no placement).
 2. **Load** (a child process: the daemon alone): the replay's store, topped up with
@@ -215,6 +217,7 @@ class LoadPlan:
     itval: float
     prefix: str  # names of the clients' submitted jobs
     template: dict[str, object] = field(default_factory=dict)  # a best-effort job body
+    think: float = 0.0  # seconds a client waits after each answer (0: a closed loop)
 
 
 def _client(plan: LoadPlan, k: int, stop: Any, out: dict[str, list[float]]) -> None:
@@ -241,6 +244,8 @@ def _client(plan: LoadPlan, k: int, stop: Any, out: dict[str, list[float]]) -> N
         out.setdefault(kind, []).append(took)
         if kind == "submit" and status in (200, 201):
             out.setdefault("acked_names", []).append(name)  # type: ignore[arg-type]
+        if plan.think > 0:
+            stop.wait(plan.think)
 
 
 def _agents(plan: LoadPlan, stop: Any, out: dict[str, list[float]]) -> None:
@@ -389,7 +394,7 @@ def replay(specs: list[JobSpec], cfg_path: Path, args: argparse.Namespace) -> di
     clock = SteppedClock(specs[0].submit_time if specs else 0.0)
     alloc = make_allocator(cfg_path, clock, args.delay)
     alloc.start(port=0, plan_loop=False)
-    plan = LoadPlan(alloc.url, args.clients, 0, args.nodes, args.itval, "x")
+    plan = LoadPlan(alloc.url, args.clients, 0, args.nodes, args.itval, "x", think=args.think)
     rounds: list[float] = []
     lag: list[float] = []
     admitted: dict[str, bool] = {}
@@ -563,6 +568,8 @@ def serve(cfg_path: Path, start: float, speed: float, delay: float) -> int:
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     alloc.start(port=0, plan_loop=False)  # adopts, restores the policy, runs one round
+    alloc.planner.wake_loop = lambda: None  # the loop below plans back to back: a submit
+    # answers with its next plan, as with the daemon's own loop
     print("READY " + json.dumps({"url": alloc.url, **_memory()}), flush=True)
     while not done.is_set():
         print("BEGIN", flush=True)
@@ -595,7 +602,14 @@ def loaded(
     restart_s = child.restart_s
     template = submit_body(replace(specs[0], deadline=None, best_effort=True), now)
     plan = LoadPlan(
-        child.ready["url"], args.clients, args.submit_rate, args.nodes, args.itval, "c", template
+        child.ready["url"],
+        args.clients,
+        args.submit_rate,
+        args.nodes,
+        args.itval,
+        "c",
+        template,
+        think=args.think,
     )
     try:
         with load(plan) as got:
@@ -781,6 +795,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--shift", type=float, default=7.0, help="seconds between replicas")
     ap.add_argument("--speed", type=float, default=0.0, help="trace s per wall s (0: no wait)")
     ap.add_argument("--clients", type=int, default=50)
+    ap.add_argument(
+        "--think",
+        type=float,
+        default=1.0,
+        help="s a client waits after each answer (a poll every ~1 s; 0: a closed loop)",
+    )
     ap.add_argument("--itval", type=float, default=20.0, help="agent report interval (s)")
     ap.add_argument("--submit-rate", type=float, default=1.0, help="client submits per s")
     ap.add_argument("--active", type=int, default=None, help="active jobs under load")
@@ -817,7 +837,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(json.dumps(row), file=sys.stderr, flush=True)
     print(table(rows), file=sys.stderr)
-    print(json.dumps({"bench": "allocator-scale", "quick": args.quick, "sizes": rows}))
+    out = {"bench": "allocator-scale", "quick": args.quick, "think_s": args.think, "sizes": rows}
+    print(json.dumps(out))
     return 0 if all(r["parity"] for r in rows) else 1
 
 

@@ -269,7 +269,7 @@ class Allocator:
             self.planner.finish(name, state, reason, now, at=at)
             log.info("job %s %s: %s", name, state, reason)
             ended.append(name)
-        for rec in self.store.active_jobs():
+        for rec in self.store.active_jobs(copies=False):  # read only
             if rec.gpus > 0:
                 since = self.target.resume_pending(rec.name)
                 first, seen = self.target.progress_since(rec.name, since, rec.spec.metric)
@@ -347,7 +347,7 @@ class Allocator:
             "gpus",
             "reason",
         )
-        views = (JobView.fields_of(r) for r in self.store.list_jobs())
+        views = (JobView.fields_of(r) for r in self.store.list_jobs(copies=False))
         jobs = [{k: v[k] for k in keep} for v in views]
         return {
             "now": self.clock(),
@@ -386,7 +386,8 @@ class Allocator:
     def list_jobs(self, who: Principal | None = None) -> list[JobView]:
         """Every job's name, state, owner and GPUs; another user's spec is left out for
         a caller who may not see its detail."""
-        views = [(JobView.of(rec), self._may(rec, who)) for rec in self.store.list_jobs()]
+        recs = self.store.list_jobs(copies=False)  # read only
+        views = [(JobView.of(rec), self._may(rec, who)) for rec in recs]
         return [view if may else replace(view, spec={}) for view, may in views]
 
     def jobs_body(self, who: Principal | None = None) -> bytes:

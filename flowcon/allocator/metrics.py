@@ -25,7 +25,7 @@ class _StoreCollector(Collector):
         self.total_gpus = total_gpus
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        jobs = self.store.list_jobs()
+        jobs = self.store.list_jobs(copies=False)  # read only
         by_state = GaugeMetricFamily("flowcon_allocator_jobs", "Jobs by state", labels=["state"])
         for state in ALL_STATES:
             by_state.add_metric([state], sum(1 for j in jobs if j.state == state))

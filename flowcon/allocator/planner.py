@@ -592,7 +592,7 @@ class Planner:
         grid: the policy's wakeup or the first predicted completion (the simulator's
         decision times). None: nothing is running and the policy waits for events."""
         best = math.inf
-        active = self.store.active_jobs()
+        active = self.store.active_jobs(copies=False)  # read only
         for rec in active:
             if rec.gpus > 0 and rec.predicted_finish is not None:
                 best = min(best, rec.predicted_finish)

@@ -572,9 +572,7 @@ class Store:
         out.sort(key=lambda r: (r.submit_time, r.name))
         return out
 
-    def _cold_rows(
-        self, states: tuple[str, ...], own: bool, copies: bool
-    ) -> list[JobRecord]:
+    def _cold_rows(self, states: tuple[str, ...], own: bool, copies: bool) -> list[JobRecord]:
         """The terminal jobs in ``states``: read from SQLite once per change of them
         (``cold_generation``) and kept; the open transaction's writer reads its own."""
         if own and self._cold_writes:
@@ -589,8 +587,9 @@ class Store:
         rows = [r for r in cached[1] if r.state in wanted]
         return [r.copy() for r in rows] if copies else rows
 
-    def active_jobs(self) -> list[JobRecord]:
-        return self.list_jobs(ACTIVE_STATES)
+    def active_jobs(self, copies: bool = True) -> list[JobRecord]:
+        """The admitted and running jobs (``copies=False``: see ``list_jobs``)."""
+        return self.list_jobs(ACTIVE_STATES, copies)
 
     def active_names(self) -> list[str]:
         """The active jobs' names, in ``active_jobs``' order, without copying a row."""

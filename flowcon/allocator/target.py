@@ -548,7 +548,7 @@ class ExecutorTarget:
     def _live_ports(self, store: Store) -> LivePorts:
         """The master ports taken: the live records' and those on live containers."""
         ports = LivePorts()
-        for r in store.list_jobs(PENDING_STATES + ACTIVE_STATES):
+        for r in store.list_jobs(PENDING_STATES + ACTIVE_STATES, copies=False):
             ports.hold(r.name, r.spec.master_port)
         try:
             found = self.executor.jobs()
