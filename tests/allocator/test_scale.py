@@ -140,9 +140,9 @@ def test_a_round_reads_the_jobs_once_for_all_its_launches(tmp_path):
     calls = []
     real = alloc.store.list_jobs
 
-    def counting(states=None):
+    def counting(states=None, copies=True):
         calls.append(states)
-        return real(states)
+        return real(states, copies)
 
     alloc.store.list_jobs = counting  # type: ignore[method-assign]
     alloc.plan_round(force=True)
