@@ -58,6 +58,10 @@ from flowcon.web.history import History
 
 T = TypeVar("T")
 
+# How old a job list may be when a call answers with it while another call encodes the
+# list afresh (``Allocator.jobs_body``).
+LIST_STALE_S = 1.0
+
 log = logging.getLogger(__name__)
 
 
@@ -133,6 +137,10 @@ class Allocator:
         self._profilers: dict[str, threading.Thread] = {}
         # GET /api/v1/jobs bodies by (store generation, whose view); one encodes at a time
         self._jobs_bodies: dict[tuple[int, str | None], bytes] = {}
+        # per kind of caller: the last list, when it was last known current, and the
+        # count of requests that changed jobs (submits, cancels, operations) before it
+        self._last_bodies: dict[str | None, tuple[float, bytes, int]] = {}
+        self._requests = 0
         self._jobs_lock = threading.Lock()
         self._spec_texts = SpecTexts()  # each spec's JSON in the list, encoded once
         self._job_parts: dict[int, tuple[JobRecord, str | None, str | None]] = {}
@@ -393,15 +401,44 @@ class Allocator:
     def jobs_body(self, who: Principal | None = None) -> bytes:
         """``GET /api/v1/jobs``'s JSON, encoded once per change of the store and kind of
         caller (with named users each sees other users' specs as ``{}``), not once per
-        call: 50 clients listing 2,000 jobs otherwise starve the planning loop."""
+        call: 50 clients listing 2,000 jobs otherwise starve the planning loop.
+
+        While another call encodes the list afresh, a call answers at once with the last
+        list (for the same kind of caller) if that one was current at most
+        ``LIST_STALE_S`` ago, instead of queueing behind the encoding: every round changes
+        every running job, and listing would otherwise wait for an encoding of the whole
+        list after each round. Only rounds' changes lag so: a list from before a submit,
+        cancel or operator request is not served after it (a client sees its own submit
+        in its next list); with nothing being encoded the answer is always current."""
         mine = self.credentials.multi_tenant and who is not None and not who.operator
-        key = (self.store.generation, who.name if mine and who is not None else None)
-        with self._jobs_lock:
+        whose = who.name if mine and who is not None else None
+        key = (self.store.generation, whose)
+        requests = self._requests  # before the rows
+        body = self._jobs_bodies.get(key)
+        if body is not None:
+            last = self._last_bodies.get(whose)
+            if last is not None and last[1] is body:
+                self._last_bodies[whose] = (time.monotonic(), body, last[2])  # current now
+            return body
+        if not self._jobs_lock.acquire(blocking=False):
+            last = self._last_bodies.get(whose)
+            if (
+                last is not None
+                and last[2] == requests
+                and time.monotonic() - last[0] <= LIST_STALE_S
+            ):
+                return last[1]  # only rounds changed jobs since: it lags them at most that
+            self._jobs_lock.acquire()
+        try:
             body = self._jobs_bodies.get(key)
             if body is None:
                 body = self._encode_jobs(who)
-                self._jobs_bodies = {k: v for k, v in self._jobs_bodies.items() if k[0] == key[0]}
-                self._jobs_bodies[key] = body
+                bodies = {k: v for k, v in self._jobs_bodies.items() if k[0] == key[0]}
+                bodies[key] = body
+                self._jobs_bodies = bodies  # replaced whole: read above without the lock
+                self._last_bodies[whose] = (time.monotonic(), body, requests)
+        finally:
+            self._jobs_lock.release()
         return body
 
     def _encode_jobs(self, who: Principal | None) -> bytes:
@@ -481,12 +518,14 @@ class Allocator:
     ) -> tuple[int, Answer]:
         now = self.clock()
         parsed = self._owned_spec(spec, who, now)
-        if parsed.profile_auto:
-            return self._submit_auto(parsed, now)
         try:
+            if parsed.profile_auto:
+                return self._submit_auto(parsed, now)
             result = self.planner.submit(parsed, now)
         except PlanError as exc:
             raise ApiError(exc.status, str(exc)) from None
+        finally:
+            self._requests += 1  # a list from before it is not served to anyone (jobs_body)
         self.metrics.admission(result.admitted)
         if result.admitted:
             self.wake()  # start its containers now, not at the next slot
@@ -805,6 +844,8 @@ class Allocator:
             rec = self.planner.cancel(name, self.clock(), by=who.name if who else "operator")
         except PlanError as exc:
             raise ApiError(exc.status, str(exc)) from None
+        finally:
+            self._requests += 1
         self.wake()
         return JobView.of(rec)
 
@@ -821,6 +862,8 @@ class Allocator:
         except OperationError as exc:
             extra = {"field": exc.field} if exc.field else {}
             raise ApiError(exc.status, str(exc), **extra) from None
+        finally:
+            self._requests += 1
         self.wake()
         return out
 

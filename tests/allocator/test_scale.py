@@ -401,3 +401,45 @@ def test_a_list_after_a_write_encodes_only_the_jobs_written(tmp_path, monkeypatc
     ]
     assert listed[1]["reason"] == "changed"
     alloc.store.close()
+
+
+def _list_in_thread(alloc: Allocator) -> tuple[threading.Thread, list[bytes]]:
+    got: list[bytes] = []
+    th = threading.Thread(target=lambda: got.append(alloc.jobs_body()))
+    th.start()
+    return th, got
+
+
+def test_a_list_being_encoded_answers_others_with_the_last_one(tmp_path, monkeypatch):
+    """While one call encodes the list afresh after a round, another answers at once with
+    the last list (a round's changes lag at most LIST_STALE_S); after a submit, or once
+    that list is older, it waits for the fresh one."""
+    import flowcon.allocator.daemon as daemon_mod
+
+    alloc = _daemon(tmp_path)
+    alloc.submit(_spec_body("a"))
+    before = alloc.jobs_body()
+    alloc.plan_round(force=True)  # a round: every running job's row changes
+    with alloc._jobs_lock:  # another call is encoding
+        th, got = _list_in_thread(alloc)
+        th.join(timeout=5)
+        assert got == [before]  # at once, the last list
+    fresh = alloc.jobs_body()
+    assert fresh != before
+    alloc.submit(_spec_body("b"))  # a request changed jobs: no list from before it
+    with alloc._jobs_lock:
+        th, got = _list_in_thread(alloc)
+        th.join(timeout=0.3)
+        assert th.is_alive()  # it waits for the encoding
+    th.join(timeout=5)
+    assert [j["name"] for j in json.loads(got[0])["jobs"]] == ["a", "b"]
+    monkeypatch.setattr(daemon_mod, "LIST_STALE_S", 0.0)
+    alloc.plan_round(force=True)
+    with alloc._jobs_lock:
+        th, got = _list_in_thread(alloc)
+        th.join(timeout=0.3)
+        assert th.is_alive()  # the last list is too old to answer with
+    th.join(timeout=5)
+    assert got
+    assert got[0] != fresh
+    alloc.store.close()
