@@ -355,6 +355,26 @@ def publish_next(store: Store, gen: int, nxt: int) -> None:
     put(store, f"{ROOT}gen/{gen}/next", str(nxt))
 
 
+def arrive(store: Store, gen: int, world_size: int, timeout_s: float, poll_s: float = 0.02) -> None:
+    """Count this rank in to generation ``gen`` and wait until all ``world_size`` ranks are.
+
+    The first generation's workers start apart (a container, or a worker importing torch on a
+    busy host, may come up many seconds after the others), and a process group's own
+    rendezvous waits only the group's timeout, the seconds a collective gives a silent peer:
+    the first rank there failed with a store timeout when the last came later than that.
+    Past ``timeout_s`` it raises ``TimeoutError`` saying how many came. Polling keeps the
+    caller's signal handlers running."""
+    key = f"{ROOT}gen/{gen}/arrived"
+    store.add(key, 1)
+    deadline = time.monotonic() + timeout_s
+    while (came := store.add(key, 0)) < world_size:
+        if time.monotonic() >= deadline:
+            raise TimeoutError(
+                f"{came} of {world_size} workers of generation {gen} came within {timeout_s} s"
+            )
+        time.sleep(poll_s)
+
+
 def next_gen(store: Store, gen: int, timeout_s: float) -> int:
     raw = wait_key(store, f"{ROOT}gen/{gen}/next", timeout_s)
     if raw is None:

@@ -132,6 +132,10 @@ def connect_store(host: str, port: int, timeout_s: float) -> Any:
     return tcp_store(host, port, is_master=False, timeout=_dt.timedelta(seconds=timeout_s))
 
 
+# How long the workers of the first generation wait for each other to start (a process
+# group's rendezvous waits only ``timeout_s``); restart mode's group timeout.
+START_WAIT_S: Final = 300.0
+
 # How long an election waits for a member store to answer before trying the next one.
 ELECT_CONNECT_S: Final = 5.0
 
@@ -431,6 +435,8 @@ class StopFree(Elastic):
                 return
             step = self.step
         else:
+            if self.env.world_size > 1:  # all started before the group's own rendezvous
+                rdv.arrive(self.store, 0, self.env.world_size, START_WAIT_S)
             self._form(rdv.Generation(gen=0, world_size=self.env.world_size), self.env.rank)
             step = self.resume(model, optimizer, **extra)
             self._rebuild_ddp()
