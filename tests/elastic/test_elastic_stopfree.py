@@ -34,6 +34,9 @@ REPO = Path(__file__).resolve().parents[2]
 JOB = REPO / "tests" / "support" / "stopfree_job.py"
 GBS = 10
 SIZE = 66  # stopfree_job.SIZE: 7 steps an epoch (6 x 10 + 6)
+# How long workers may take to come up (``Job.wait``): four of them importing torch at once
+# beside other tests on a loaded 2-core host took 50-80 s, more than a wait's 40 s.
+STARTUP_S = 180.0
 
 
 class Job:
@@ -98,14 +101,30 @@ class Job:
                     out.append(json.loads(line))
         return out
 
+    def up(self) -> bool:
+        """Every running worker is past its start (imports, model): the job script opens
+        its ids file just before ``run.steps``."""
+        return all(
+            (self.out / f"ids-{p.pid}.jsonl").exists()
+            for n, p in self.procs.items()
+            if n not in self.killed and p.poll() is None
+        )
+
     def wait(self, what: str, cond: Callable[[], bool], timeout: float = 40.0) -> None:
-        deadline = time.monotonic() + timeout
+        """Until ``cond()``: ``timeout`` s from the moment every worker is up (a worker's
+        start is not the job's progress; it has ``STARTUP_S``), failing at once when one
+        dies."""
+        now = time.monotonic()
+        deadline, startup = now + timeout, now + STARTUP_S
         while not cond():
             for n, p in self.procs.items():
                 rc = p.poll()
                 if rc not in (None, 0, contract.EXIT_LEFT) and n not in self.killed:
                     raise AssertionError(f"{n} died ({rc}) waiting for {what}:\n{self.logs()}")
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if not self.up():
+                deadline = now + timeout  # the clock starts once all are up
+            if now > deadline or now > startup:
                 raise AssertionError(f"timed out waiting for {what}:\n{self.logs()}")
             time.sleep(0.05)
 
@@ -137,6 +156,7 @@ class Job:
     def finish(self, timeout: float = 40.0) -> dict[str, int]:
         codes = {}
         try:
+            self.wait("the workers to start", self.up)  # ``timeout`` is for the job's run
             for n, p in self.procs.items():
                 codes[n] = p.wait(timeout=timeout)
         finally:
@@ -340,6 +360,11 @@ def test_the_leavers_of_one_scale_in_leave_together(tmp_path: Path, settle: str)
     job.procs["c"].send_signal(signal.SIGUSR1)
     job.gate(iterations)
     time.sleep(0.6)
+    if settle == "0":
+        # no window: c goes at the first boundary after its signal, and d's signal must come
+        # after it; one step and the switch to 3 can take longer than 0.6 s on a loaded
+        # host, and then both leave at that boundary as if there were a window
+        job.wait("c gone", lambda: job.world_at(3, 5))
     job.procs["d"].send_signal(signal.SIGUSR1)
     left = contract.EXIT_LEFT
     assert job.finish() == {"a": 0, "b": 0, "c": left, "d": left}, job.logs()
@@ -349,6 +374,7 @@ def test_the_leavers_of_one_scale_in_leave_together(tmp_path: Path, settle: str)
     scaled = job.events("scaled")
     gone = job.events("left")
     if settle == "0":
+        assert scaled[0]["step"] <= 6, scaled  # at once: the boundary of step 5 or 6
         assert changes == [4, 3, 2], changes
         assert [(e["world_size"], e["left"]) for e in scaled] == [(3, 1), (2, 1)], scaled
         return
