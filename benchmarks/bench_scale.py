@@ -576,7 +576,7 @@ def serve(cfg_path: Path, start: float, speed: float, delay: float) -> int:
         t0 = time.perf_counter()
         alloc.plan_round(force=True)
         took = time.perf_counter() - t0
-        info = {"s": took, "active": len(alloc.store.active_jobs()), **_memory()}
+        info = {"s": took, "active": len(alloc.store.active_names()), **_memory()}
         print("ROUND " + json.dumps(info), flush=True)
     alloc.stop()
     return 0

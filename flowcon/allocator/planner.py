@@ -175,10 +175,13 @@ class Planner:
         self._plan_lock = threading.Lock()
         self._planned_cv = threading.Condition()  # notified when a plan was made
         # set while a planning loop runs (the daemon's: it wakes that loop): a submit
-        # then waits up to ``loop_wait_s`` for the loop's next plan instead of making one
-        # of its own beside it (the loop would plan again for the same admission)
+        # then waits for the loop's next plan instead of making one of its own beside it
+        # (the loop would plan again for the same admission), up to ``loop_wait_s`` or
+        # three times the last plan's duration if longer (a loop held up by a slow
+        # container stop does not hold submits for longer than that)
         self.wake_loop: Callable[[], None] | None = None
         self.loop_wait_s = 1.0
+        self._plan_s = 0.0  # how long the last plan took
 
     # -- the job as the core sees it --------------------------------------------------
 
@@ -363,7 +366,7 @@ class Planner:
         wake = self.wake_loop
         if wake is not None:
             wake()
-            deadline = time.monotonic() + self.loop_wait_s
+            deadline = time.monotonic() + max(self.loop_wait_s, 3 * self._plan_s)
             with self._planned_cv:
                 while self._planned < seq and time.monotonic() < deadline:
                     self._planned_cv.wait(timeout=max(0.0, deadline - time.monotonic()))
@@ -560,6 +563,7 @@ class Planner:
         completion, cancel, a refined curve) always re-plan.
         """
         now = self.clock() if now is None else now
+        t0 = time.monotonic()
         with self.store.transaction():
             seen = self._admitted  # admissions commit under this lock: all before are in
             if self.ops.expire(now):  # an avoidance ran out: its GPU is placed again
@@ -583,6 +587,7 @@ class Planner:
             self._migrations_done(plan, now)
             plan.gpus = {rec.name: rec.gpus for rec in active}
             self._planned, self._last_plan = max(self._planned, seen), plan
+        self._plan_s = time.monotonic() - t0
         with self._planned_cv:
             self._planned_cv.notify_all()
         return plan
