@@ -185,14 +185,11 @@ def test_the_api_holds_a_burst_of_connections_while_it_is_not_accepting():
         server.httpd.server_close()
 
 
-def test_the_job_list_is_encoded_once_per_change_of_the_store(tmp_path, monkeypatch):
+def _count_encodes(monkeypatch) -> list[str]:
+    """The names of the jobs ``JobView.encoded`` encodes from now on, in order."""
     from flowcon.allocator.views import JobView
 
-    alloc = _daemon(tmp_path)
-    alloc.start(port=0, plan_loop=False)
-    client = AllocatorClient(alloc.url, alloc.token, timeout=10)
-    client.submit(_spec_body("a"))
-    encoded = []
+    encoded: list[str] = []
     real = JobView.encoded
 
     def counting(rec, spec_text):
@@ -200,6 +197,16 @@ def test_the_job_list_is_encoded_once_per_change_of_the_store(tmp_path, monkeypa
         return real(rec, spec_text)
 
     monkeypatch.setattr(JobView, "encoded", staticmethod(counting))
+    return encoded
+
+
+def test_the_job_list_is_encoded_once_per_change_of_the_store(tmp_path, monkeypatch):
+
+    alloc = _daemon(tmp_path)
+    alloc.start(port=0, plan_loop=False)
+    client = AllocatorClient(alloc.url, alloc.token, timeout=10)
+    client.submit(_spec_body("a"))
+    encoded = _count_encodes(monkeypatch)
     first = [j["name"] for j in client.jobs()]
     assert [j["name"] for j in client.jobs()] == first == ["a"]
     assert encoded == ["a"]  # the second list was the first one's body
@@ -373,21 +380,13 @@ def test_a_list_after_a_write_encodes_only_the_jobs_written(tmp_path, monkeypatc
     """The job list keeps each job's JSON by the record the store hands out: after one
     job is written, the next list encodes that job only; an ended job (read from SQLite,
     kept until a terminal row changes) is not encoded again."""
-    from flowcon.allocator.views import JobView
 
     alloc = _daemon(tmp_path)
     for name in ("a", "b", "c"):
         alloc.submit(_spec_body(name))
     alloc.cancel("c")
     alloc.jobs_body()
-    encoded = []
-    real = JobView.encoded
-
-    def counting(rec, spec_text):
-        encoded.append(rec.name)
-        return real(rec, spec_text)
-
-    monkeypatch.setattr(JobView, "encoded", staticmethod(counting))
+    encoded = _count_encodes(monkeypatch)
     rec = alloc.store.get_job("b")
     assert rec is not None
     rec.reason = "changed"
