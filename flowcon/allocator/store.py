@@ -401,8 +401,12 @@ class Store:
                     self._hot.rollback()
                     self._job_writes = self._cold_writes = 0
                     raise
-                self._hot.commit()
+                # the terminal rows' count before the rows in memory (a reader between
+                # the two reads them again and finds a job that just ended in both, not
+                # in neither), the jobs' count after them (what was read at a count is
+                # at least as new as it)
                 self.cold_generation += self._cold_writes
+                self._hot.commit()
                 self.generation += self._job_writes
                 self._job_writes = self._cold_writes = 0
 
@@ -513,14 +517,15 @@ class Store:
             ),
         )
         with self._lock:
-            self._hot.write(job, staged=self._depth > 0)
             cold = int(job.state not in HOT_STATES)
             if self._depth:
                 self._job_writes += 1  # counted once the transaction commits
                 self._cold_writes += cold
-            else:
-                self.generation += 1
+                self._hot.write(job, staged=True)
+            else:  # in the order ``transaction`` commits them
                 self.cold_generation += cold
+                self._hot.write(job, staged=False)
+                self.generation += 1
 
     def _own(self) -> bool:
         """Whether this thread writes the open transaction (it sees its own writes)."""

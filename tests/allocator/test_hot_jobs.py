@@ -124,3 +124,28 @@ def test_a_resubmitted_name_is_hot_again(tmp_path):
     st.put_job(_rec("a", submit=5.0))
     assert [(r.name, r.state, r.submit_time) for r in st.list_jobs()] == [("a", "admitted", 5.0)]
     st.close()
+
+
+def test_a_commit_moves_the_counts_around_the_rows_in_memory(tmp_path, monkeypatch):
+    """A job that ends is seen by a lister in the terminal rows or in memory, never in
+    neither: the terminal rows' count moves before the rows in memory change; and a list
+    read at the jobs' count is at least as new as it: that count moves after them."""
+    st = Store(tmp_path / "a.db")
+    st.put_job(_rec("a"))
+    seen = []
+    real = st._hot.commit
+
+    def commit():
+        seen.append((st.cold_generation, st.generation))
+        real()
+
+    monkeypatch.setattr(st._hot, "commit", commit)
+    cold, gen = st.cold_generation, st.generation
+    with st.transaction():
+        rec = st.get_job("a")
+        assert rec is not None
+        rec.state = "completed"
+        st.put_job(rec)
+    assert seen == [(cold + 1, gen)]
+    assert (st.cold_generation, st.generation) == (cold + 1, gen + 1)
+    st.close()
