@@ -53,12 +53,12 @@ check: lint types
 
 # Pure tests as the fast lane runs them (the calibration included, first).
 fast:
-	$(PURE) $(PYTHON) -m pytest -m "not docker and not swarm" -n $(WORKERS) --dist worksteal
+	$(PURE) $(PYTHON) -m pytest -m "not docker and not swarm and not alone" -n $(WORKERS) --dist worksteal
 
 # Engine tests, one at a time (they share the engine): starts the engine and builds the
 # local images first, as the engine lane does.
 engine:
-	bash scripts/test.sh -m "docker or swarm"
+	bash scripts/test.sh -m "docker or swarm or alone"
 
 test:
 	bash scripts/test.sh

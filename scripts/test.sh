@@ -3,11 +3,12 @@
 #
 #   1. Fast lane (a few minutes, no engine): install the Python side into .venv from the
 #      lock (scripts/install.sh), then ruff, mypy --strict and the pure tests
-#      (-m "not docker and not swarm") on two cores with pytest-xdist, the minutes-long
+#      (-m "not docker and not swarm and not alone") on two cores with pytest-xdist, the minutes-long
 #      calibration (-m calibration) first. Any failure stops here, before the engine is
 #      installed or an image is built.
 #   2. Engine lane: start the engine, build the local images (cached), run the tests that
-#      need it (-m "docker or swarm").
+#      need it (-m "docker or swarm"), and the few pure tests marked ``alone`` that must not run
+#      beside others.
 #
 # Extra arguments go to pytest: with arguments, the fast lane's lint and type check run and
 # then `pytest "$@"` runs once after the engine is up (your selection decides what runs).
@@ -54,7 +55,8 @@ if [ "$#" -eq 0 ]; then
     # tests/conftest.py puts it first, so one worker starts on it while the other takes the
     # rest, and --dist worksteal evens out what is left.
     DOCKER_HOST=unix:///nonexistent/flowcon-fast-lane.sock FLOWCON_PURE_LANE=1 \
-        run_pytest "fast lane" -m "not docker and not swarm" -n "$workers" --dist worksteal
+        run_pytest "fast lane" -m "not docker and not swarm and not alone" -n "$workers" \
+            --dist worksteal
 fi
 echo "== fast lane passed in $(($(date +%s) - lane_start)) s" >&2
 if [ "${FLOWCON_FAST_ONLY:-0}" = 1 ]; then
@@ -72,7 +74,7 @@ bash images/ddp-example/build.sh
 bash scripts/engine-trixie.sh fetch || echo "== trixie's docker.io not fetched: see above" >&2
 if [ "$#" -eq 0 ]; then
     echo "== engine lane: tests" >&2
-    run_pytest "engine lane" -m "docker or swarm"
+    run_pytest "engine lane" -m "docker or swarm or alone"
 else
     echo "== pytest $*" >&2
     # Exit 5 is reported as is here: a selection that matches nothing is the caller's mistake.

@@ -73,6 +73,10 @@ def test_the_coordinator_hands_over_when_its_container_leaves(tmp_path: Path) ->
     assert _steps(logs) == list(range(1, iterations + 1))  # no restart, no step twice
 
 
+# Beside the fast lane's parallel tests a joiner's first call to the coordinator's store
+# was dropped ("Failed to recv, got 0 bytes") and its redials were not answered within the
+# wait, in two of three CI runs; alone it passed every run. The cause is not known.
+@pytest.mark.alone
 def test_survivors_elect_a_coordinator_when_its_container_is_killed(tmp_path: Path) -> None:
     """SIGKILL to the coordinator's launcher and worker (3 -> 2): the survivors elect the
     first answering member store, recover from their agreed in-memory state there and
