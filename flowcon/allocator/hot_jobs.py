@@ -53,24 +53,15 @@ class HotJobs(Generic[R]):
         if staged:
             self._staged[row.name] = kept
             return
-        self._committed = self._applied({row.name: kept})
+        self._committed = _applied(self._committed, {row.name: kept})
 
     def commit(self) -> None:
         if self._staged:
-            self._committed = self._applied(self._staged)
+            self._committed = _applied(self._committed, self._staged)
         self._staged = {}
 
     def rollback(self) -> None:
         self._staged = {}
-
-    def _applied(self, changes: dict[str, R | None]) -> dict[str, R]:
-        new = dict(self._committed)
-        for name, row in changes.items():
-            if row is None:
-                new.pop(name, None)
-            else:
-                new[name] = row
-        return new
 
     def _view(self, own: bool) -> dict[str, R]:
         """The rows a reader sees: the committed ones, with the open transaction's when
@@ -78,21 +69,11 @@ class HotJobs(Generic[R]):
         committed = self._committed  # one reference: a commit replaces it whole
         if not own or not self._staged:
             return committed
-        view = dict(committed)
-        for name, row in self._staged.items():
-            if row is None:
-                view.pop(name, None)
-            else:
-                view[name] = row
-        return view
+        return _applied(committed, self._staged)
 
     def get(self, name: str, own: bool) -> R | None:
         row = self._view(own).get(name)
         return None if row is None else self._copy(row)
-
-    def holds(self, name: str, own: bool) -> bool:
-        """Whether ``name`` is a hot job now (else it is terminal, or unknown)."""
-        return name in self._view(own)
 
     def rows(self, states: Iterable[str], own: bool, copies: bool = True) -> list[R]:
         """Copies of the rows in ``states`` (a subset of the hot states), in the order
@@ -104,7 +85,15 @@ class HotJobs(Generic[R]):
         return [self._copy(r) for r in got] if copies else got
 
     def names(self, states: Iterable[str], own: bool) -> list[str]:
-        wanted = frozenset(states)
-        got = [r for r in self._view(own).values() if r.state in wanted]
-        got.sort(key=lambda r: (r.submit_time, r.name))
-        return [r.name for r in got]
+        return [r.name for r in self.rows(states, own, copies=False)]
+
+
+def _applied(rows: dict[str, R], changes: dict[str, R | None]) -> dict[str, R]:
+    """A new map: ``rows`` with ``changes`` (None: the row left the states) applied."""
+    new = dict(rows)
+    for name, row in changes.items():
+        if row is None:
+            new.pop(name, None)
+        else:
+            new[name] = row
+    return new

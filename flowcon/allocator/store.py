@@ -299,6 +299,13 @@ _JOB_COLUMNS = (
 )
 
 
+def _jobs_query(states: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """The SQL and parameters that read the job rows in ``states``, in ``list_jobs``' order."""
+    marks = ",".join("?" for _ in states)
+    sql = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN ({marks}) ORDER BY submit_time, name"
+    return sql, tuple(states)
+
+
 class Store:
     """Thread-safe access to the allocator database."""
 
@@ -336,11 +343,8 @@ class Store:
         self._migrate()
         # the pending and active jobs' rows as committed (written through, read from here)
         self._hot: HotJobs[JobRecord] = HotJobs(HOT_STATES, JobRecord.copy)
-        marks = ",".join("?" for _ in HOT_STATES)
         with self._lock:  # the writer's connection: no reader of this thread's is opened
-            rows = self._conn.execute(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN ({marks})", HOT_STATES
-            ).fetchall()
+            rows = self._conn.execute(*_jobs_query(HOT_STATES)).fetchall()
         self._hot.load(self._job_from_row(r) for r in rows)
 
     # -- plumbing ---------------------------------------------------------------------
@@ -538,17 +542,8 @@ class Store:
         row = self._q1(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE name=?", (name,))
         return self._job_from_row(row) if row else None
 
-    def _sql_jobs(self, states: tuple[str, ...] | None) -> list[JobRecord]:
-        if states:
-            marks = ",".join("?" for _ in states)
-            rows = self._qall(
-                f"SELECT {_JOB_COLUMNS} FROM jobs WHERE state IN ({marks}) "
-                "ORDER BY submit_time, name",
-                tuple(states),
-            )
-        else:
-            rows = self._qall(f"SELECT {_JOB_COLUMNS} FROM jobs ORDER BY submit_time, name")
-        return [self._job_from_row(r) for r in rows]
+    def _sql_jobs(self, states: tuple[str, ...]) -> list[JobRecord]:
+        return [self._job_from_row(r) for r in self._qall(*_jobs_query(states))]
 
     def list_jobs(
         self, states: tuple[str, ...] | None = None, copies: bool = True
@@ -573,7 +568,7 @@ class Store:
             seen = by_name.get(r.name)
             if seen is None or r.updated >= seen.updated:
                 by_name[r.name] = r
-        out = [r for r in by_name.values() if r.state in wanted]
+        out = list(by_name.values())  # both reads were of ``wanted`` states only
         out.sort(key=lambda r: (r.submit_time, r.name))
         return out
 

@@ -91,9 +91,18 @@ class JobView:
     owner: str = LEGACY_OWNER  # who submitted it (an older allocator's answer: the legacy)
 
     @staticmethod
-    def fields_of(rec: JobRecord, with_spec: bool = True) -> JsonObject:
-        """The record's fields as ``JobView`` has them (``with_spec=False``: no "spec")."""
-        out: JsonObject = {
+    def fields_of(rec: JobRecord) -> JsonObject:
+        """The record's fields as ``JobView`` has them."""
+        return {
+            **JobView._head(rec),
+            "spec": spec_json(rec.spec, redact=True),
+            "owner": rec.owner,
+        }
+
+    @staticmethod
+    def _head(rec: JobRecord) -> JsonObject:
+        """``fields_of`` up to the spec (``encoded`` adds the spec and the owner)."""
+        return {
             "name": rec.name,
             "state": rec.state,
             "submit_time": rec.submit_time,
@@ -112,10 +121,6 @@ class JobView:
             "measured_samples": {str(k): int(v) for k, v in sorted(rec.measured_n.items())},
             "deadline_met": rec.deadline_met,
         }
-        if with_spec:
-            out["spec"] = spec_json(rec.spec, redact=True)
-        out["owner"] = rec.owner
-        return out
 
     @classmethod
     def of(cls, rec: JobRecord) -> JobView:
@@ -126,16 +131,8 @@ class JobView:
         """``json.dumps(JobView.of(rec).to_json(), default=str)`` with the spec's part given
         as its JSON text (``SpecTexts``): a list of thousands of jobs encodes each spec once,
         not on every change of the job's progress."""
-        head = JobView.fields_of_record(rec)
-        body = json.dumps(head, default=str)
+        body = json.dumps(JobView._head(rec), default=str)
         return f'{body[:-1]}, "spec": {spec_text}, "owner": {json.dumps(rec.owner)}}}'
-
-    @staticmethod
-    def fields_of_record(rec: JobRecord) -> JsonObject:
-        """``fields_of`` without the spec and the owner (``encoded`` adds them)."""
-        out = JobView.fields_of(rec, with_spec=False)
-        del out["owner"]
-        return out
 
     def to_json(self) -> JsonObject:
         return _plain(self)
