@@ -23,6 +23,14 @@ Sections, each one object of the last line's JSON (``{"ok": ..., "mode": ..., ..
 ``mps``        whether the CUDA MPS control daemon can be started here; if so two clients
                under ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` 50/50 and then 80/20, measured in
                their step rates (``ratio`` of the first's rate to the second's).
+``isolation``  on a host with a Docker engine and the NVIDIA runtime: two job containers
+               created by the executor's engine backend from an image built here with
+               ``ENV NVIDIA_VISIBLE_DEVICES=all`` (and a spec env saying ``all`` too): the
+               first holds GPU 0 by a device request, the second GPU 1 (or no GPU on a
+               one-GPU host) by the environment alone, as a declared inventory's worker;
+               each must list only its own GPUs (``nvidia-smi -L`` inside). Skipped, with
+               the reason, without GPUs, an engine, the NVIDIA runtime or the image; reports
+               the node's toolkit setting (``flowcon.agent.toolkit``) as well.
 
 With ``--cpu`` the same code runs on the CPU: NVML is ``flowcon.testing.fake_nvml`` (its
 processes are the real worker PIDs), ``nvidia-smi`` is read from that fake, the training
@@ -546,6 +554,135 @@ def check_mps(mode: str, tmp: Path) -> dict[str, Any]:
         subprocess.run([exe], input="quit\n", env=env, text=True, timeout=30, check=False)
 
 
+ISOLATION_BASE = "flowcon/base:bookworm"  # glibc, for the nvidia-smi the toolkit mounts
+ISOLATION_IMAGE = "flowcon/gpu-check-all:latest"
+ISOLATION_LABEL = "flowcon.gpu-check"
+
+
+def skipped(reason: str) -> dict[str, Any]:
+    return {"ok": True, "skipped": True, "reason": reason}
+
+
+def listed_uuids(text: str) -> list[str]:
+    """The UUIDs ``nvidia-smi -L`` lists (``GPU 0: NAME (UUID: GPU-...)``; MIG lines too)."""
+    out = []
+    for line in text.splitlines():
+        if "(UUID: " in line:
+            out.append(line.split("(UUID: ", 1)[1].split(")", 1)[0].strip())
+    return out
+
+
+def _engine_client() -> Any:
+    import docker
+
+    return docker.from_env(timeout=60)
+
+
+def check_isolation(
+    mode: str, uuids: list[str], tmp: Path, connect: Callable[[], Any] = _engine_client
+) -> dict[str, Any]:
+    """Two job containers through the engine backend, each seeing only its GPUs."""
+    if mode == "cpu":
+        return skipped("CPU dry run: no GPU")
+    if not uuids:
+        return skipped("no GPU: NVML lists none")
+    try:
+        client = connect()
+        info = client.info()
+    except Exception as exc:
+        return skipped(f"no engine: {type(exc).__name__}: {exc}")
+    runtimes = sorted((info.get("Runtimes") or {}).keys())
+    if "nvidia" not in runtimes:
+        return skipped(f"no nvidia runtime on the engine (runtimes: {', '.join(runtimes)})")
+    from flowcon.agent.toolkit import read_toolkit
+
+    toolkit = read_toolkit()
+    out: dict[str, Any] = {
+        "default_runtime": info.get("DefaultRuntime"),
+        "toolkit": toolkit.state,
+        "toolkit_detail": toolkit.detail,
+    }
+    try:
+        client.images.get(ISOLATION_BASE)
+    except Exception as exc:
+        return {**skipped(f"no image {ISOLATION_BASE}: {exc}"), **out}
+    import io
+
+    dockerfile = f"FROM {ISOLATION_BASE}\nENV NVIDIA_VISIBLE_DEVICES=all\n"
+    client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()),
+        tag=ISOLATION_IMAGE,
+        labels={ISOLATION_LABEL: "1"},
+        rm=True,
+    )
+    jobs = {"a": uuids[:1], "b": uuids[1:2]}
+    try:
+        out["containers"] = {
+            name: _isolated_run(client, name, gpus, real=name == "a", tmp=tmp)
+            for name, gpus in jobs.items()
+        }
+    finally:
+        for c in client.containers.list(all=True, filters={"label": ISOLATION_LABEL}):
+            c.remove(force=True)
+        client.images.remove(ISOLATION_IMAGE, force=True)
+    out["ok"] = isolated(out["containers"])
+    # b's GPU reached it by the environment alone only where the NVIDIA runtime is the
+    # default runtime (docs/swarm.md); elsewhere it sees none, which is still isolation
+    out["env_route"] = out["containers"]["b"]["listed"] == out["containers"]["b"]["own"]
+    return out
+
+
+def isolated(containers: dict[str, dict[str, Any]]) -> bool:
+    """Each container lists only its own GPUs and was never told ``all``; the one with a
+    device request lists exactly its own."""
+    return all(
+        set(c["listed"]) <= set(c["own"])
+        and "all" not in c["visible"].split(",")
+        and (not c["device_request"] or c["listed"] == c["own"])
+        for c in containers.values()
+    )
+
+
+def _isolated_run(client: Any, name: str, gpus: list[str], real: bool, tmp: Path) -> dict[str, Any]:
+    """One job container made by the engine backend; what it lists and what it was told."""
+    from flowcon.executor.backend import WorkerRequest
+    from flowcon.executor.backends.engine import EngineBackend
+    from flowcon.executor.container_spec import ContainerSettings
+
+    ckpt = tmp / f"isolation-{name}"
+    ckpt.mkdir(exist_ok=True)
+    script = "echo NVD=$NVIDIA_VISIBLE_DEVICES; nvidia-smi -L 2>&1 || true"
+    worker = EngineBackend(client).create(
+        WorkerRequest(
+            name=f"flowcon-gpu-check-{name}",
+            job=f"gpu-check-{name}",
+            node="local",
+            image=ISOLATION_IMAGE,
+            command=("sh", "-c", script),
+            env={"NVIDIA_VISIBLE_DEVICES": "all"},  # what a spec or an image would say
+            labels={ISOLATION_LABEL: "1"},
+            gpus=tuple(gpus),
+            real_gpus=real,  # b: the environment alone, as a declared inventory's worker
+            checkpoint_volume="",
+            checkpoint_host_dir=str(ckpt),
+            grace_s=1.0,
+            network=None,
+            settings=ContainerSettings(user="65534:65534"),  # nobody: jobs never run as root
+        )
+    )
+    container = client.containers.get(worker.id)
+    container.wait(timeout=120)
+    text = container.logs().decode(errors="replace")
+    visible = next((ln[4:] for ln in text.splitlines() if ln.startswith("NVD=")), "")
+    return {
+        "own": list(gpus),
+        "listed": listed_uuids(text),
+        "visible": visible,
+        "device_request": real,
+        "output": text[-400:],
+    }
+
+
 def run_check(mode: str, out_dir: Path | None) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="flowcon-gpu-check-", dir=out_dir))
     result: dict[str, Any] = {"mode": mode, "tmp": str(tmp)}
@@ -586,8 +723,10 @@ def run_check(mode: str, out_dir: Path | None) -> dict[str, Any]:
     result["restart"] = box["restart"]
     result["measure"] = box.get("measure", {"ok": False, "error": "the stop-free job did not run"})
     result["mps"] = _run("mps", lambda: check_mps(mode, tmp))
+    real = [str(d["uuid"]) for d in inv.get("devices", [])] if mode == "gpu" else []
+    result["isolation"] = _run("isolation", lambda: check_isolation(mode, real, tmp))
     result["seconds"] = round(time.monotonic() - t0, 1)
-    names = ("inventory", "restart", "stopfree", "measure", "mps")
+    names = ("inventory", "restart", "stopfree", "measure", "mps", "isolation")
     result["ok"] = all(bool(result[k].get("ok")) for k in names)
     return result
 

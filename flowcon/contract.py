@@ -53,6 +53,9 @@ LABEL_WORLD_SIZE: Final = "flowcon.world-size"
 LABEL_MASTER_PORT: Final = "flowcon.master-port"  # the job's MASTER_PORT (host networking)
 LABEL_LAUNCHER: Final = "flowcon.launcher"  # none | torchrun | flowcon (the job spec's)
 LABEL_ROLE: Final = "flowcon.role"  # ROLE_JOB, or ROLE_PROFILE for the pre-run
+# The principal who submitted the job (a named user's jobs; none for the operator and the
+# shared tokens): on its containers, network and checkpoint volume
+LABEL_OWNER: Final = "flowcon.owner"
 # The labels the allocator's executor sets on its containers (config executor.labels may
 # add others, never these).
 EXECUTOR_LABELS: Final = (
@@ -65,6 +68,7 @@ EXECUTOR_LABELS: Final = (
     LABEL_MASTER_PORT,
     LABEL_LAUNCHER,
     LABEL_ROLE,
+    LABEL_OWNER,
 )
 ROLE_JOB: Final = "job"
 ROLE_PROFILE: Final = "profile"
@@ -133,6 +137,9 @@ ENV_STORE_HOST: Final = "FLOWCON_STORE_HOST"
 # variable). Coordination moves to such a store when the coordinator's container leaves or
 # dies (docs/elastic.md, "Stop-free scaling", the coordinator).
 ENV_STORE_ADDR: Final = "FLOWCON_STORE_ADDR"
+# The job's rendezvous secret (set by the executor, never shown by the API): the store keys
+# live under a prefix derived from it and a store proves it knows it (rendezvous.py).
+ENV_RENDEZVOUS_SECRET: Final = "FLOWCON_RENDEZVOUS_SECRET"
 # A worker's stable id in the job (container name and local rank, set by the launcher).
 ENV_WORKER_ID: Final = "FLOWCON_WORKER_ID"
 # Set on workers started into a running job; their RANK/WORLD_SIZE are assigned at the switch.
@@ -214,6 +221,13 @@ class MeasurementReport(TypedDict):
 
     node: str
     measurements: list[Measurement]
+    # What the node's NVIDIA container toolkit does with a container's own
+    # NVIDIA_VISIBLE_DEVICES: one of TOOLKIT_STATES (flowcon/agent/toolkit.py); absent: an
+    # older agent. Older allocators ignore it.
+    toolkit: NotRequired[str]
+
+
+TOOLKIT_STATES: Final = ("envvar-accepted", "envvar-refused", "no-toolkit", "unknown")
 
 
 MEASUREMENT_FIELDS: Final = tuple(Measurement.__annotations__)

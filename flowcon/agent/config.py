@@ -141,6 +141,14 @@ class Config(Strict):
     match_labels: dict[str, str] = Field(
         default_factory=dict, description="a mapping of label names to string values"
     )
+    # Containers the allocator's executor runs (flowcon.managed-by=flowcon-allocator) are
+    # measured and reported for their job; their CPU limits are the allocator's unless true.
+    manage_allocator_jobs: bool = Field(False, description="true or false")
+    # The NVIDIA container toolkit's config on this node (flowcon/agent/toolkit.py): what it
+    # says of NVIDIA_VISIBLE_DEVICES goes with each report (`flowcon nodes`, TOOLKIT)
+    toolkit_config: str = Field(
+        "/etc/nvidia-container-runtime/config.toml", description="an absolute file path"
+    )
     allocator: AllocatorConfig = Field(
         default_factory=AllocatorConfig, description="a mapping (url, token, token_file, timeout)"
     )
@@ -170,10 +178,11 @@ class Config(Strict):
                 raise ValueError("an IP address or host name to listen on") from None
         return value
 
-    @field_validator("state_file", "cgroup_root", "gpu_share_dir")
+    @field_validator("state_file", "cgroup_root", "gpu_share_dir", "toolkit_config")
     @classmethod
     def _paths(cls, value: str, info: ValidationInfo) -> str:
-        why = path_problem(value, absolute=info.field_name in ("cgroup_root", "gpu_share_dir"))
+        absolute = info.field_name in ("cgroup_root", "gpu_share_dir", "toolkit_config")
+        why = path_problem(value, absolute=absolute)
         if why:
             raise ValueError(why)
         return value

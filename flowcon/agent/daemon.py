@@ -18,6 +18,7 @@ from flowcon.agent.gpu_share import GpuShares, MpsDaemon
 from flowcon.agent.listeners import EventListener
 from flowcon.agent.reporter import AllocatorReporter
 from flowcon.agent.state_file import StateStore
+from flowcon.agent.toolkit import read_toolkit
 from flowcon.agent.webview import AgentWeb
 from flowcon.contract import LABEL_ENABLE, LABEL_JOB, LABEL_METRIC
 from flowcon.engine.docker_engine import DockerEngine, EngineError
@@ -104,6 +105,8 @@ class Agent:
         )
         self.http: HttpServer | None = None
         self.controller.on_engine = self._on_engine
+        self.toolkit = read_toolkit(config.toolkit_config)
+        log.info("NVIDIA container toolkit: %s (%s)", self.toolkit.state, self.toolkit.detail)
         self.reporter = (
             AllocatorReporter(
                 config.allocator.url,
@@ -111,6 +114,7 @@ class Agent:
                 self.controller.node,
                 config.allocator.timeout,
                 config.allocator.cacert or os.environ.get(ENV_CACERT),
+                toolkit=self.toolkit.state,
             )
             if config.allocator.url
             else None

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flowcon.agent.config import Config
@@ -19,6 +19,7 @@ from flowcon.agent.foreign import foreign_fields, merge_unset
 from flowcon.agent.limit_executor import Executor, Tracked, hand_off
 from flowcon.agent.monitor import ContainerMonitor
 from flowcon.agent.state_file import AgentState, ContainerRecord
+from flowcon.contract import LABEL_MANAGED_BY, MANAGED_BY_ALLOCATOR
 from flowcon.core.control import AppliedMode
 from flowcon.core.growth import GrowthTracker
 from flowcon.core.labels import LabelError, Policy, parse_policy
@@ -28,6 +29,26 @@ from flowcon.engine.docker_engine import ContainerGone, ContainerInfo, CpuSettin
 from flowcon.engine.protocol import Engine
 
 log = logging.getLogger("flowcon.agent")
+
+
+def present_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """``labels`` without the ``flowcon.*`` keys whose value is empty: the executor blanks
+    the reserved keys a job's image carries (flowcon/executor/visibility.py), and a blank
+    label says nothing."""
+    return {k: v for k, v in labels.items() if not (k.startswith("flowcon.") and v == "")}
+
+
+def agent_policy(labels: Mapping[str, str], manage_allocator_jobs: bool) -> Policy | None:
+    """The container's policy as this agent applies it: an empty ``flowcon.*`` label is
+    absent, and a container the allocator's executor runs (``flowcon.managed-by``) is
+    measured for its job but its CPU limit is left to the allocator unless
+    ``manage_allocator_jobs``. LabelError when a label is bad."""
+    labels = present_labels(labels)
+    policy = parse_policy(labels)
+    allocators = labels.get(LABEL_MANAGED_BY) == MANAGED_BY_ALLOCATOR
+    if policy is None or not policy.managed or manage_allocator_jobs or not allocators:
+        return policy
+    return replace(policy, managed=False) if policy.job is not None else None
 
 
 @dataclass(frozen=True)
@@ -68,7 +89,7 @@ class WorkerPool:
             if info.labels.get(key) != value:
                 return None
         try:
-            policy = parse_policy(info.labels)
+            policy = agent_policy(info.labels, self.cfg.manage_allocator_jobs)
         except LabelError as exc:
             if self.label_errors.get(info.id, ("", ""))[1] != str(exc):
                 self.label_errors[info.id] = (info.name, str(exc))

@@ -39,8 +39,15 @@ def measurement(view: dict[str, Any]) -> Measurement:
     return m
 
 
-def payload(node: str, views: list[dict[str, Any]]) -> MeasurementReport:
-    return MeasurementReport(node=node, measurements=[measurement(v) for v in views])
+def payload(
+    node: str, views: list[dict[str, Any]], toolkit: str | None = None
+) -> MeasurementReport:
+    """The report body; ``toolkit``: what the node's NVIDIA toolkit lets containers do
+    (flowcon/agent/toolkit.py), left out when unknown so older allocators see what they knew."""
+    report = MeasurementReport(node=node, measurements=[measurement(v) for v in views])
+    if toolkit is not None:
+        report["toolkit"] = toolkit
+    return report
 
 
 def only_fresh_rates(views: list[dict[str, Any]], last: dict[str, float]) -> list[dict[str, Any]]:
@@ -72,12 +79,15 @@ class AllocatorReporter:
         node: str,
         timeout: float = 5.0,
         cacert: str | None = None,
+        toolkit: str | None = None,
     ) -> None:
-        """``cacert``: the CA (PEM) an https allocator's certificate is checked with."""
+        """``cacert``: the CA (PEM) an https allocator's certificate is checked with;
+        ``toolkit``: the node's NVIDIA toolkit state, sent with every report."""
         self.endpoint = url.rstrip("/") + "/api/v1/measurements"
         self._tls = client_context(cacert) if self.endpoint.startswith("https:") else None
         self.token = token
         self.node = node
+        self.toolkit = toolkit
         self.timeout = timeout
         self.failures = 0
         self.sent = 0
@@ -85,7 +95,7 @@ class AllocatorReporter:
 
     def send(self, views: list[dict[str, Any]]) -> bool:
         views = only_fresh_rates(views, self._rate_step_ts)
-        body = json.dumps(payload(self.node, views), allow_nan=False).encode()
+        body = json.dumps(payload(self.node, views, self.toolkit), allow_nan=False).encode()
         req = urllib.request.Request(self.endpoint, data=body, method="POST")
         req.add_header("Content-Type", "application/json")
         if self.token:

@@ -29,8 +29,16 @@ from pydantic import Field, field_validator
 from flowcon.allocator.auth import RESERVED_NAMES
 from flowcon.allocator.quota import Quota
 from flowcon.contract import EXECUTOR_LABELS
-from flowcon.executor.reach import DEFAULT_PIDS_LIMIT, DEFAULT_USER, capability_problem, is_root
-from flowcon.jobspec.keys import parse_size, parse_user
+from flowcon.executor.node_hosts import parse_node_hosts
+from flowcon.executor.reach import (
+    DEFAULT_PIDS_LIMIT,
+    DEFAULT_PROBE_IMAGE,
+    DEFAULT_USER,
+    USER_IDS_KEY,
+    capability_problem,
+    is_root,
+)
+from flowcon.jobspec.keys import SpecKeyError, parse_id_ranges, parse_size, parse_user
 from flowcon.policy_registry import POLICIES
 from flowcon.schema import SchemaError, Strict, env_overrides, merge, path_problem
 from flowcon.schema import validate as schema_validate
@@ -161,6 +169,26 @@ def _file_field(role: str) -> Any:
     return Field(None, description=f"a file holding the {role} token (e.g. a Swarm secret)")
 
 
+IdRangesField = str | int | list[str | int] | None
+_RANGES_HELP = "a range like 1000-1999, a number, or a list of them, or null (any but 0)"
+
+
+def _id_ranges(value: IdRangesField) -> IdRangesField:
+    if value is not None:
+        try:
+            parse_id_ranges(value, "ids")
+        except SpecKeyError as exc:
+            raise ValueError(exc.message) from None
+    return value
+
+
+class BindRoot(Strict):
+    """An ``executor.bind_roots`` entry written as a mapping."""
+
+    path: str = Field(description="an absolute host directory")
+    read_only: bool = Field(False, description="true: every mount under it is read-only")
+
+
 class UserEntry(Strict):
     """One named user: their token (inline, or a file such as a Swarm secret)."""
 
@@ -173,6 +201,14 @@ class UserEntry(Strict):
     max_jobs: int | None = Field(
         None, ge=1, description="an integer >= 1: the user's active jobs at a time"
     )
+    # the uids / gids this user's jobs may run as (docs/security.md, "user")
+    uids: IdRangesField = Field(None, description=_RANGES_HELP)
+    gids: IdRangesField = Field(None, description=_RANGES_HELP)
+
+    @field_validator("uids", "gids")
+    @classmethod
+    def _ids(cls, value: IdRangesField) -> IdRangesField:
+        return _id_ranges(value)
 
     @field_validator("name")
     @classmethod
@@ -292,10 +328,17 @@ class ExecutorSection(Strict):
         default_factory=dict, description="a mapping of label: value (strings)"
     )
     # What a job's containers may reach (flowcon/executor/reach.py, docs/security.md).
-    bind_roots: list[str] = Field(
+    bind_roots: list[str | BindRoot] = Field(
         default_factory=list,
-        description="a list of absolute host directories (default none: named volumes only)",
+        description="a list of absolute host directories or {path, read_only} (default"
+        " none: named volumes only)",
     )
+    probe_image: str = Field(
+        DEFAULT_PROBE_IMAGE,
+        description="the image the executor's never-started probe containers are made of",
+    )
+    uid_range: IdRangesField = Field(None, description=_RANGES_HELP)
+    gid_range: IdRangesField = Field(None, description=_RANGES_HELP)
     images: list[str] = Field(
         default_factory=lambda: ["*"],
         description="a list of image patterns such as registry.example.com/ml/* (default *)",
@@ -315,10 +358,23 @@ class ExecutorSection(Strict):
         description="uid[:gid] a job runs as when its spec names none, or null (the image's)",
     )
     # Swarm: the engine of each node (flowcon.node label -> DOCKER_HOST-style address), where
-    # host paths are resolved and fresh volumes handed to the job's user before it starts
-    node_hosts: dict[str, str] = Field(
+    # host paths are resolved and fresh volumes handed to the job's user before it starts;
+    # unix://, ssh:// or tcp:// with mutual TLS only (flowcon/executor/node_hosts.py)
+    node_hosts: dict[str, str | dict[str, Any]] = Field(
         default_factory=dict,
-        description="a mapping of swarm node name: engine address (tcp://..., unix://...)",
+        description=(
+            "a mapping of swarm node name: engine address (unix:///..., ssh://user@host,"
+            " or tcp://host:2376 with TLS) or {host, tls: {ca_cert, client_cert, client_key}}"
+        ),
+    )
+    node_tls: dict[str, str] | None = Field(
+        None,
+        description="{ca_cert, client_cert, client_key}: mutual TLS for every tcp:// node host",
+    )
+    # Swarm: place jobs on a node whose engine cannot apply every hardening (no
+    # no-new-privileges before Engine API 1.46, no user namespaces); reported either way
+    allow_weak_hardening: bool = Field(
+        False, description="true: jobs may run on nodes that lack no-new-privileges"
     )
     allow_root: bool = Field(False, description="true: a spec (or default_user) may name uid 0")
     default_cpus_per_gpu: float | None = Field(
@@ -338,6 +394,18 @@ class ExecutorSection(Strict):
                 raise ValueError("uid[:gid] (e.g. 1000:1000) or a user name[:group]") from None
         return value
 
+    @field_validator("uid_range", "gid_range")
+    @classmethod
+    def _ranges(cls, value: IdRangesField) -> IdRangesField:
+        return _id_ranges(value)
+
+    @field_validator("probe_image")
+    @classmethod
+    def _probe_image(cls, value: str) -> str:
+        if not value or any(c.isspace() for c in value):
+            raise ValueError("an image name without spaces")
+        return value
+
     @field_validator("default_memory_per_gpu")
     @classmethod
     def _default_memory(cls, value: str | int | None) -> str | int | None:
@@ -350,8 +418,9 @@ class ExecutorSection(Strict):
 
     @field_validator("bind_roots")
     @classmethod
-    def _bind_roots(cls, value: list[str]) -> list[str]:
-        for root in value:
+    def _bind_roots(cls, value: list[str | BindRoot]) -> list[str | BindRoot]:
+        for entry in value:
+            root = entry.path if isinstance(entry, BindRoot) else entry
             why = path_problem(root, absolute=True)
             if why:
                 raise ValueError(f"{root!r}: {why}")
@@ -484,6 +553,17 @@ def _users(sec: AllocatorSection, where: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def _user_ids(sec: AllocatorSection) -> dict[str, object]:
+    """The named users' uid/gid ranges, handed to the executor's checks with its section
+    (flowcon/executor/reach.py); nothing when no user has any."""
+    ids = {
+        u.name: {"uids": u.uids, "gids": u.gids}
+        for u in sec.users
+        if u.uids is not None or u.gids is not None
+    }
+    return {USER_IDS_KEY: ids} if ids else {}
+
+
 def load_config(
     path: str | Path | None,
     environ: Mapping[str, str] | None = None,
@@ -504,9 +584,13 @@ def load_config(
     ex = model.executor
     if ex.default_user is not None and is_root(ex.default_user) and not ex.allow_root:
         raise ConfigError(
-            f"{where}executor.default_user: {ex.default_user!r} is uid 0: pick another uid,"
-            " or set executor.allow_root: true"
+            f"{where}executor.default_user: {ex.default_user!r} is uid 0 or gid 0: pick"
+            " another uid:gid, or set executor.allow_root: true"
         )
+    try:
+        parse_node_hosts(ex.node_hosts, ex.node_tls)
+    except ValueError as exc:
+        raise ConfigError(f"{where}{exc}") from None
     secrets = SECRETS_DIR if secrets_dir is None else secrets_dir
     cfg = AllocatorConfig(
         listen=sec.listen,
@@ -531,7 +615,7 @@ def load_config(
         raw={
             **raw,
             "gpus": model.gpus.model_dump(exclude_none=True),
-            "executor": model.executor.model_dump(exclude_unset=True),
+            "executor": {**model.executor.model_dump(exclude_unset=True), **_user_ids(sec)},
         },
         source=p,
     )

@@ -26,7 +26,7 @@ from flowcon.allocator.config import AllocatorConfig, ConfigError, ensure_token
 from flowcon.allocator.elasticity import Elasticity
 from flowcon.allocator.metrics import AllocatorMetrics
 from flowcon.allocator.planner import Plan, PlanError, Planner
-from flowcon.allocator.quota import spec_quota_problem
+from flowcon.allocator.quota import prerun_allowance, spec_quota_problem
 from flowcon.allocator.store import (
     ACTIVE_STATES,
     PENDING_STATES,
@@ -49,7 +49,10 @@ from flowcon.allocator.views import (
     ProfilingAnswer,
     SpecTexts,
 )
-from flowcon.contract import SCALING_RESTART, SCALING_STOPFREE, Measurement
+from flowcon.contract import SCALING_RESTART, SCALING_STOPFREE, TOOLKIT_STATES, Measurement
+from flowcon.executor.container_spec import settings_for
+from flowcon.executor.node_fs import node_checks
+from flowcon.executor.profiling import prerun_refusal
 from flowcon.executor.reach import Reach
 from flowcon.jobspec.spec import JobSpec, JobSpecError, ThroughputProfile, parse_jobspec
 from flowcon.tls import server_context
@@ -135,6 +138,11 @@ class Allocator:
         # /api/v1/history: GPUs per job after each planning round (the store keeps the rest)
         self.gpu_history = History()
         self._profilers: dict[str, threading.Thread] = {}
+        # node -> its NVIDIA toolkit's state, as its agent last reported (flowcon nodes)
+        self._toolkit: dict[str, str] = {}
+        # the GPUs each job's pre-run (or profiling by scaling) holds now: lent to no other
+        self._prerun_held: dict[str, set[str]] = {}
+        self._prerun_lock = threading.Lock()
         # GET /api/v1/jobs bodies by (store generation, whose view); one encodes at a time
         self._jobs_bodies: dict[tuple[int, str | None], bytes] = {}
         # per kind of caller: the last list, when it was last known current, and the
@@ -496,9 +504,17 @@ class Allocator:
             raise ApiError(400, errors[0], field=refused[0][0], errors=errors)
         return parsed
 
-    def _owned_spec(self, spec: Mapping[str, object], who: Principal | None, now: float) -> JobSpec:
+    def _owned_spec(
+        self,
+        spec: Mapping[str, object],
+        who: Principal | None,
+        now: float,
+        later: list[str] | None = None,
+    ) -> JobSpec:
         """The parsed spec with its owner (the caller; the operator for in-process calls);
-        a name that exists may be reused or tried only by its owner (or the operator)."""
+        a name that exists may be reused or tried only by its owner (or the operator).
+        The node-side checks run too where the engine is the node (``later`` gets the ones
+        that happen only when the job starts)."""
         parsed = self._parse(spec, now)
         old = self.store.get_job(parsed.name)
         if old is not None:
@@ -511,7 +527,29 @@ class Allocator:
             why = spec_quota_problem(owner, quota, mine, parsed, shares)
             if why:
                 raise ApiError(403, why, field="quota")
-        return replace(parsed, owner=owner)
+        owned = replace(parsed, owner=owner)
+        refused = self.reach.problems(owned)  # the owner's own uid/gid ranges
+        deferred: list[str] = []
+        if not refused:
+            refused, deferred = self._node_checks(owned)
+        if refused:
+            errors = [f"{f}: {m}" for f, m in refused]
+            raise ApiError(400, errors[0], field=refused[0][0], errors=errors)
+        if later is not None:
+            later += deferred
+        return owned
+
+    def _node_checks(self, spec: JobSpec) -> tuple[list[tuple[str, str]], list[str]]:
+        """What the executor checks on a worker's node before its container is made, run
+        now on the engine backend (the local engine is every node): a host path's links,
+        the user's uid:gid in the image (flowcon/executor/node_fs.py). Elsewhere (Swarm, no
+        executor) they happen at start: the second list says which."""
+        target = self.target
+        backend = target.executor.backend if target is not None else None
+        client = getattr(backend, "client", None) if target and target.kind == "engine" else None
+        options = getattr(target.executor, "options", None) if target is not None else None
+        labels = dict(getattr(options, "extra_labels", None) or {})  # a test's label
+        return node_checks(client, spec.image, settings_for(spec, 1, self.reach), labels)
 
     def submit(
         self, spec: Mapping[str, object], who: Principal | None = None
@@ -535,7 +573,8 @@ class Allocator:
         """What ``submit`` would answer now, creating nothing (``sbatch --test-only``): the
         planner's policy decides on a copy of its state."""
         now = self.clock()
-        parsed = self._owned_spec(spec, who, now)
+        later: list[str] = []
+        parsed = self._owned_spec(spec, who, now, later)
         if parsed.profile_auto:
             counts = self._profile_counts(parsed)
             return ProfilingAnswer(
@@ -546,9 +585,10 @@ class Allocator:
                 dry_run=True,
             )
         try:
-            return self.planner.dry_run(parsed, now)
+            result = self.planner.dry_run(parsed, now)
         except PlanError as exc:
             raise ApiError(exc.status, str(exc)) from None
+        return replace(result, checked_at_start=tuple(later))
 
     def job_logs(
         self,
@@ -607,7 +647,7 @@ class Allocator:
 
     def _start_profiling(self, spec: JobSpec, counts: list[int]) -> None:
         th = threading.Thread(
-            target=self._profile_and_admit,
+            target=self._profile_then_release,
             args=(spec, counts),
             name=f"allocator-profile-{spec.name}",
             daemon=True,
@@ -615,18 +655,31 @@ class Allocator:
         self._profilers[spec.name] = th
         th.start()
 
+    def _profile_then_release(self, spec: JobSpec, counts: list[int]) -> None:
+        """The profiling thread: the GPUs it held are free again once the job is admitted
+        or dropped (a job profiled by scaling runs on them until then)."""
+        try:
+            self._profile_and_admit(spec, counts)
+        finally:
+            with self._prerun_lock:
+                self._prerun_held.pop(spec.name, None)
+
     def _profiling_cancelled(self, name: str) -> bool:
         if self._stop.is_set():
             return True
         rec = self.store.get_job(name)
         return rec is None or not rec.pending
 
-    def _busy_gpus(self) -> set[str]:
-        """The GPU UUIDs the active jobs' placements hold."""
+    def _busy_gpus(self, except_job: str | None = None) -> set[str]:
+        """The GPU UUIDs the active jobs' placements hold, and those the pre-runs of jobs
+        other than ``except_job`` hold."""
         from flowcon.allocator.target import placement_by_node
 
         assert self.target is not None
         busy: set[str] = set()
+        for job, held in self._prerun_held.items():
+            if job != except_job:
+                busy |= held
         for rec in self.store.active_jobs():
             if rec.placement:
                 busy.update(
@@ -634,20 +687,38 @@ class Allocator:
                 )
         return busy
 
-    def _profile_placement(self, n: int) -> dict[str, list[str]] | None:
-        """``n`` GPUs for the pre-run: free ones (held by no job) when enough are free,
-        otherwise GPUs shared with running jobs (the pre-run then underestimates; the
-        closed loop corrects the curve once the job runs)."""
+    def _prerun_allowance(self, spec: JobSpec) -> int | None:
+        """The GPUs the owner's quota leaves ``spec``'s pre-run (None: no GPU quota)."""
+        owner = spec.owner or "operator"
+        quota = self.cfg.quotas.get(owner)
+        if quota is None or quota.max_gpus is None:
+            return None
+        records = self.store.list_jobs(PENDING_STATES + ACTIVE_STATES)
+        shares = self.planner.guaranteed_shares(self.clock())
+        return prerun_allowance(owner, quota, records, shares, skip=spec.name)
+
+    def _profile_placement(self, spec: JobSpec, n: int) -> dict[str, list[str]] | None:
+        """``n`` GPUs for ``spec``'s pre-run: only free ones (held by no job and no other
+        pre-run), and no more than the owner's quota leaves; None (the count is skipped,
+        logged and a ``profile_skipped`` event) when they are not there now. A GPU another
+        job holds is never lent: the tenant's code would reach that job's device."""
         from flowcon.executor.workers import pack_placement
 
         assert self.target is not None
         inv = self.target.inventory
-        busy = self._busy_gpus()
-        placement = pack_placement(inv, n, busy)
+        with self._prerun_lock:
+            busy = self._busy_gpus(except_job=spec.name)
+            known = {u for nd in inv.nodes for u in nd.uuids(list(range(nd.count)))}
+            why = prerun_refusal(n, len(known - busy), self._prerun_allowance(spec))
+            placement = pack_placement(inv, n, busy) if why is None else None
+            if placement is None:
+                self._prerun_held.pop(spec.name, None)
+            else:
+                self._prerun_held[spec.name] = {g for ids in placement.values() for g in ids}
         if placement is None:
-            placement = pack_placement(inv, n)
-            if placement is not None:
-                log.info("pre-run at %d GPUs shares GPUs with running jobs", n)
+            why = why or f"no placement of {n} free GPUs"
+            log.info("job %s: pre-run at %d GPUs skipped: %s", spec.name, n, why)
+            self.store.append_event("profile_skipped", spec.name, gpus=n, reason=why)
         return placement
 
     def _profile_and_admit(self, spec: JobSpec, counts: list[int]) -> None:
@@ -721,7 +792,7 @@ class Allocator:
             return self.target.executor.profile_by_scaling(
                 spec,
                 counts,
-                placement_for=self._scaling_placement,
+                placement_for=lambda n, now: self._scaling_placement(spec, n, now),
                 max_seconds=self.cfg.profile_seconds,
                 min_points=self.cfg.profile_min_lines,
                 on_point=on_point,
@@ -729,7 +800,7 @@ class Allocator:
             )
         return self.target.executor.profile(
             spec,
-            placement_for=self._profile_placement,
+            placement_for=lambda n: self._profile_placement(spec, n),
             counts=counts,
             max_seconds=self.cfg.profile_seconds,
             min_points=self.cfg.profile_min_lines,
@@ -749,12 +820,14 @@ class Allocator:
             return False
 
     def _with_master_port(self, spec: JobSpec) -> JobSpec:
-        """The job's own master port for its containers (the one the rounds keep)."""
+        """The job's own master port and rendezvous secret for its containers (the ones the
+        rounds keep)."""
         assert self.target is not None
         rec = self.store.get_job(spec.name)
         if rec is None:
             return spec
-        return replace(spec, master_port=self.target._master_port(self.store, rec))
+        port = self.target._master_port(self.store, rec)  # sets the record's port and secret
+        return replace(spec, master_port=port, rendezvous_secret=rec.spec.rendezvous_secret)
 
     def _remove_profiled(self, name: str, by_scaling: bool) -> None:
         """The containers of a job profiled by scaling that is not admitted (or failed);
@@ -768,19 +841,30 @@ class Allocator:
             log.warning("job %s: removing its profiling containers failed: %s", name, exc)
 
     def _scaling_placement(
-        self, n: int, current: dict[str, list[str]] | None
+        self, spec: JobSpec, n: int, current: dict[str, list[str]] | None
     ) -> dict[str, list[str]] | None:
-        """``n`` GPUs for a job profiled by scaling: free ones, keeping ``current``."""
+        """``n`` GPUs for a job profiled by scaling: free ones (held by no job and no
+        pre-run), keeping ``current``, within what the owner's quota leaves."""
         from flowcon.executor.scaling_profile import grow_placement
 
         assert self.target is not None
         inv = self.target.inventory
-        busy = self._busy_gpus()
-        free = [
-            (nd.name, [u for u in nd.uuids(list(range(nd.count))) if u not in busy])
-            for nd in inv.nodes
-        ]
-        return grow_placement(current or {}, free, n)
+        allowance = self._prerun_allowance(spec)
+        if allowance is not None and n > allowance:
+            why = f"{n} GPUs exceed what the owner's quota leaves ({allowance}, max_gpus)"
+            log.info("job %s: profiling by scaling at %d GPUs skipped: %s", spec.name, n, why)
+            self.store.append_event("profile_skipped", spec.name, gpus=n, reason=why)
+            return None
+        with self._prerun_lock:
+            busy = self._busy_gpus(except_job=spec.name)
+            free = [
+                (nd.name, [u for u in nd.uuids(list(range(nd.count))) if u not in busy])
+                for nd in inv.nodes
+            ]
+            placement = grow_placement(current or {}, free, n)
+            if placement is not None:
+                self._prerun_held[spec.name] = {g for ids in placement.values() for g in ids}
+        return placement
 
     def _profile_batches(self, spec: JobSpec, t0: float) -> JobSpec | None:
         """``spec`` (profiled) with its speeds at other batches and its largest local
@@ -805,7 +889,7 @@ class Allocator:
             rows, max_local = self.target.executor.profile_batches(
                 spec,
                 spec.profile,
-                placement_for=self._profile_placement,
+                placement_for=lambda n: self._profile_placement(spec, n),
                 max_seconds=self.cfg.profile_seconds,
                 min_points=self.cfg.profile_min_lines,
                 on_point=on_point,
@@ -895,13 +979,16 @@ class Allocator:
         return self._operation(lambda: self.elasticity.undrain(node, by, self.clock()))
 
     def nodes(self, who: Principal | None = None) -> list[NodeView]:
-        return self.elasticity.nodes(self.clock())
+        return [self._with_toolkit(n) for n in self.elasticity.nodes(self.clock())]
 
     def node(self, name: str, who: Principal | None = None) -> NodeView:
         try:
-            return self.elasticity._view(name, self.clock())
+            return self._with_toolkit(self.elasticity._view(name, self.clock()))
         except OperationError as exc:
             raise ApiError(exc.status, str(exc)) from None
+
+    def _with_toolkit(self, view: NodeView) -> NodeView:
+        return replace(view, toolkit=self._toolkit.get(view.name))
 
     def ingest_measurements(self, body: Mapping[str, object]) -> dict[str, object]:
         node = body.get("node")
@@ -910,6 +997,13 @@ class Allocator:
             raise ApiError(400, "'node' must be a non-empty string", field="node")
         if not isinstance(items, list):
             raise ApiError(400, "'measurements' must be a list", field="measurements")
+        toolkit = body.get("toolkit")
+        if toolkit is not None and toolkit not in TOOLKIT_STATES:
+            raise ApiError(
+                400, f"'toolkit' must be one of {', '.join(TOOLKIT_STATES)}", field="toolkit"
+            )
+        if isinstance(toolkit, str):
+            self._toolkit[node] = toolkit
         counts: dict[str, int] = {}
         replan = False
         now = self.clock()

@@ -83,12 +83,15 @@ class DryRunResult:
     deadline: float | None
     now: float
     revoked: tuple[str, ...] = ()  # admitted jobs whose guarantee a submit would give up
+    # the node-side checks this dry run could not make: they happen when the job starts
+    checked_at_start: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         out = asdict(self)
         out["decision"] = "admitted" if self.admitted else "dropped"
         out["dry_run"] = True
         out["revoked"] = list(self.revoked)
+        out["checked_at_start"] = list(self.checked_at_start)
         return out
 
 

@@ -9,7 +9,7 @@ from flowcon.alloc.quota import Holding, Quota, quota_problem
 from flowcon.allocator.store import JobRecord
 from flowcon.jobspec.spec import JobSpec
 
-__all__ = ["Quota", "holdings", "spec_quota_problem"]
+__all__ = ["Quota", "holdings", "prerun_allowance", "spec_quota_problem"]
 
 
 def holdings(
@@ -22,6 +22,22 @@ def holdings(
         for r in records
         if r.owner == owner and (r.active or r.pending) and r.name != skip
     ]
+
+
+def prerun_allowance(
+    owner: str,
+    quota: Quota | None,
+    records: Iterable[JobRecord],
+    guaranteed: Mapping[str, int] | None = None,
+    skip: str = "",
+) -> int | None:
+    """How many GPUs a pre-run of ``owner``'s job ``skip`` may take: what ``max_gpus``
+    leaves beside the GPUs the owner's other jobs count against it (never below 0);
+    None: no GPU quota."""
+    if quota is None or quota.max_gpus is None:
+        return None
+    held = sum(h.counted for h in holdings(owner, records, guaranteed or {}, skip=skip))
+    return max(0, quota.max_gpus - held)
 
 
 def spec_quota_problem(

@@ -56,6 +56,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, object]:
         },
         "max_local_batch": spec.max_local_batch,
         "master_port": spec.master_port,
+        "rendezvous_secret": spec.rendezvous_secret,
         "owner": spec.owner,
     }
 
@@ -105,6 +106,7 @@ def spec_from_dict(data: Mapping[str, Json]) -> JobSpec:
         },
         max_local_batch=_int_or_none(data.get("max_local_batch")),
         master_port=int(data["master_port"]) if data.get("master_port") else None,
+        rendezvous_secret=str(data["rendezvous_secret"]) if data.get("rendezvous_secret") else None,
         owner=str(data["owner"]) if data.get("owner") else None,
     )
 
@@ -121,6 +123,8 @@ def spec_json(spec: JobSpec, redact: bool = False) -> JsonObject:
     out: JsonObject = json.loads(json.dumps(spec_to_dict(spec), sort_keys=True, default=str))
     if redact and out["env"]:
         out["env"] = {str(k): REDACTED for k in out["env"]}
+    if redact:
+        out.pop("rendezvous_secret", None)  # the job's own: only its containers get it
     return out
 
 

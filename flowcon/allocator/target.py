@@ -24,7 +24,7 @@ from flowcon.contract import LABEL_MASTER_PORT, SCALING_RESTART, SCALING_STOPFRE
 from flowcon.core.completion import Completion
 from flowcon.engine.gpus import layout_of
 from flowcon.executor.backend import ExecutorRefused
-from flowcon.executor.workers import allocate_master_port
+from flowcon.executor.workers import allocate_master_port, new_job_secret
 from flowcon.jobspec.keys import MetricSpec
 from flowcon.jobspec.spec import JobSpec
 
@@ -241,7 +241,7 @@ class ExecutorTarget:
                 ended = store.get_job(name)
                 if ended is not None:  # finished while we were down: clean up
                     log.info("removing containers of %s job %s", ended.state, name)
-                    self._remove(name)
+                    self._remove(name, ended.spec.owner)
         try:
             orphans = self.executor.orphans()
         except Exception as exc:
@@ -251,7 +251,7 @@ class ExecutorTarget:
             ended = store.get_job(name)
             if ended is not None:  # ended, its removal cut short: its network and volume go
                 log.info("removing the network and volume of %s job %s", ended.state, name)
-                self._remove(name)
+                self._remove(name, ended.spec.owner)
 
     def poll(
         self,
@@ -452,7 +452,7 @@ class ExecutorTarget:
             self._failed_actions.pop(rec.name, None)
         except ExecutorRefused as exc:  # beyond the operator's limits: never retried
             log.warning("job %s: refused by the executor: %s", rec.name, exc)
-            self._remove(rec.name)
+            self._remove(rec.name, rec.spec.owner)
             planner.finish(rec.name, "failed", f"refused by the executor: {exc}")
         except Exception as exc:
             msg = str(exc)
@@ -470,7 +470,8 @@ class ExecutorTarget:
             if state is not None:
                 self._note_containers(planner, rec.name, state)
             return
-        spec = replace(rec.spec, master_port=self._master_port(store, rec))
+        port = self._master_port(store, rec)  # sets the record's port and secret
+        spec = replace(rec.spec, master_port=port)
         curve = planner.curve(rec) if spec.batch_range is not None else None
         batch = batch_for(spec, sum(len(g) for g in placement.values()), curve)
         said = {} if batch is None else {"global_batch": batch}  # in the job's events
@@ -536,13 +537,20 @@ class ExecutorTarget:
         keep = current and current not in taken
         port = current if keep and current else allocate_master_port(rec.name, taken)
         self._ports.hold(rec.name, port)
-        if port != current:
+        # the job's rendezvous secret is drawn once, with its first port, and kept
+        secret = rec.spec.rendezvous_secret or new_job_secret()
+        if port != current or secret != rec.spec.rendezvous_secret:
             with store.transaction():
                 fresh = store.get_job(rec.name)
                 if fresh is not None:
-                    fresh.spec = replace(fresh.spec, master_port=port)
+                    fresh.spec = replace(
+                        fresh.spec,
+                        master_port=port,
+                        rendezvous_secret=fresh.spec.rendezvous_secret or secret,
+                    )
+                    secret = fresh.spec.rendezvous_secret or secret
                     store.put_job(fresh)
-            rec.spec = replace(rec.spec, master_port=port)
+            rec.spec = replace(rec.spec, master_port=port, rendezvous_secret=secret)
         return port
 
     def _live_ports(self, store: Store) -> LivePorts:
@@ -562,9 +570,11 @@ class ExecutorTarget:
                     ports.hold(name, int(raw), container=w.name)
         return ports
 
-    def _remove(self, name: str) -> None:
+    def _remove(self, name: str, owner: str | None = None) -> None:
+        """Remove a job's containers, network and checkpoint (``owner``: whose, when its
+        containers, which carry it, are gone)."""
         try:
-            self.executor.remove(name)
+            self.executor.remove(name, owner=owner)
         except Exception as exc:
             log.warning("removing job %s failed: %s", name, exc)
 

@@ -410,6 +410,10 @@ class NodeView:
     jobs: list[str] = field(default_factory=list)
     drained_since: float | None = None
     avoided: list[dict[str, Json]] = field(default_factory=list)
+    # What the node's NVIDIA container toolkit does with a container's own
+    # NVIDIA_VISIBLE_DEVICES, as its agent last reported (flowcon.contract.TOOLKIT_STATES);
+    # None: no agent reported it
+    toolkit: str | None = None
 
     def to_json(self) -> JsonObject:
         return {
@@ -420,11 +424,13 @@ class NodeView:
             "jobs": list(self.jobs),
             "drained_since": self.drained_since,
             "avoided": list(self.avoided),
+            "toolkit": self.toolkit,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Json]) -> NodeView:
         since = data.get("drained_since")
+        toolkit = data.get("toolkit")
         return cls(
             name=str(data.get("name", "")),
             gpus=int(data.get("gpus") or 0),
@@ -433,4 +439,5 @@ class NodeView:
             jobs=[str(j) for j in data.get("jobs") or []],
             drained_since=float(since) if isinstance(since, (int, float)) else None,
             avoided=[dict(a) for a in data.get("avoided") or [] if isinstance(a, Mapping)],
+            toolkit=str(toolkit) if isinstance(toolkit, str) and toolkit else None,
         )

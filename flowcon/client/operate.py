@@ -30,7 +30,7 @@ def nodes_table(rows: list[NodeView], url: str, now: float) -> object:
     from rich.table import Table
 
     table = Table(title=f"allocator {url}")
-    for col in ("NAME", "STATUS", "GPUS", "USED", "JOBS", "AVOIDED"):
+    for col in ("NAME", "STATUS", "GPUS", "USED", "JOBS", "AVOIDED", "TOOLKIT"):
         table.add_column(col, justify="right" if col in ("GPUS", "USED") else "left")
     for n in rows:
         avoided = ", ".join(
@@ -42,7 +42,13 @@ def nodes_table(rows: list[NodeView], url: str, now: float) -> object:
         if n.drained_since is not None:
             status += ",SchedulingDisabled"
         table.add_row(
-            n.name, status, str(n.gpus), str(n.used), ", ".join(n.jobs) or "-", avoided or "-"
+            n.name,
+            status,
+            str(n.gpus),
+            str(n.used),
+            ", ".join(n.jobs) or "-",
+            avoided or "-",
+            n.toolkit or "-",
         )
     return table
 

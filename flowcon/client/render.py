@@ -47,7 +47,7 @@ def dry_run_line(out: SubmitAnswer) -> str:
     name = out.name
     if out.decision == "profiling":
         return f"would profile {name}: {out.reason} (nothing created)"
-    lost = _guarantees_given_up(out)
+    lost = _guarantees_given_up(out) + _checked_at_start(out)
     if not out.admitted:
         return f"would be dropped {name}: {out.reason}{lost} (nothing created)"
     now = out.now or time.time()
@@ -63,6 +63,15 @@ def dry_run_line(out: SubmitAnswer) -> str:
         f"would be admitted {name}: {out.gpus} GPUs now, {when}{dl} ({out.reason}{lost}; "
         "nothing created)"
     )
+
+
+def _checked_at_start(out: SubmitAnswer) -> str:
+    """``; checked when it starts, on its node: ...``: the node-side checks the dry run
+    could not make (``checked_at_start``)."""
+    later = out.json.get("checked_at_start")
+    if not isinstance(later, list) or not later:
+        return ""
+    return f"; checked when it starts, on its node: {'; '.join(str(c) for c in later)}"
 
 
 def _when(ts: float | None, now: float) -> str:

@@ -51,17 +51,41 @@ def container_exit(codes: Sequence[int]) -> int:
     return 0
 
 
-def host_store(host: str, port: int) -> Any:
+def host_store(host: str, port: int, secret: str | None = None) -> Any:
     """A TCPStore served by this (launcher) process for the job's lifetime (port 0: any
-    free port, its ``port`` says which)."""
+    free port, its ``port`` says which). With the job's rendezvous ``secret`` (default:
+    ``FLOWCON_RENDEZVOUS_SECRET``) it publishes the secret's proof and the store returned
+    keeps every key under the secret's prefix (its ``port`` is the server's)."""
     tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 (not in torch's typed exports)
-    return tcp_store(
+    raw = tcp_store(
         host,
         port,
         is_master=True,
         wait_for_workers=False,
         timeout=_dt.timedelta(seconds=60),
     )
+    if secret is None:
+        secret = os.environ.get(contract.ENV_RENDEZVOUS_SECRET, "")
+    if not secret:
+        return raw
+    rdv.publish_proof(raw, secret)
+    return _Served(getattr(dist, "PrefixStore")(rdv.secret_prefix(secret), raw), raw)  # noqa: B009
+
+
+class _Served:
+    """A hosted store under the secret's prefix that still says its server's ``port``
+    (and keeps the server alive: the process serves while this object lives)."""
+
+    def __init__(self, store: Any, raw: Any) -> None:
+        self._store = store
+        self.raw = raw
+
+    @property
+    def port(self) -> int:
+        return int(self.raw.port)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
 
 
 def launch(env: ElasticEnv, argv: Sequence[str] | None = None) -> int:

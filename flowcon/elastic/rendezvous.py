@@ -32,10 +32,19 @@ Every container's launcher hosts a store (``FLOWCON_STORE_ADDR``); one of them c
 (the *coordinator*, initially the first container's). When its container leaves, the
 stayers move to the first stayer's store at the switch (:func:`hand_over`); when it dies,
 the survivors elect the first member store that answers (:func:`elect`) and recover there.
+
+Authentication: the executor gives every container of a job its secret
+(``FLOWCON_RENDEZVOUS_SECRET``). Every key above lives under a prefix derived from it
+(:func:`secret_prefix`, an HMAC: a process without the secret cannot name the job's keys),
+and a store's host publishes a proof (:func:`proof_key`, :func:`proof_value`) that every
+client checks before it sends anything else (:func:`check_proof`): a process squatting the
+job's port without the secret cannot pass itself off as the job's store.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -489,6 +498,57 @@ def recover(
         }
     )
     return _recovery_from(put_once(store, closed_key, body).encode())
+
+
+# ---------------------------------------------------------------- authentication
+
+
+class RendezvousRefused(RuntimeError):
+    """A store did not prove it knows the job's rendezvous secret."""
+
+
+def _mac(secret: str, what: str) -> str:
+    if not secret:
+        raise ValueError("the rendezvous secret is empty")
+    msg = b"flowcon-rendezvous/" + what.encode()
+    return hmac.new(secret.encode(), msg, hashlib.sha256).hexdigest()
+
+
+def secret_prefix(secret: str) -> str:
+    """The prefix of every key of the job's store (a PrefixStore's): unguessable without
+    the secret, and telling nothing about it."""
+    return f"fc-{_mac(secret, 'prefix')[:40]}"
+
+
+def proof_key(secret: str) -> str:
+    """The key, outside the prefix, where a store's host publishes :func:`proof_value`."""
+    return f"fc-proof-{_mac(secret, 'proof-key')[:40]}"
+
+
+def proof_value(secret: str) -> str:
+    return _mac(secret, "proof-value")
+
+
+def publish_proof(raw: Store, secret: str) -> None:
+    """The host of a store: publish the proof (on the store itself, before any client)."""
+    raw.set(proof_key(secret), proof_value(secret))
+
+
+def check_proof(raw: Store, secret: str, addr: str) -> None:
+    """A client: the store at ``addr`` holds the job's proof, else RendezvousRefused (the
+    read waits as long as the client's timeout for a store without it)."""
+    try:
+        got = raw.get(proof_key(secret))
+    except Exception as exc:  # a store timeout (DistStoreError) or a dropped connection
+        raise RendezvousRefused(
+            f"the store at {addr} did not prove the job's rendezvous secret"
+            f" (FLOWCON_RENDEZVOUS_SECRET): {type(exc).__name__}: {exc}"
+        ) from exc
+    if not hmac.compare_digest(bytes(got), proof_value(secret).encode()):
+        raise RendezvousRefused(
+            f"the store at {addr} holds a wrong proof of the job's rendezvous secret"
+            " (FLOWCON_RENDEZVOUS_SECRET): not the job's store"
+        )
 
 
 # ---------------------------------------------------------------- the coordinator

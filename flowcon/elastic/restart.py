@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import logging
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -59,6 +61,8 @@ from flowcon.elastic.lr import HybridScaling as HybridScaling
 from flowcon.elastic.state import Stateful, capture, restore, rng_state, set_rng_state
 from flowcon.elastic.straggler import StragglerDetector as StragglerDetector
 from flowcon.report import report as _report
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "checkpoint.pt"
 DONE_FILE = "DONE"
@@ -159,11 +163,28 @@ def save_checkpoint(directory: Path, state: Mapping[str, Any]) -> Path:
 
 
 def load_checkpoint(directory: Path) -> dict[str, Any] | None:
+    """The checkpoint in ``directory`` (None: none yet), loaded with torch's
+    ``weights_only`` unpickler: tensors and plain Python values only (numbers, strings,
+    None, lists, tuples, dicts, and torch's own safe types), never code. A file holding
+    anything else (a pickle that would run code when loaded, an object of the user's own
+    class) is refused with ``RuntimeError``, logged, and nothing of it runs."""
     path = directory / CHECKPOINT_FILE
     if not path.exists():
         return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        log.error(
+            "checkpoint %s refused: it holds more than tensors and plain Python values "
+            "(loaded with weights_only): %s",
+            path,
+            first,
+        )
+        raise RuntimeError(
+            f"checkpoint {path} refused: it holds more than tensors and plain Python "
+            f"values (loaded with weights_only): {first}"
+        ) from None
     except Exception as exc:  # a torn file cannot happen with save_checkpoint, but be loud
         raise RuntimeError(f"checkpoint {path} is unreadable: {exc}") from exc
     if not isinstance(state, dict) or "step" not in state:

@@ -1,4 +1,4 @@
-"""The whole training state of one worker, as one picklable dict, and back.
+"""The whole training state of one worker, as one dict of tensors and plain values, and back.
 
 Elan (shared/papers/elan.txt, section IV.1, Table II) lists what a data-parallel job's
 state is: model, optimizer, data loading position and runtime information (epoch,
@@ -15,9 +15,13 @@ checkpoint written before this module, ``{"step", "model", "optimizer"}``, still
 ``cuda`` when CUDA is initialised: the generator of the worker's current device, with
 ``cuda_device``, its index then; ``numpy`` when numpy is loaded), ``extra`` (the caller's).
 
-Anything with ``state_dict()`` / ``load_state_dict()`` may be passed as scheduler, scaler,
-sampler or batch_scaling. numpy is never imported here unless a state to restore holds its
-generator state, so ``flowcon.elastic`` needs torch only.
+Every value is a tensor or a plain Python value (numbers, strings, None, lists, tuples,
+dicts; numpy's generator state as a list), so a checkpoint file loads with
+``torch.load(weights_only=True)``, which executes no code (``flowcon.elastic.restart.
+load_checkpoint``). Anything with ``state_dict()`` / ``load_state_dict()`` returning such
+values may be passed as scheduler, scaler, sampler or batch_scaling. numpy is never
+imported here unless a state to restore holds its generator state, so ``flowcon.elastic``
+needs torch only.
 """
 
 from __future__ import annotations
@@ -79,8 +83,9 @@ def rng_state() -> dict[str, Any]:
         out["cuda"] = [torch.cuda.get_rng_state(current)]
         out["cuda_device"] = current
     np = sys.modules.get("numpy")
-    if np is not None:
-        out["numpy"] = np.random.get_state()
+    if np is not None:  # plain values, no array: a checkpoint loads with weights_only
+        name, key, pos, has_gauss, cached = np.random.get_state()
+        out["numpy"] = [str(name), [int(k) for k in key], int(pos), int(has_gauss), float(cached)]
     return out
 
 
@@ -102,7 +107,8 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
             import numpy as np
         except ImportError:  # the state came from a process with numpy; this one has none
             return
-        np.random.set_state(state["numpy"])
+        name, key, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((name, np.asarray(key, dtype=np.uint32), pos, has_gauss, cached))
 
 
 def _as_python_state(state: Any) -> tuple[Any, ...]:

@@ -126,10 +126,19 @@ SWITCH_WATCHDOG_S: Final = 30.0
 STRAGGLER_FLOOR_S: Final = 0.01
 
 
-def connect_store(host: str, port: int, timeout_s: float) -> Any:
-    """A client of a TCPStore of the job (one container's launcher hosts it)."""
+def connect_store(host: str, port: int, timeout_s: float, secret: str | None = None) -> Any:
+    """A client of a TCPStore of the job (one container's launcher hosts it). With the
+    job's rendezvous ``secret`` (default: ``FLOWCON_RENDEZVOUS_SECRET``) the store must
+    first prove it knows it (``rendezvous.RendezvousRefused`` if not), and every key goes
+    under the secret's prefix."""
     tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 (not in torch's typed exports)
-    return tcp_store(host, port, is_master=False, timeout=_dt.timedelta(seconds=timeout_s))
+    raw = tcp_store(host, port, is_master=False, timeout=_dt.timedelta(seconds=timeout_s))
+    if secret is None:
+        secret = os.environ.get(contract.ENV_RENDEZVOUS_SECRET, "")
+    if not secret:
+        return raw
+    rdv.check_proof(raw, secret, f"{host}:{port}")
+    return _PREFIX_STORE(rdv.secret_prefix(secret), raw)
 
 
 # How long the workers of the first generation wait for each other to start (a process

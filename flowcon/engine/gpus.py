@@ -13,6 +13,9 @@ Config (the ``gpus`` section)::
       declared:
         nodes:
           - {name: node1, gpus: 4, nvlink: [[0, 1], [2, 3]]}   # nvlink groups optional
+          - name: node0                                        # a real GPU node: its
+            gpus: 2                                            # GPUs' UUIDs (nvidia-smi -L)
+            uuids: [GPU-3f1c..., GPU-9a2e...]
           - {name: node2, gpus: 4, pcie: [[0, 1], [2, 3]]}     # GPUs behind one PCIe switch
           - name: node3                                        # or the full matrix, as
             gpus: 4                                            # ``nvidia-smi topo -m``
@@ -22,6 +25,10 @@ Config (the ``gpus`` section)::
               - [PIX, SYS, X,   NV4]
               - [SYS, PIX, NV4, X]
 
+A declared GPU without ``uuids`` gets the stable id ``FAKE-<node>-<index>``. Whatever the
+source, the executor sets each job container's ``NVIDIA_VISIBLE_DEVICES`` to exactly its
+GPUs' ids (flowcon/executor/visibility.py), so declare a real node's UUIDs: under the NVIDIA
+runtime a fake id names no GPU and the container does not start (it never sees them all).
 Pairs nothing names are ``SYS`` (across the CPU sockets). ``layout_of`` turns the inventory
 into the buddy placer's ``Layout`` (flowcon/alloc/topology.py): nodes of any sizes, GPUs of
 each node in link order.
@@ -210,7 +217,8 @@ def _warn_once(why: str, declared: Sequence[NodeInventory]) -> None:
         total = sum(n.count for n in declared)
         log.warning(
             "NVML unavailable (%s): using the declared GPU inventory from config gpus.declared "
-            "(%d nodes, %d GPUs, fake UUIDs); no GPU device requests will be made",
+            "(%d nodes, %d GPUs); no GPU device requests will be made, each job container's"
+            " NVIDIA_VISIBLE_DEVICES names its declared GPU ids",
             why,
             len(declared),
             total,
@@ -248,14 +256,40 @@ def _declared_node(item: Any, where: str) -> NodeInventory:
         raise ValueError(f"{where}.name must be a non-empty string")
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ValueError(f"{where}.gpus must be a non-negative integer")
-    uuids = item.get("uuids") or [f"FAKE-{name}-{k}" for k in range(count)]
-    if len(uuids) != count:
-        raise ValueError(f"{where}.uuids has {len(uuids)} entries for {count} GPUs")
+    uuids = _uuids(item.get("uuids"), name, count, where)
     links = _link_matrix(item.get("links"), count, where)
     links.update(_groups(item.get("pcie") or [], count, f"{where}.pcie", Link.PCIE_SWITCH))
     links.update(_nvlink_groups(item.get("nvlink") or [], count, where))
     gpus = tuple(Gpu(k, str(u)) for k, u in enumerate(uuids))
     return NodeInventory(name, gpus, real=False, links=links)
+
+
+_VISIBLE_WORDS = frozenset({"all", "none", "void"})  # NVIDIA_VISIBLE_DEVICES's keywords
+
+
+def _uuids(raw: Any, name: str, count: int, where: str) -> list[str]:
+    """``uuids``: one distinct id per GPU (what ``NVIDIA_VISIBLE_DEVICES`` will name), or
+    absent for the stable ``FAKE-<node>-<index>``."""
+    if raw is None:
+        return [f"FAKE-{name}-{k}" for k in range(count)]
+    if not isinstance(raw, list):
+        raise ValueError(f"{where}.uuids must be a list of GPU UUIDs")
+    if len(raw) != count:
+        raise ValueError(f"{where}.uuids has {len(raw)} entries for {count} GPUs")
+    for k, u in enumerate(raw):
+        if (
+            not isinstance(u, str)
+            or not u
+            or u.lower() in _VISIBLE_WORDS
+            or u.isdigit()
+            or any(c == "," or c.isspace() for c in u)
+        ):
+            raise ValueError(
+                f"{where}.uuids[{k}] must be a GPU UUID (no comma, space, index or all/none/void)"
+            )
+    if len(set(raw)) != len(raw):
+        raise ValueError(f"{where}.uuids repeats a UUID")
+    return list(raw)
 
 
 def _nvlink_groups(groups: Any, count: int, where: str) -> dict[tuple[int, int], Link]:

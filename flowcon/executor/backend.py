@@ -17,6 +17,7 @@ from flowcon.contract import (
     LABEL_GPUS,
     LABEL_JOB,
     LABEL_NODE,
+    LABEL_OWNER,
     LABEL_RANK,
     LABEL_SCALING,
     LABEL_WORLD_SIZE,
@@ -82,6 +83,23 @@ def _root_cause(exc: BaseException) -> str:
 def volume_labels(labels: Mapping[str, str]) -> dict[str, str]:
     """A job's checkpoint volume carries its worker's labels less the per-worker ones."""
     return {k: v for k, v in labels.items() if k not in PER_WORKER_LABELS}
+
+
+def volume_refusal(
+    have: Mapping[str, str] | None, want: Mapping[str, str], keys: Iterable[str] = ()
+) -> str | None:
+    """Why a checkpoint volume labelled ``have`` is not the one of the job whose labels are
+    ``want``: another ``flowcon.job``, or another ``flowcon.owner`` (``keys``: the labels
+    compared; default both). None: it is the job's. A backend neither mounts nor deletes
+    a checkpoint volume of another job or owner."""
+    found = have or {}
+    for key in tuple(keys) or (LABEL_JOB, LABEL_OWNER):
+        if (found.get(key) or "") != (want.get(key) or ""):
+            return (
+                f"it belongs to another job ({key} {found.get(key) or 'unset'!r},"
+                f" not {want.get(key) or 'unset'!r})"
+            )
+    return None
 
 
 def jobs_labelled(items: Iterable[Model]) -> set[str]:

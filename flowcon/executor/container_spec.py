@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from flowcon import contract
-from flowcon.executor.reach import DEFAULT_PIDS_LIMIT, Reach
+from flowcon.executor.reach import DEFAULT_PIDS_LIMIT, DEFAULT_PROBE_IMAGE, Reach, UserRule
 from flowcon.jobspec.keys import default_shm
 from flowcon.jobspec.spec import JobSpec
 
@@ -46,6 +46,10 @@ class ContainerSettings:
     # the operator's roots of host paths: the backend resolves each bind source on the
     # node below its root (flowcon/executor/node_fs.py)
     bind_roots: tuple[str, ...] = ()
+    read_only_roots: tuple[str, ...] = ()  # a mount under one is never writable
+    # the uid:gid the container may run as; ``user`` is resolved to numbers on the node
+    user_rule: UserRule = UserRule()  # noqa: RUF009 (frozen)
+    probe_image: str = DEFAULT_PROBE_IMAGE  # the operator's image of probe containers
 
 
 def _scaled(per_worker: _N | None, per_gpu: _N | None, gpus: int) -> _N | None:
@@ -81,7 +85,8 @@ def settings_for(spec: JobSpec, gpus: int, reach: Reach | None = None) -> Contai
             # a named user's named volume is their own (flowcon/executor/reach.py)
             "Source": v.source if v.kind == "bind" else reach.volume_source(spec.owner, v.source),
             "Type": v.kind,
-            "ReadOnly": v.read_only,
+            # a root the operator made read-only stays so, whatever the spec says
+            "ReadOnly": v.read_only or (v.kind == "bind" and reach.read_only_source(v.source)),
         }
         for v in spec.volumes
     )
@@ -96,6 +101,9 @@ def settings_for(spec: JobSpec, gpus: int, reach: Reach | None = None) -> Contai
         cap_add=reach.cap_add,
         pids_limit=reach.pids_limit,
         bind_roots=reach.bind_roots,
+        read_only_roots=reach.read_only_roots,
+        user_rule=reach.user_rule(spec.owner),
+        probe_image=reach.probe_image,
     )
 
 

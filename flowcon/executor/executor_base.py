@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from flowcon.contract import (
@@ -33,6 +34,7 @@ from flowcon.contract import (
     LABEL_MANAGED_BY,
     LABEL_MASTER_PORT,
     LABEL_NODE,
+    LABEL_OWNER,
     LABEL_RANK,
     LABEL_ROLE,
     LABEL_SCALING,
@@ -42,6 +44,7 @@ from flowcon.contract import (
     ROLE_JOB,
     SCALING_RESTART,
     SCALING_STOPFREE,
+    SHARED_PRINCIPALS,
 )
 from flowcon.executor import stopfree_plan as stopfree
 from flowcon.executor.backend import Backend, ExecutorError, Worker, WorkerRequest
@@ -52,6 +55,7 @@ from flowcon.executor.workers import (
     Placement,
     WorkerSlot,
     allocate_master_port,
+    job_secret,
     plan_workers,
     world_size,
 )
@@ -114,7 +118,8 @@ class ExecutorOptions:
     grace_s: float = 30.0  # SIGTERM -> SIGKILL: time the job has to checkpoint
     max_restarts: int = 3  # restarts of a dead job before it is reported failed
     checkpoint_every: int | None = None  # FLOWCON_CHECKPOINT_EVERY for jobs (None: job's own)
-    checkpoint_host_dir: str | None = None  # bind <dir>/<job> instead of a named volume
+    # bind <dir>/<key> instead of a named volume (key: ExecutorBase.checkpoint_key)
+    checkpoint_host_dir: str | None = None
     extra_labels: Mapping[str, str] = field(default_factory=dict)  # e.g. the test label
     # stop-free scale-in: leave signal -> the leaving containers exited EXIT_LEFT; past it
     # the job is checkpoint-restarted on the new placement
@@ -139,6 +144,10 @@ class ExecutorBase:
         self.inventory = inventory
         self.options = options or ExecutorOptions()
         self._restarts: dict[str, int] = {}
+        # job -> owner, of the jobs this executor made or found (their checkpoint's key)
+        self._owners: dict[str, str | None] = {}
+        # derives the rendezvous secret of a job launched without a stored one
+        self._secret_key = secrets.token_bytes(32)
 
     # -- naming
 
@@ -149,8 +158,38 @@ class ExecutorBase:
         return f"{prefix}-{job}--{safe}{suffix}"
 
     @staticmethod
-    def volume_name(job: str) -> str:
-        return f"flowcon-ckpt-{job}"
+    def checkpoint_key(job: str, owner: str | None = None) -> str:
+        """What a job's checkpoint volume and host folder are named after: ``OWNER.JOB`` for
+        a named user's job, the job's name for the operator's and the shared tokens' (and
+        records from before owners). No job name holds a ``.``, so two owners never share
+        a key, whatever names they choose."""
+        if owner is None or owner in SHARED_PRINCIPALS:
+            return job
+        return f"{owner}.{job}"
+
+    @staticmethod
+    def volume_name(job: str, owner: str | None = None) -> str:
+        return f"flowcon-ckpt-{ExecutorBase.checkpoint_key(job, owner)}"
+
+    def checkpoint_dir(self, job: str, owner: str | None = None) -> str | None:
+        """The host folder bound as the job's checkpoint (``checkpoint_host_dir``), or None."""
+        root = self.options.checkpoint_host_dir
+        if not root:
+            return None
+        return f"{root.rstrip('/')}/{self.checkpoint_key(job, owner)}"
+
+    def owner_of(
+        self, job: str, workers: Sequence[Worker] = (), owner: str | None = None
+    ) -> str | None:
+        """The owner of ``job``: ``owner`` when given, else its workers' owner label, else
+        the one this executor saw when it made or found the job (None: the operator's)."""
+        if owner is not None:
+            return owner
+        for w in workers:
+            found = w.labels.get(LABEL_OWNER)
+            if found:
+                return str(found)
+        return self._owners.get(job)
 
     def _selector(self, job: str | None = None, role: str | None = ROLE_JOB) -> dict[str, str]:
         sel = {LABEL_MANAGED_BY: MANAGED_BY_ALLOCATOR, **dict(self.options.extra_labels)}
@@ -167,6 +206,8 @@ class ExecutorBase:
         out: dict[str, list[Worker]] = {}
         for w in self.backend.list_workers(self._selector()):
             out.setdefault(w.job, []).append(w)
+            if w.labels.get(LABEL_OWNER):
+                self._owners[w.job] = str(w.labels[LABEL_OWNER])
         return {
             j: JobState(j, tuple(sorted(ws, key=lambda w: w.node_rank))) for j, ws in out.items()
         }
@@ -306,11 +347,9 @@ class ExecutorBase:
         address (``FLOWCON_STORE_ADDR``, label ``flowcon.store``); ``only`` the slots of
         those indices are created (the joiners; the others run), reaching the running
         ``store_host`` (``coordinator``: at this MASTER_ADDR/MASTER_PORT instead)."""
-        job_labels = {
-            **dict(self.options.extra_labels),
-            LABEL_MANAGED_BY: MANAGED_BY_ALLOCATOR,
-            LABEL_JOB: spec.name,
-        }
+        if not spec.rendezvous_secret:  # not from the allocator: this executor's own
+            spec = replace(spec, rendezvous_secret=job_secret(self._secret_key, spec.name))
+        job_labels = self._job_labels(spec)
 
         def name_of(s: WorkerSlot) -> str:
             if stopfree_env is not None:
@@ -333,13 +372,7 @@ class ExecutorBase:
             )
         addr, port = coordinator or (addr, port)
         world = world_size(slots)
-        host_dir = self.options.checkpoint_host_dir
-        if host_dir:
-            # the bind source must exist; on shared storage creating it here is enough
-            try:
-                os.makedirs(f"{host_dir.rstrip('/')}/{spec.name}", exist_ok=True)
-            except OSError as exc:
-                log.warning("cannot create checkpoint dir under %s: %s", host_dir, exc)
+        host_dir = self._make_checkpoint_dir(spec)
         self._refuse_beyond_reach(spec)
         reqs = []
         for s in slots:
@@ -372,8 +405,8 @@ class ExecutorBase:
                     labels=labels,
                     gpus=s.gpus,
                     real_gpus=self._real(s.node),
-                    checkpoint_volume=self.volume_name(spec.name),
-                    checkpoint_host_dir=f"{host_dir.rstrip('/')}/{spec.name}" if host_dir else None,
+                    checkpoint_volume=self.volume_name(spec.name, spec.owner),
+                    checkpoint_host_dir=host_dir,
                     grace_s=self.options.grace_s,
                     network=network,
                     settings=settings_for(spec, len(s.gpus), self.options.reach),
@@ -390,6 +423,31 @@ class ExecutorBase:
             self._stop_all(created, grace_s=2.0)
             raise
         return created
+
+    def _job_labels(self, spec: JobSpec) -> dict[str, str]:
+        """The labels every container, network and volume of ``spec`` carries: its name
+        and, for a named user's job, its owner (a volume of another owner is never
+        mounted: ``flowcon.executor.backend.volume_refusal``)."""
+        labels = {
+            **dict(self.options.extra_labels),
+            LABEL_MANAGED_BY: MANAGED_BY_ALLOCATOR,
+            LABEL_JOB: spec.name,
+        }
+        if spec.owner is not None and spec.owner not in SHARED_PRINCIPALS:
+            labels[LABEL_OWNER] = spec.owner
+        self._owners[spec.name] = spec.owner
+        return labels
+
+    def _make_checkpoint_dir(self, spec: JobSpec) -> str | None:
+        """The job's checkpoint host folder, created (None: a named volume instead)."""
+        host_dir = self.checkpoint_dir(spec.name, spec.owner)
+        if host_dir:
+            # the bind source must exist; on shared storage creating it here is enough
+            try:
+                os.makedirs(host_dir, exist_ok=True)
+            except OSError as exc:
+                log.warning("cannot create checkpoint dir %s: %s", host_dir, exc)
+        return host_dir
 
     def _own_store(
         self,

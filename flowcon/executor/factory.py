@@ -13,6 +13,7 @@ from flowcon.executor.backend import Backend
 from flowcon.executor.backends.engine import EngineBackend
 from flowcon.executor.backends.swarm import SwarmBackend
 from flowcon.executor.lifecycle import Executor, ExecutorOptions
+from flowcon.executor.node_hosts import parse_node_hosts
 from flowcon.executor.reach import Reach
 
 if TYPE_CHECKING:
@@ -33,8 +34,13 @@ def make_backend(
     if kind == "engine":
         return EngineBackend(client=client, network=str(cfg.get("network", "auto")))
     if kind == "swarm":
-        hosts = {str(k): str(v) for k, v in dict(cfg.get("node_hosts") or {}).items()}
-        return SwarmBackend(client=client, node_hosts=hosts)
+        # unix://, ssh:// or tcp:// with mutual TLS only: ValueError naming the entry
+        hosts = parse_node_hosts(cfg.get("node_hosts"), cfg.get("node_tls"))
+        return SwarmBackend(
+            client=client,
+            node_hosts=hosts,
+            allow_weak_hardening=bool(cfg.get("allow_weak_hardening", False)),
+        )
     raise ValueError(f"executor.backend must be 'engine' or 'swarm', not {kind!r}")
 
 
@@ -49,7 +55,7 @@ def make_executor(
     ``{backend: engine|swarm, grace_s: 30, max_restarts: 3, checkpoint_every: null,
     checkpoint_host_dir: null, network: auto|host|<network name>, labels: {},
     leave_timeout_s: 60, bind_roots: [], images: ["*"], cap_add: [], pids_limit: 4096,
-    node_hosts: {}}``;
+    node_hosts: {}, node_tls: null, allow_weak_hardening: false}``;
     ``extra_labels`` (a test's) are added to the config's ``labels``.
     """
     cfg = dict(config or {})

@@ -70,6 +70,7 @@ from flowcon.executor.job_logs import JobLogsMixin
 from flowcon.executor.launchers import layout
 from flowcon.executor.profiling import (
     ENV_PROBE_LOCAL_BATCH,
+    derived_name,
     measure,
     prerun,
     prerun_batches,
@@ -200,12 +201,24 @@ class Executor(StopFreeRescaleMixin, ReconcileMixin, JobLogsMixin):
         self._stop_all(current, self.options.grace_s if grace_s is None else grace_s)
         return time.monotonic() - t0
 
-    def remove(self, job: str, keep_checkpoint: bool = False, grace_s: float | None = None) -> None:
-        """Stop and remove a job (cancel or completion), with its checkpoint unless kept."""
+    def remove(
+        self,
+        job: str,
+        keep_checkpoint: bool = False,
+        grace_s: float | None = None,
+        *,
+        owner: str | None = None,
+    ) -> None:
+        """Stop and remove a job (cancel or completion), with its checkpoint unless kept.
+        ``owner``: whose job it is (its checkpoint's key, ``checkpoint_key``); None: its
+        containers' owner label, else the owner this executor saw it with."""
+        owner = self.owner_of(job, self.backend.list_workers(self._selector(job)), owner)
         self.suspend(job, grace_s)
         self._restarts.pop(job, None)
-        volume = None if keep_checkpoint else self.volume_name(job)
+        volume = None if keep_checkpoint else self.volume_name(job, owner)
         self.backend.cleanup(job, volume)
+        if not keep_checkpoint:
+            self._owners.pop(job, None)
 
     def profile(
         self,
@@ -289,7 +302,7 @@ class Executor(StopFreeRescaleMixin, ReconcileMixin, JobLogsMixin):
                 )
             finally:
                 self._stop_all(self.backend.list_workers(selector), grace_s=2.0)
-                self.backend.cleanup(pspec.name, self.volume_name(pspec.name))
+                self.backend.cleanup(pspec.name, self.volume_name(pspec.name, pspec.owner))
 
         return rate_at
 
@@ -339,16 +352,15 @@ class Executor(StopFreeRescaleMixin, ReconcileMixin, JobLogsMixin):
 
         def runs_at(batch: int) -> bool:
             env = {**dict(spec.env), ENV_PROBE_LOCAL_BATCH: f"{low}:{batch}"}
-            pspec = replace(
-                profile_spec(spec, 1), name=f"{spec.name}-m{batch}", run_batch=batch, env=env
-            )
+            name = derived_name(spec.name, f"m{batch}")
+            pspec = replace(profile_spec(spec, 1), name=name, run_batch=batch, env=env)
             selector = self._selector(pspec.name, ROLE_PROFILE)
             try:
                 self.launch(pspec, placement, role=ROLE_PROFILE)
                 fits, said = probe_outcome(self.backend, selector, max_seconds, poll_s, cancelled)
             finally:
                 self._stop_all(self.backend.list_workers(selector), grace_s=2.0)
-                self.backend.cleanup(pspec.name, self.volume_name(pspec.name))
+                self.backend.cleanup(pspec.name, self.volume_name(pspec.name, pspec.owner))
             if said is not None:
                 reported.append(said)
             return fits

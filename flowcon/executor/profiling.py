@@ -21,7 +21,7 @@ from flowcon.core.metric_lines import regex_step_points, step_points
 from flowcon.executor.backend import Backend, ExecutorError, LogLine, Worker
 from flowcon.executor.workers import Placement
 from flowcon.jobspec.keys import MetricSpec
-from flowcon.jobspec.spec import JobSpec, ThroughputProfile
+from flowcon.jobspec.spec import DERIVED_SEP, JobSpec, ThroughputProfile
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +78,30 @@ def line_points(lines: Sequence[LogLine], metric: MetricSpec | None) -> list[tup
     return regex_step_points(timed, regex, metric.steps_per_line, metric.steps_per_epoch)
 
 
+def derived_name(job: str, suffix: str) -> str:
+    """The name of a job FlowCon derives from ``job`` (a pre-run): ``job_suffix``. The
+    separator is one no submitted name holds (``flowcon.jobspec.spec.DERIVED_SEP``), so a
+    derived name, and the containers, checkpoint volume, network and host folder named
+    after it, never belong to another job; ``_`` is valid in Docker's container, volume
+    and network names and in Swarm's service names (a DNS component there)."""
+    return f"{job}{DERIVED_SEP}{suffix}"
+
+
 def profile_spec(spec: JobSpec, gpus: int) -> JobSpec:
     """The pre-run job of ``spec`` at ``gpus`` GPUs (its own name, so its own checkpoint)."""
-    return replace(spec, name=f"{spec.name}-p{gpus}", env={**dict(spec.env), ENV_PROFILE: "1"})
+    env = {**dict(spec.env), ENV_PROFILE: "1"}
+    return replace(spec, name=derived_name(spec.name, f"p{gpus}"), env=env)
+
+
+def prerun_refusal(gpus: int, free: int, allowance: int | None) -> str | None:
+    """Why a pre-run at ``gpus`` GPUs cannot run now (None: it can): more than the ``free``
+    GPUs (held by no job and no other pre-run; a busy GPU is never lent to a pre-run), or
+    more than the owner's quota leaves it (``allowance``; None: no GPU quota)."""
+    if allowance is not None and gpus > allowance:
+        return f"{gpus} GPUs exceed what the owner's quota leaves ({allowance}, max_gpus)"
+    if gpus > free:
+        return f"{gpus} GPUs wanted, {free} free (held by no job or pre-run)"
+    return None
 
 
 def measure(
@@ -271,7 +292,8 @@ def prerun_batches(
             placement = placement_for(n)
             if placement is None:
                 continue
-            pspec = replace(profile_spec(spec, n), name=f"{spec.name}-p{n}b{b}", run_batch=b)
+            name = derived_name(spec.name, f"p{n}b{b}")
+            pspec = replace(profile_spec(spec, n), name=name, run_batch=b)
             rate = rate_at(pspec, placement)
             if on_point is not None:
                 on_point(n, b, rate)

@@ -219,5 +219,6 @@ class ReconcileMixin(ExecutorBase):
         ws = self.backend.list_workers(self._selector(None, ROLE_PROFILE))
         self._stop_all(ws, grace_s=2.0)
         for job in {w.job for w in ws}:
-            self.backend.cleanup(job, self.volume_name(job))
+            owner = self.owner_of(job, [w for w in ws if w.job == job])
+            self.backend.cleanup(job, self.volume_name(job, owner))
         return len(ws)

@@ -2,14 +2,19 @@
 
 No engine here (no docker import): a placement (ordered ``node name -> GPU ids``) becomes
 ordered ``WorkerSlot``s (the first node holds rank 0), each slot gets torchrun's
-environment plus FlowCon's (names from ``flowcon.contract``), and a job gets a stable
-master port when its workers share the host network. See ``flowcon.executor.lifecycle``
+environment plus FlowCon's (names from ``flowcon.contract``), and a job gets a random
+master port (kept for its lifetime) when its workers share the host network, and a secret
+that authenticates its rendezvous (``FLOWCON_RENDEZVOUS_SECRET``, see
+flowcon.elastic.rendezvous). See ``flowcon.executor.lifecycle``
 for the environment a container receives.
 """
 
 from __future__ import annotations
 
-import zlib
+import hashlib
+import hmac
+import random
+import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -86,26 +91,44 @@ def world_size(slots: Sequence[WorkerSlot]) -> int:
 PORT_RANGE = (20000, 30000)  # master ports given to jobs on host networking: [lo, hi)
 
 
-def master_port_for(job: str) -> int:
-    """The job's preferred port for host networking: a hash of its name (two names can
-    share it; ``allocate_master_port`` resolves that)."""
-    lo, hi = PORT_RANGE
-    return lo + zlib.crc32(job.encode()) % (hi - lo)
+# Master ports are drawn at random (a job's name is public: a port derived from it could be
+# squatted or joined by another tenant on the host network); ``secrets``' generator, so the
+# draw cannot be predicted from earlier ones.
+_RANDOM = secrets.SystemRandom()
 
 
-def allocate_master_port(job: str, taken: Iterable[int | None] | AbstractSet[int]) -> int:
-    """A master port for ``job`` that no other live job holds (``taken``: their ports):
-    its hash port when free, else the next free one above it (wrapping in ``PORT_RANGE``).
-    Deterministic, so the same live set always gives the same answer."""
+def allocate_master_port(
+    job: str,
+    taken: Iterable[int | None] | AbstractSet[int],
+    rng: random.Random | None = None,
+) -> int:
+    """A master port for ``job`` that no other live job holds (``taken``: their ports),
+    drawn at random from the free ports of ``PORT_RANGE`` (``rng``: a test's generator).
+    The caller keeps it (the job's record) so the job holds it for its lifetime."""
     lo, hi = PORT_RANGE
+    draw = rng or _RANDOM
     # a set is asked as it is (a view over thousands of live jobs need not be copied)
     busy = taken if isinstance(taken, AbstractSet) else {int(p) for p in taken if p}
-    start = master_port_for(job) - lo
-    for i in range(hi - lo):
-        port = lo + (start + i) % (hi - lo)
+    for _ in range(64):  # nearly always the first draw: live jobs hold few of 10,000 ports
+        port = draw.randrange(lo, hi)
         if port not in busy:
             return port
-    raise ValueError(f"no free master port in {lo}-{hi - 1} for job {job}")
+    free = [p for p in range(lo, hi) if p not in busy]
+    if not free:
+        raise ValueError(f"no free master port in {lo}-{hi - 1} for job {job}")
+    return draw.choice(free)
+
+
+def job_secret(key: bytes, job: str) -> str:
+    """The rendezvous secret of ``job`` derived from an executor's own random ``key``: for
+    jobs launched without a stored one (pre-runs, the executor used on its own), the same
+    for every container of the job this executor creates."""
+    return hmac.new(key, b"flowcon-job-secret\0" + job.encode(), hashlib.sha256).hexdigest()
+
+
+def new_job_secret() -> str:
+    """A fresh per-job rendezvous secret (the allocator stores it with the job)."""
+    return secrets.token_hex(32)
 
 
 def live_master_port(job: str, current: int | None, live: Mapping[str, int | None]) -> int:
@@ -150,6 +173,8 @@ def worker_env(
             contract.ENV_CHECKPOINT_DIR: contract.CHECKPOINT_MOUNT,
         }
     )
+    if spec.rendezvous_secret:
+        env[contract.ENV_RENDEZVOUS_SECRET] = spec.rendezvous_secret
     if checkpoint_every:
         env[contract.ENV_CHECKPOINT_EVERY] = str(checkpoint_every)
     if spec.batch_range is not None:  # the batch the job's learning rate is meant for

@@ -11,14 +11,17 @@ docs/jobs.md, "Job spec reference"):
   ``/`` and the Docker socket are refused (a job that can reach the engine can start any
   container, so it owns the host), as are named volumes in the executor's ``flowcon-``
   namespace. Targets are absolute and may not cover ``/``, ``/dev/shm``, ``/proc``,
-  ``/sys`` or the checkpoint mount; no two volumes share a target.
+  ``/sys`` or the checkpoint mount, nor lie under ``GPU_RUNTIME_TARGETS``; no two volumes
+  share a target.
 * sizes (shm_size, memory, memory_per_gpu): bytes, or a number with k, m, g or t (binary
   units, as ``docker run --memory``; ``Ki``/``Mi``/``Gi``/``Ti`` and ``kb``... mean the
   same).
 * cpus / cpus_per_gpu, memory / memory_per_gpu: per worker container, or per GPU of the
   container (Slurm's ``--cpus-per-gpu``/``--mem-per-gpu``); a pair may not both be given.
 * labels: keys outside the ``flowcon.`` namespace the executor owns, values strings.
-* user: ``uid[:gid]`` or a user name (as ``docker run --user``).
+* user: ``uid[:gid]`` or a user name (as ``docker run --user``); numbers are decimal (no
+  sign or space) up to ``MAX_ID`` and are kept in canonical form (``007`` is ``7``).
+* env: no key that steers the GPU runtime or the loader (``runtime_env_problem``).
 * metric: ``{name, regex, goal, steps_per_line, steps_per_epoch}``; the regex compiles
   with ``flowcon.core.labels.compile_metric_regex``, the same rule as the agent's
   ``flowcon.metric.regex`` label.
@@ -27,6 +30,7 @@ docs/jobs.md, "Job spec reference"):
 from __future__ import annotations
 
 import math
+import posixpath
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -47,10 +51,19 @@ MIN_CPUS = 0.01  # Docker refuses --cpus below 0.01
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b?)$", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 VOLUME_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_NAME = r"[A-Za-z_][A-Za-z0-9._-]{0,31}"  # POSIX portable user and group names
-_USER_RE = re.compile(rf"^(?:\d{{1,10}}(?::\d{{1,10}})?|{_NAME}(?::{_NAME})?)$")
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]{0,31}$")  # POSIX portable user/group names
+_ID_RE = re.compile(r"^[0-9]{1,10}$")  # ASCII digits only: no sign, space or other script
+MAX_ID = 4294967294  # the largest uid/gid the kernel takes ((uid_t)-1 means "unchanged")
 DOCKER_SOCKETS = frozenset({"/var/run/docker.sock", "/run/docker.sock"})
 _FORBIDDEN_TARGETS = ("/proc", "/sys", "/dev/shm", contract.CHECKPOINT_MOUNT)
+# The NVIDIA container toolkit reads a mount whose destination is under these folders as a
+# request for the GPU devices named by the rest of the path: no spec may mount there.
+GPU_RUNTIME_TARGETS = ("/var/run/nvidia-container-devices", "/run/nvidia-container-devices")
+# Environment keys that steer the GPU runtime (which devices, which driver capabilities) or
+# the dynamic loader of every process in the container (LD_PRELOAD, LD_LIBRARY_PATH, ...):
+# the executor sets the first itself, and no spec may set either (docs/security.md).
+RUNTIME_ENV_PREFIXES = ("NVIDIA_", "DOCKER_RESOURCE_", "LD_")
+RUNTIME_ENV_KEYS = frozenset({"CUDA_VISIBLE_DEVICES"})
 METRIC_GOALS = ("min", "max")
 
 
@@ -168,12 +181,15 @@ def _target_problem(target: str) -> str | None:
     why = path_problem(target, absolute=True)
     if why:
         return why
-    norm = "/" + target.strip("/")
+    norm = posixpath.normpath("/" + target.strip("/"))
     if norm == "/":
         return "a target other than /"
     for bad in _FORBIDDEN_TARGETS:
         if norm == bad or norm.startswith(bad + "/") or bad.startswith(norm + "/"):
             return f"a target that does not cover {bad}"
+    for bad in GPU_RUNTIME_TARGETS:
+        if norm == bad or norm.startswith(bad + "/"):
+            return f"a target outside {bad} (the GPU runtime reads mounts there as devices)"
     return None
 
 
@@ -262,14 +278,89 @@ def parse_labels(value: object) -> dict[str, str]:
     return out
 
 
+def runtime_env_problem(key: str) -> str | None:
+    """Why a job's environment may not set ``key`` (None: it may): it steers the GPU
+    runtime or the dynamic loader (``RUNTIME_ENV_PREFIXES``, ``RUNTIME_ENV_KEYS``)."""
+    upper = key.upper()
+    if upper in RUNTIME_ENV_KEYS or upper.startswith(RUNTIME_ENV_PREFIXES):
+        return (
+            "is not allowed: it steers the GPU runtime or the dynamic loader (NVIDIA_*,"
+            " CUDA_VISIBLE_DEVICES, DOCKER_RESOURCE_*, LD_*); the executor sets the GPUs"
+        )
+    return None
+
+
+_USER_ALLOWED = "uid[:gid] (e.g. 1000 or 1000:1000, decimal numbers) or a user name[:group]"
+
+
+def _user_part(part: str, value: object) -> str:
+    """One side of ``uid:gid``: a number in canonical decimal, or a name as written."""
+    if _ID_RE.match(part):
+        number = int(part)
+        if number > MAX_ID:
+            raise _bad("user", value, f"uid[:gid] with ids up to {MAX_ID}")
+        return str(number)
+    if _NAME_RE.match(part):
+        return part
+    raise _bad("user", value, _USER_ALLOWED)
+
+
 def parse_user(value: object) -> str | None:
+    """``uid[:gid]`` or ``name[:group]`` (as ``docker run --user``), numeric parts in
+    canonical decimal (``00:0100`` is ``0:100``): no sign, space or other digits."""
     if value is None:
         return None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise _bad("user", value, _USER_ALLOWED)
+    if isinstance(value, int):
+        if not 0 <= value <= MAX_ID:
+            raise _bad("user", value, f"uid[:gid] with a uid from 0 to {MAX_ID}")
         return str(value)
-    if not isinstance(value, str) or not _USER_RE.match(value):
-        raise _bad("user", value, "uid[:gid] (e.g. 1000 or 1000:1000) or a user name[:group]")
-    return value
+    parts = value.split(":")
+    if len(parts) > 2 or not all(parts):
+        raise _bad("user", value, _USER_ALLOWED)
+    return ":".join(_user_part(p, value) for p in parts)
+
+
+def split_user(user: str) -> tuple[int | str, int | str | None]:
+    """(uid or name, gid or group or None) of a ``parse_user`` string: numbers as ints."""
+    uid, _, gid = user.partition(":")
+    return (
+        int(uid) if _ID_RE.match(uid) else uid,
+        None if not gid else int(gid) if _ID_RE.match(gid) else gid,
+    )
+
+
+IdRanges = tuple[tuple[int, int], ...]  # inclusive (first, last) ranges of uids or gids
+
+
+def parse_id_ranges(value: object, field_name: str) -> IdRanges:
+    """``1000-1999``, ``1000``, or a list of those (uids or gids) as inclusive ranges."""
+    items = value if isinstance(value, list | tuple) else [value]
+    allowed = "a range like 1000-1999, a number, or a list of them"
+    out: list[tuple[int, int]] = []
+    for item in items:
+        if isinstance(item, int) and not isinstance(item, bool):
+            first = last = item
+        elif isinstance(item, str) and re.fullmatch(r"[0-9]{1,10}(-[0-9]{1,10})?", item):
+            a, _, b = item.partition("-")
+            first, last = int(a), int(b or a)
+        else:
+            raise _bad(field_name, item, allowed)
+        if not 0 <= first <= last <= MAX_ID:
+            raise _bad(field_name, item, f"first <= last, from 0 to {MAX_ID}")
+        out.append((first, last))
+    if not out:
+        raise _bad(field_name, value, allowed)
+    return tuple(out)
+
+
+def in_ranges(number: int, ranges: IdRanges) -> bool:
+    return any(first <= number <= last for first, last in ranges)
+
+
+def show_ranges(ranges: IdRanges) -> str:
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
 
 
 def parse_workdir(value: object) -> str | None:

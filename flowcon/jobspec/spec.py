@@ -67,6 +67,14 @@ NAME_RULE = (
     "a DNS label: lowercase letters, digits and '-', 1-40 chars, starting with a letter "
     "and ending with a letter or digit"
 )
+# what joins a job's name to the suffix of a name FlowCon derives from it (its pre-runs:
+# ``NAME_p2``, ``NAME_m64``, ``NAME_p2b128``): no submitted name holds it, so no job is
+# named as another job's derived name and shares its containers, volume or network
+DERIVED_SEP = "_"
+DERIVED_RULE = (
+    f"{DERIVED_SEP!r} is reserved for the names FlowCon derives from a job's name "
+    f"(its pre-runs: NAME{DERIVED_SEP}p2, NAME{DERIVED_SEP}m64)"
+)
 # registry[:port]/path:tag@digest, as docker accepts it
 IMAGE_RE = re.compile(
     r"^(?:(?:localhost|[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+)(?::[0-9]{1,5})?/"
@@ -175,6 +183,9 @@ class JobSpec:
     # the job's master port on host networking,
     # unique among live jobs, kept in the job's record (flowcon.executor.workers)
     master_port: int | None = None
+    # the job's rendezvous secret (set by the allocator with the master port, kept in the
+    # record, never shown by the API nor in a repr; flowcon.elastic.rendezvous)
+    rendezvous_secret: str | None = field(default=None, repr=False)
     # who submitted it (set by the allocator from the caller's token, never a spec key;
     # kept in the record; None: a record from before owners, the legacy ``user``)
     owner: str | None = None
@@ -328,6 +339,8 @@ class SpecFields(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
+        if DERIVED_SEP in value:
+            raise ValueError(f"{DERIVED_RULE}; {NAME_RULE}")
         if not NAME_RE.match(value):
             raise ValueError(NAME_RULE)
         return value
@@ -586,6 +599,9 @@ def _env(value: object) -> dict[str, str]:
             raise JobSpecError(f"env.{k}", "not a valid variable name")
         if k.startswith("FLOWCON_") or k in _RESERVED_ENV:
             raise JobSpecError(f"env.{k}", "is set by the executor")
+        why = keys.runtime_env_problem(k)
+        if why:
+            raise JobSpecError(f"env.{k}", why)
         if isinstance(v, Mapping | list) or v is None:
             raise JobSpecError(f"env.{k}", "must be a scalar")
         out[k] = str(v).lower() if isinstance(v, bool) else str(v)

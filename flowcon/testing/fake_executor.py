@@ -142,7 +142,7 @@ class FakeExecutor:
             self._jobs.pop(job, None)
         return took
 
-    def remove(self, job: str) -> None:
+    def remove(self, job: str, *, owner: str | None = None) -> None:
         self._ack("remove")
         with self._lock:
             self._jobs.pop(job, None)

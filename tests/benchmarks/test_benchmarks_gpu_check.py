@@ -81,3 +81,43 @@ def test_the_digest_changes_with_one_bit_of_the_optimizer_state() -> None:
     st = next(iter(opt.state.values()))
     st["exp_avg"].view(-1)[0] = torch.nextafter(st["exp_avg"].view(-1)[0], torch.tensor(1.0))
     assert gpu_check._digest(torch, model, opt) != before
+
+
+# ---------------------------------------------------------------- the isolation section
+
+
+def test_isolation_skips_with_the_reason_where_gpus_engine_or_runtime_are_missing(
+    tmp_path: Path,
+) -> None:
+    assert gpu_check.check_isolation("cpu", ["GPU-a"], tmp_path)["reason"].startswith("CPU dry run")
+    no_gpu = gpu_check.check_isolation("gpu", [], tmp_path)
+    assert no_gpu["ok"] is True
+    assert no_gpu["skipped"] is True
+    assert "no GPU" in no_gpu["reason"]
+
+    def no_engine():
+        raise ConnectionError("connection refused")
+
+    gone = gpu_check.check_isolation("gpu", ["GPU-a"], tmp_path, connect=no_engine)
+    assert gone["skipped"] is True
+    assert "no engine" in gone["reason"]
+
+    class RuncOnly:
+        def info(self):
+            return {"Runtimes": {"runc": {}, "io.containerd.runc.v2": {}}}
+
+    plain = gpu_check.check_isolation("gpu", ["GPU-a"], tmp_path, connect=RuncOnly)
+    assert plain["skipped"] is True
+    assert "no nvidia runtime" in plain["reason"]
+    assert "runc" in plain["reason"]
+
+
+def test_isolation_verdict_reads_nvidia_smi() -> None:
+    text = "NVD=GPU-a\nGPU 0: NVIDIA H200 (UUID: GPU-a)\n  MIG 1g.18gb Device 0: (UUID: MIG-x)\n"
+    assert gpu_check.listed_uuids(text) == ["GPU-a", "MIG-x"]
+    own = {"own": ["GPU-a"], "visible": "GPU-a", "device_request": True}
+    assert gpu_check.isolated({"a": {**own, "listed": ["GPU-a"]}})
+    assert not gpu_check.isolated({"a": {**own, "listed": ["GPU-a", "GPU-b"]}})
+    env_only = {"own": ["GPU-b"], "visible": "GPU-b", "device_request": False, "listed": []}
+    assert gpu_check.isolated({"b": env_only})  # the runtime is not the default: none seen
+    assert not gpu_check.isolated({"b": {**env_only, "visible": "all"}})

@@ -140,7 +140,7 @@ def test_prerun_batches_measures_each_count_at_each_batch() -> None:
         44: {2: pytest.approx(100 / 44)},
         32: {2: pytest.approx(100 / 32)},  # weak scaling on 2 GPUs
     }
-    assert ("j-p1b45", 45) in runs
+    assert ("j_p1b45", 45) in runs
     assert len(points) == len(runs) == 5  # 128 measured nothing at either count
 
 

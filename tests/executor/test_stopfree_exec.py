@@ -20,7 +20,7 @@ from flowcon.executor.backend import LogLine, Worker, WorkerRequest
 from flowcon.executor.executor_base import JobState
 from flowcon.executor.lifecycle import Executor, ExecutorOptions
 from flowcon.executor.stopfree_plan import StepLine, plan_stopfree, step_lines, switch_gap
-from flowcon.executor.workers import master_port_for
+from flowcon.executor.workers import allocate_master_port
 from flowcon.jobspec.spec import JobSpecError, parse_jobspec
 
 IMAGE = "flowcon/elastic-example:latest"
@@ -64,7 +64,7 @@ class FakeBackend:
 
     def master_addr(self, job, slots, rank0_name, labels, port=None, grow=False):
         self.grow.append(grow)
-        return rank0_name, port or master_port_for(job), "flowcon-net-" + job
+        return rank0_name, port or allocate_master_port(job, ()), "flowcon-net-" + job
 
     def create(self, req: WorkerRequest) -> Worker:
         self.requests.append(req)

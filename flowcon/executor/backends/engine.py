@@ -4,9 +4,10 @@ Every node of the placement is a logical node on this engine: a job placed on no
 node2 of a declared inventory runs two containers here, which is how multi-node jobs are
 exercised on a CPU-only machine. Networking:
 
-* ``auto`` (default): a one-container job uses the default bridge and MASTER_ADDR=127.0.0.1
-  (its workers share the container); a multi-container job gets its own bridge network
-  ``flowcon-net-<job>`` and MASTER_ADDR is the rank-0 container's name.
+* ``auto`` (default): every job gets its own bridge network ``flowcon-net-<job>`` (with
+  the job's labels, removed with it), so containers of different jobs cannot reach each
+  other; MASTER_ADDR is 127.0.0.1 for a one-container job (its workers share the
+  container), else the rank-0 container's name.
 * ``host``: host networking, MASTER_ADDR=127.0.0.1, a per-job MASTER_PORT.
 * any other value: an existing network name, MASTER_ADDR = rank-0 container name.
 """
@@ -16,11 +17,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, cast
 
 from flowcon.contract import CHECKPOINT_MOUNT, LABEL_GPUS, LABEL_JOB, LABEL_NODE, LABEL_RANK
 from flowcon.executor.backend import (
     ExecutorError,
+    ExecutorRefused,
     LogLine,
     Worker,
     WorkerRequest,
@@ -30,10 +33,18 @@ from flowcon.executor.backend import (
     jobs_labelled,
     log_lines_of,
     volume_labels,
+    volume_refusal,
 )
 from flowcon.executor.container_spec import SdkKwargs, engine_kwargs
-from flowcon.executor.node_fs import check_bind_paths, needs_owning, own_mount_points, own_targets
-from flowcon.executor.workers import DEFAULT_MASTER_PORT, WorkerSlot, master_port_for
+from flowcon.executor.node_fs import (
+    check_bind_paths,
+    needs_owning,
+    own_mount_points,
+    own_targets,
+    resolve_user,
+)
+from flowcon.executor.visibility import container_labels, job_env
+from flowcon.executor.workers import DEFAULT_MASTER_PORT, WorkerSlot, allocate_master_port
 
 if TYPE_CHECKING:
     from docker import DockerClient
@@ -83,6 +94,14 @@ def worker_from_container(c: Container) -> Worker:
     )
 
 
+def _job_env(req: WorkerRequest) -> dict[str, str]:
+    """The worker's environment with the executor's NVIDIA variables (its GPUs, or none)."""
+    try:
+        return job_env(req.env, req.gpus)
+    except ValueError as exc:
+        raise ExecutorError(f"job {req.job}: {req.name}: {exc}") from None
+
+
 class EngineBackend:
     kind = "engine"
 
@@ -111,11 +130,12 @@ class EngineBackend:
         grow: bool = False,
     ) -> tuple[str, int, str | None]:
         if self.network == "host":
-            return "127.0.0.1", port or master_port_for(job), "host"
+            return "127.0.0.1", port or allocate_master_port(job, ()), "host"
         if self.network != "auto":
             return rank0_name, DEFAULT_MASTER_PORT, self.network
-        if len(slots) == 1 and not grow:
-            return "127.0.0.1", DEFAULT_MASTER_PORT, None
+        # every job its own bridge, one container too: Docker isolates user-defined bridges
+        # from each other, so no job reaches another's containers (the default bridge
+        # would let them)
         name = network_name(job)
         import docker.errors
 
@@ -126,6 +146,8 @@ class EngineBackend:
                 self.client.networks.create(name, driver="bridge", labels=dict(labels))
             except docker.errors.APIError as exc:
                 raise ExecutorError(f"creating network {name}: {exc}") from exc
+        if len(slots) == 1 and not grow:
+            return "127.0.0.1", DEFAULT_MASTER_PORT, name  # its workers share the container
         return rank0_name, DEFAULT_MASTER_PORT, name
 
     def create(self, req: WorkerRequest) -> Worker:
@@ -134,6 +156,9 @@ class EngineBackend:
 
         # a host path's real path on this node stays under its allowed root
         check_bind_paths(self.client, req.node, req.image, req.settings, req.labels)
+        # whom it runs as, in numbers resolved in its image on the node, and allowed
+        resolved = resolve_user(self.client, req.node, req.image, req.settings, req.labels)
+        req = replace(req, settings=resolved)
         if req.checkpoint_host_dir:
             mount = Mount(CHECKPOINT_MOUNT, req.checkpoint_host_dir, type="bind")
         else:
@@ -145,8 +170,12 @@ class EngineBackend:
             "image": req.image,
             "command": list(req.command),
             "name": req.name,
-            "labels": {**dict(req.settings.labels), **dict(req.labels)},
-            "environment": dict(req.env),
+            # the image's own flowcon.* labels blanked, its NVIDIA_* variables overridden
+            # (flowcon/executor/visibility.py)
+            "labels": container_labels(
+                self.image_labels(req.image), {**dict(req.settings.labels), **dict(req.labels)}
+            ),
+            "environment": _job_env(req),
             "mounts": [mount, *spec_kwargs["mounts"]],
             "detach": True,
             "stop_signal": "SIGTERM",
@@ -194,9 +223,13 @@ class EngineBackend:
         import docker.errors
 
         try:
-            self.client.volumes.get(name)
+            found = self.client.volumes.get(name)
         except docker.errors.NotFound:
             self.client.volumes.create(name, labels=volume_labels(labels))
+            return
+        why = volume_refusal(found.attrs.get("Labels"), labels)
+        if why is not None:  # another job's checkpoint: never mounted into this one
+            raise ExecutorRefused(f"checkpoint volume {name}: {why}: not mounted")
 
     def _get(self, worker: Worker) -> Container | None:
         import docker.errors
@@ -324,7 +357,12 @@ class EngineBackend:
             log.warning("removing network of %s: %s", job, exc)
         if volume:
             try:
-                self.client.volumes.get(volume).remove(force=True)
+                found = self.client.volumes.get(volume)
+                why = volume_refusal(found.attrs.get("Labels"), {LABEL_JOB: job}, (LABEL_JOB,))
+                if why is not None:
+                    log.warning("checkpoint volume %s kept: %s", volume, why)
+                    return
+                found.remove(force=True)
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as exc:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, cast
 
 from flowcon.contract import CHECKPOINT_MOUNT, LABEL_GPUS, LABEL_JOB, LABEL_NODE, LABEL_RANK
@@ -28,6 +29,7 @@ from flowcon.engine.logs import parse_ts
 from flowcon.executor.backend import (
     EngineJson,
     ExecutorError,
+    ExecutorRefused,
     LogLine,
     Worker,
     WorkerRequest,
@@ -37,8 +39,17 @@ from flowcon.executor.backend import (
     jobs_labelled,
     log_lines_of,
     volume_labels,
+    volume_refusal,
 )
 from flowcon.executor.container_spec import SdkKwargs, swarm_kwargs
+from flowcon.executor.hardening import (
+    NO_NEW_PRIVILEGES_API,
+    NodeHardening,
+    api_of_engine,
+    assess,
+    parse_api,
+    userns_of,
+)
 from flowcon.executor.node_fs import (
     check_bind_paths,
     needs_owning,
@@ -46,8 +57,11 @@ from flowcon.executor.node_fs import (
     own_targets,
     probe,
     remove_probe,
+    resolve_user,
 )
-from flowcon.executor.workers import WorkerSlot, master_port_for
+from flowcon.executor.node_hosts import NodeHost, parse_node_hosts
+from flowcon.executor.visibility import container_labels, job_env
+from flowcon.executor.workers import WorkerSlot, allocate_master_port
 
 # types-docker leaves most methods of ``Service`` and ``ServiceCollection`` unannotated:
 # calls of those carry ``type: ignore[no-untyped-call]``.
@@ -127,6 +141,51 @@ def worker_from_service(svc: Service, tasks: list[EngineJson]) -> Worker:
     )
 
 
+MIN_API = "1.24"  # docker-py's oldest: a client is made with it, then asks the engine
+
+
+def connect_node(host: NodeHost) -> DockerClient:
+    """A client of a node's engine: over its socket, ssh (the ssh client and its keys), or
+    TCP with mutual TLS (the engine's certificate checked against ``ca_cert``)."""
+    import docker
+    from docker.tls import TLSConfig
+
+    if host.scheme == "ssh":
+        return docker.DockerClient(
+            base_url=host.url, version="auto", timeout=60, use_ssh_client=True
+        )
+    if host.tls is not None:
+        url = "https://" + host.url.split("://", 1)[1] if host.scheme != "https" else host.url
+        tls = TLSConfig(
+            client_cert=(host.tls.client_cert, host.tls.client_key),
+            ca_cert=host.tls.ca_cert,
+            verify=host.tls.ca_cert,
+        )
+        # not the environment's CA bundle: requests lets REQUESTS_CA_BUNDLE override a
+        # session's CA, so the node's CA is set with the environment ignored, then the
+        # engine's API version asked (what version="auto" does, but over this session)
+        client = docker.DockerClient(base_url=url, version=MIN_API, timeout=60, tls=tls)
+        client.api.trust_env = False
+        client.api._version = client.api._retrieve_server_version()  # type: ignore[attr-defined]
+        return client
+    return docker.DockerClient(base_url=host.url, version="auto", timeout=60)
+
+
+def with_no_new_privileges(
+    kwargs: SdkKwargs, node: NodeHardening, manager_api: tuple[int, int] | None
+) -> None:
+    """Add ``ContainerSpec.Privileges.NoNewPrivileges`` to a service's ``kwargs`` where
+    the node's engine and the manager both speak API 1.46 (docker-py has no parameter:
+    the raw field goes into its ``Privileges`` mapping)."""
+    from docker.types import Privileges
+
+    if not node.no_new_privileges or manager_api is None or manager_api < NO_NEW_PRIVILEGES_API:
+        return
+    privileges = kwargs.get("privileges") or Privileges()
+    privileges["NoNewPrivileges"] = True
+    kwargs["privileges"] = privileges
+
+
 class SwarmBackend:
     kind = "swarm"
 
@@ -135,18 +194,23 @@ class SwarmBackend:
         client: DockerClient | None = None,
         node_clients: Mapping[str, DockerClient] | None = None,
         stop_poll_s: float = 0.1,
-        node_hosts: Mapping[str, str] | None = None,
+        node_hosts: Mapping[str, str | NodeHost] | None = None,
+        allow_weak_hardening: bool = False,
     ) -> None:
         """``client`` talks to a manager; ``node_clients`` (by flowcon.node name, from
         ``executor.node_hosts``, whose engine addresses are connected to when first
-        needed) reach the other nodes' engines: to check host paths and prepare volumes
-        where a worker runs, and to remove checkpoint volumes there."""
+        needed: unix://, ssh:// or tcp:// with mutual TLS, anything else is refused)
+        reach the other nodes' engines: to check host paths and prepare volumes where a
+        worker runs, to remove checkpoint volumes there, and to read the hardening each
+        node can apply (``allow_weak_hardening``: jobs may go to a node lacking some)."""
         if client is None:
             client = connect_engine(timeout=60)
         self.client = client
         self.node_clients = dict(node_clients or {})
         self.stop_poll_s = stop_poll_s
-        self.node_hosts = dict(node_hosts or {})
+        self.node_hosts = parse_node_hosts(node_hosts)
+        self.allow_weak_hardening = allow_weak_hardening
+        self._hardening: dict[str, NodeHardening] = {}  # by node, once read
         self._own_node: str | None = None  # the manager's flowcon.node label, once read
         self._unprepared: set[str] = set()  # nodes already warned about
 
@@ -168,15 +232,62 @@ class SwarmBackend:
         if node not in self.node_clients and node in self.node_hosts:
             import docker
 
+            host = self.node_hosts[node]
             try:
-                self.node_clients[node] = docker.DockerClient(
-                    base_url=self.node_hosts[node], version="auto", timeout=60
-                )
+                self.node_clients[node] = connect_node(host)
             except docker.errors.DockerException as exc:
-                log.warning("node %s: engine %s: %s", node, self.node_hosts[node], exc)
+                log.warning("node %s: engine %s: %s", node, host.url, exc)
         if node in self.node_clients:
             return self.node_clients[node]
         return self.client if node and node == self.own_node() else None
+
+    def node_hardening(self, node: str) -> NodeHardening:
+        """What ``node``'s engine applies to a job (its API version and user namespaces,
+        from its engine when reachable, else its swarm description), read once; a gap is
+        logged once per node."""
+        if node not in self._hardening:
+            api, userns = self._engine_facts(node)
+            found = assess(node, api, userns, self.allow_weak_hardening)
+            if found.missing:
+                log.warning("%s", found.describe())
+            self._hardening[node] = found
+        return self._hardening[node]
+
+    def hardening(self) -> list[NodeHardening]:
+        """Every labelled swarm node's hardening (the node view)."""
+        try:
+            nodes = self.client.nodes.list()
+        except engine_errors() as exc:
+            raise ExecutorError(f"listing swarm nodes: {exc}") from exc
+        labels = [(n.attrs.get("Spec") or {}).get("Labels") or {} for n in nodes]
+        names = sorted({str(lab.get(NODE_LABEL, "")) for lab in labels} - {""})
+        return [self.node_hardening(n) for n in names]
+
+    def _engine_facts(self, node: str) -> tuple[tuple[int, int] | None, bool]:
+        """(API version, user namespaces) of ``node``'s engine: asked of the engine when
+        it is reachable, else the API of the release its swarm description names (user
+        namespaces then unknown: taken as off)."""
+        client = self.node_client(node)
+        if client is not None:
+            try:
+                api = parse_api(str(client.version().get("ApiVersion", "")))
+                return api, userns_of(client.info().get("SecurityOptions"))
+            except engine_errors() as exc:
+                log.warning("node %s: reading its engine's version: %s", node, exc)
+        try:
+            found = self.client.nodes.list(filters={"node.label": f"{NODE_LABEL}={node}"})
+        except engine_errors() as exc:
+            raise ExecutorError(f"looking up swarm node {node}: {exc}") from exc
+        if not found:
+            return None, False
+        engine = (found[0].attrs.get("Description") or {}).get("Engine") or {}
+        return api_of_engine(str(engine.get("EngineVersion", ""))), False
+
+    def _manager_api(self) -> tuple[int, int] | None:
+        try:
+            return parse_api(str(self.client.version().get("ApiVersion", "")))
+        except engine_errors():
+            return None
 
     def _prepare_volumes(self, client: DockerClient | None, req: WorkerRequest) -> None:
         """Hand the worker's fresh volumes to its non-root user on its node, before the
@@ -206,7 +317,7 @@ class SwarmBackend:
             )
         else:
             try:
-                client.volumes.get(req.checkpoint_volume)
+                found = client.volumes.get(req.checkpoint_volume)
             except engine_errors():
                 try:
                     client.volumes.create(req.checkpoint_volume, labels=volume_labels(req.labels))
@@ -214,6 +325,13 @@ class SwarmBackend:
                     raise ExecutorError(
                         f"job {req.job}: creating {req.checkpoint_volume} on {req.node}: {exc}"
                     ) from exc
+            else:  # another job's checkpoint: never mounted into this one
+                why = volume_refusal(found.attrs.get("Labels"), req.labels)
+                if why is not None:
+                    raise ExecutorRefused(
+                        f"checkpoint volume {req.checkpoint_volume} on {req.node}: {why}:"
+                        " not mounted"
+                    )
             mounts.append(
                 {"Target": CHECKPOINT_MOUNT, "Source": req.checkpoint_volume, "Type": "volume"}
             )
@@ -263,7 +381,7 @@ class SwarmBackend:
         port: int | None = None,
         grow: bool = False,
     ) -> tuple[str, int, str | None]:
-        return self.node_addr(slots[0].node), port or master_port_for(job), "host"
+        return self.node_addr(slots[0].node), port or allocate_master_port(job, ()), "host"
 
     def kill(self, worker: Worker, signal: str) -> None:
         """Signal the container of the service's running task. Swarm has no "service
@@ -310,9 +428,15 @@ class SwarmBackend:
         import docker.errors
         from docker.types import Mount, RestartPolicy, ServiceMode
 
+        hardened = self.node_hardening(req.node)
+        if not hardened.allowed:
+            raise ExecutorRefused(f"job {req.job}: {hardened.describe()}")
         node_client = self.node_client(req.node)
         # a host path's real path on the worker's node stays under its allowed root
         check_bind_paths(node_client, req.node, req.image, req.settings, req.labels)
+        # whom it runs as, in numbers resolved in its image on the node, and allowed
+        resolved = resolve_user(node_client, req.node, req.image, req.settings, req.labels)
+        req = replace(req, settings=resolved)
         self._prepare_volumes(node_client, req)
         if req.checkpoint_host_dir:
             mount = Mount(CHECKPOINT_MOUNT, req.checkpoint_host_dir, type="bind")
@@ -323,13 +447,18 @@ class SwarmBackend:
                 type="volume",
                 labels=volume_labels(req.labels),
             )
-        env = dict(req.env)
-        if req.real_gpus:
-            # Swarm has no device requests; the NVIDIA runtime (default-runtime=nvidia on the
-            # node) honours this variable.
-            env["NVIDIA_VISIBLE_DEVICES"] = ",".join(req.gpus)
+        # Swarm has no device requests: the NVIDIA runtime (default-runtime=nvidia on the
+        # node) exposes what NVIDIA_VISIBLE_DEVICES names, set here for every worker (its
+        # GPUs, or none) over the image's ENV; the image's own flowcon.* labels are blanked
+        # (flowcon/executor/visibility.py)
+        try:
+            env = job_env(req.env, req.gpus)
+        except ValueError as exc:
+            raise ExecutorError(f"job {req.job}: {req.name}: {exc}") from None
         spec_kwargs = swarm_kwargs(req.settings)
-        labels = {**dict(req.settings.labels), **dict(req.labels)}
+        labels = container_labels(
+            self.image_labels(req.image), {**dict(req.settings.labels), **dict(req.labels)}
+        )
         kwargs: SdkKwargs = {
             **spec_kwargs,
             "name": req.name,
@@ -348,6 +477,7 @@ class SwarmBackend:
             kwargs["init"] = True
         if req.network:
             kwargs["networks"] = [req.network]
+        with_no_new_privileges(kwargs, hardened, self._manager_api())
         try:
             svc = self.client.services.create(req.image, **kwargs)  # type: ignore[no-untyped-call]
         except docker.errors.APIError as exc:
@@ -475,7 +605,13 @@ class SwarmBackend:
         for client in [self.client, *self.node_clients.values()]:
             for attempt in range(20):
                 try:
-                    client.volumes.get(volume).remove(force=True)
+                    found = client.volumes.get(volume)
+                    labels = found.attrs.get("Labels")
+                    why = volume_refusal(labels, {LABEL_JOB: job}, (LABEL_JOB,))
+                    if why is not None:
+                        log.warning("checkpoint volume %s kept: %s", volume, why)
+                        break
+                    found.remove(force=True)
                     break
                 except docker.errors.NotFound:
                     break

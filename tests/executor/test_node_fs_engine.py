@@ -1,0 +1,116 @@
+"""The node-side checks on the real engine (flowcon/executor/node_fs.py): a job image's
+own links do not steer the host-path check, the probe image is the operator's and its
+absence fails closed, a read-only root stays read-only through a link, and a user name is
+resolved to numbers in the job's image (uid or gid 0 under any name refused)."""
+
+from __future__ import annotations
+
+import pytest
+from support.images import ACCOUNTS, built
+from support.session import TEST_LABEL, TESTBOX_IMAGE
+
+from flowcon.executor.backend import ExecutorError, ExecutorRefused
+from flowcon.executor.container_spec import settings_for
+from flowcon.executor.node_fs import PROBE_LABEL, check_bind_paths, node_checks, resolve_user
+from flowcon.executor.reach import Reach
+from flowcon.jobspec.spec import parse_jobspec
+
+pytestmark = pytest.mark.docker
+
+
+def spec(**over: object):
+    raw: dict[str, object] = {
+        "name": "j", "image": TESTBOX_IMAGE, "command": "true", "global_batch_size": 8,
+        "iterations": 10, "best_effort": True, "profile": {1: 1.0},
+    }  # fmt: skip
+    raw.update(over)
+    return parse_jobspec(raw)
+
+
+def _no_probe_left(docker_client, run_id: str) -> bool:
+    found = docker_client.containers.list(
+        all=True, filters={"label": [f"{TEST_LABEL}={run_id}", PROBE_LABEL]}
+    )
+    return not found
+
+
+def test_a_job_images_own_links_do_not_steer_the_host_path_check(
+    docker_client, labeled, test_run_id, tmp_path
+) -> None:
+    """The job's image makes /var a link into the probe's mount of the root, so that a
+    root's link to the host's /var/run would resolve inside the root in a probe of that
+    image. The probe is the operator's image: the link leads out, and is refused."""
+    data = tmp_path / "data"
+    (data / "v" / "run").mkdir(parents=True)
+    (data / "x").symlink_to("/var/run")  # the host's /var/run: the Docker socket
+    steps = "RUN rm -rf /var && mkdir -p /flowcon-probe/0/v/run && ln -s /flowcon-probe/0/v /var"
+    reach = Reach(bind_roots=(str(data),))
+    settings = settings_for(spec(volumes=[f"{data}/x:/d:ro"]), 1, reach)
+    with built(docker_client, test_run_id, "steer", steps) as evil:
+        with pytest.raises(ExecutorRefused, match="leads outside its allowed root"):
+            check_bind_paths(docker_client, "node1", evil, settings, labeled())
+        # the dry run answers as the start does
+        problems, later = node_checks(docker_client, evil, settings, labeled())
+        assert [f for f, _ in problems] == ["volumes[0].source"]
+        assert later == []
+    assert _no_probe_left(docker_client, test_run_id)
+
+
+def test_a_missing_probe_image_fails_closed(docker_client, labeled, test_run_id, tmp_path):
+    data = tmp_path / "data"
+    (data / "sets").mkdir(parents=True)
+    reach = Reach(bind_roots=(str(data),), probe_image=f"flowcon-test/no-such-probe:{test_run_id}")
+    settings = settings_for(spec(volumes=[f"{data}/sets:/d:ro"]), 1, reach)
+    with pytest.raises(ExecutorError, match=r"probe image .* \(executor.probe_image\) is not on"):
+        check_bind_paths(docker_client, "node1", TESTBOX_IMAGE, settings, labeled())
+    # the default probe image checks it, and a path inside the root passes
+    ok = settings_for(spec(volumes=[f"{data}/sets:/d:ro"]), 1, Reach(bind_roots=(str(data),)))
+    check_bind_paths(docker_client, "node1", TESTBOX_IMAGE, ok, labeled())
+    assert _no_probe_left(docker_client, test_run_id)
+
+
+def test_a_writable_link_into_a_read_only_root_is_refused(
+    docker_client, labeled, test_run_id, tmp_path
+) -> None:
+    top = tmp_path / "top"
+    (top / "datasets" / "mnist").mkdir(parents=True)
+    (top / "mine").symlink_to("datasets")  # stays under /top, lands in the read-only root
+    reach = Reach.from_config(
+        {"bind_roots": [str(top), {"path": str(top / "datasets"), "read_only": True}]}
+    )
+    settings = settings_for(spec(volumes=[f"{top}/mine:/d"]), 1, reach)
+    with pytest.raises(ExecutorRefused, match="under the read-only root"):
+        check_bind_paths(docker_client, "node1", TESTBOX_IMAGE, settings, labeled())
+    direct = settings_for(spec(volumes=[f"{top}/datasets/mnist:/d"]), 1, reach)
+    assert direct.mounts[0]["ReadOnly"] is True  # made read-only: passes
+    check_bind_paths(docker_client, "node1", TESTBOX_IMAGE, direct, labeled())
+
+
+def test_a_user_name_is_resolved_in_the_image_and_root_by_any_name_refused(
+    docker_client, labeled, test_run_id
+) -> None:
+    with built(docker_client, test_run_id, "accounts", ACCOUNTS + "\nUSER trainer") as image:
+        for user, numbers in (("trainer", "1000:1000"), ("1000", "1000:1000"), ("7", "7:7")):
+            s = settings_for(spec(user=user), 1, Reach())
+            assert resolve_user(docker_client, "n", image, s, labeled()).user == numbers
+        for user, says in (
+            ("toor", "uid 0 is refused"),
+            ("trainer:wheel", "gid 0 is refused"),
+            ("ghost", "'ghost' is not in the image's /etc/passwd"),
+        ):
+            s = settings_for(spec(user=user), 1, Reach())
+            with pytest.raises(ExecutorRefused, match=f"^user: .*{says}"):
+                resolve_user(docker_client, "n", image, s, labeled())
+            problems, _ = node_checks(docker_client, image, s, labeled())
+            assert [f for f, _ in problems] == ["user"]
+        # the image's own user (executor.default_user: null), checked the same way
+        own = settings_for(spec(), 1, Reach(default_user=None))
+        assert resolve_user(docker_client, "n", image, own, labeled()).user == "1000:1000"
+        ranged = settings_for(spec(), 1, Reach(default_user=None, uid_range=((2000, 2999),)))
+        with pytest.raises(ExecutorRefused, match="uid 1000 is outside the allowed uids"):
+            resolve_user(docker_client, "n", image, ranged, labeled())
+    # an image with no USER runs as root: refused, as kubelet's runAsNonRoot does
+    own = settings_for(spec(), 1, Reach(default_user=None))
+    with pytest.raises(ExecutorRefused, match=r"the image's USER.*uid 0 is refused"):
+        resolve_user(docker_client, "n", TESTBOX_IMAGE, own, labeled())
+    assert _no_probe_left(docker_client, test_run_id)
