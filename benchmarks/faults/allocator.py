@@ -881,7 +881,12 @@ class SwarmNodeRestartSession:
             folder / "allocator.yaml",
             "127.0.0.1:0",
             [2, 2],
-            {"backend": "swarm", "checkpoint_host_dir": str(folder / "ckpt")},
+            # the test swarm's engines are below API 1.46
+            {
+                "backend": "swarm",
+                "checkpoint_host_dir": str(folder / "ckpt"),
+                "allow_weak_hardening": True,
+            },
             prefix="node",
         )
         cfg = load_config(folder / "allocator.yaml", {}, folder / "no-secrets")

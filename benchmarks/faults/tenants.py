@@ -13,7 +13,14 @@ token (or a forged one), generated from a seeded ``random.Random``:
   ``..``, doubled slashes, another user's scoped volume by its engine name;
 * images outside the allowlist, keys that ask for more (``owner``, ``privileged``,
   ``cap_add``, ``network_mode``, ``pid``, ``user: 0``), oversized values and bodies;
-* forged tokens: another user's name, bob's token altered, other schemes.
+* forged tokens: another user's name, bob's token altered, other schemes;
+* root spelled another way (``00``, ``00:1000``, ``1000:0``, ``+0``) or a uid outside the
+  operator's ``executor.uid_range``;
+* environment keys that steer the GPU runtime or the loader (``NVIDIA_VISIBLE_DEVICES``,
+  ``CUDA_VISIBLE_DEVICES``, ``LD_PRELOAD``, ...) and mounts where the NVIDIA toolkit reads
+  device requests;
+* a name in the form FlowCon derives for another job's pre-run (``al-train_p1``), and the
+  checkpoint volume of alice's job by its engine name.
 
 Invariants: every attempt is answered with a 4xx (none succeeds, none is a 5xx); an
 attempt the spec or the reach rules must refuse names the field it expects; no store row
@@ -53,6 +60,7 @@ BOB_JOBS = ("bo-one", "bo-two")
 EXECUTOR = {
     "bind_roots": ["/srv/datasets"],
     "images": ["flowcon/*", "registry.example.com/ml/*"],
+    "uid_range": "1000-59999",
 }
 TOTAL_GPUS = 8
 
@@ -107,6 +115,46 @@ MORE_KEYS = [
     ("user", "root:root"),
     ("user", 0),
 ]
+# uid 0 or gid 0 in other spellings, malformed ids, and ids outside executor.uid_range
+ROOT_SPELLINGS: list[Any] = [
+    "00",
+    "0000",
+    "00:1000",
+    "1000:0",
+    "1000:00",
+    "+0",
+    "-0",
+    " 0",
+    "0 ",
+    "\u0660",  # an Arabic-Indic zero
+    "0x0",
+    "root:1000",
+    "1000:root",
+    "60001:60001",
+    "4294967296",
+    "1000:1000:0",
+    -1,
+]
+RUNTIME_ENV = [
+    ("NVIDIA_VISIBLE_DEVICES", "all"),
+    ("NVIDIA_VISIBLE_DEVICES", "0,1,2,3"),
+    ("nvidia_visible_devices", "all"),
+    ("NVIDIA_DRIVER_CAPABILITIES", "all"),
+    ("NVIDIA_REQUIRE_CUDA", ""),
+    ("CUDA_VISIBLE_DEVICES", "0,1"),
+    ("DOCKER_RESOURCE_GPU", "0"),
+    ("LD_PRELOAD", "/tmp/x.so"),
+    ("LD_LIBRARY_PATH", "/tmp"),
+    ("LD_AUDIT", "/tmp/x.so"),
+]
+GPU_MOUNTS = [
+    "/var/run/nvidia-container-devices/all",
+    "/var/run/nvidia-container-devices",
+    "/run/nvidia-container-devices/0",
+    "/var//run/nvidia-container-devices/GPU-x",
+    "/run/./nvidia-container-devices/all",
+]
+DERIVED_NAMES = ["al-train_p1", "al-train_p2b64", "al-train_m32", "al_train", "bo-one_p1"]
 
 
 @dataclass
@@ -150,6 +198,10 @@ class Attempts:
             self.more_keys,
             self.oversized,
             self.forged_token,
+            self.root_spelled,
+            self.runtime_env,
+            self.gpu_mount,
+            self.derived_name,
         ]
         return self.rng.choice(kinds)()
 
@@ -192,7 +244,9 @@ class Attempts:
         return Attempt(self._bob("image", "POST", "/api/v1/jobs", body), "image")
 
     def their_volume(self) -> Attempt:
-        name = self.rng.choice(["flowcon-user-alice.cache", "flowcon-ckpt-al-train"])
+        name = self.rng.choice(
+            ["flowcon-user-alice.cache", "flowcon-ckpt-al-train", "flowcon-ckpt-alice.al-train"]
+        )
         body = _spec(self._fresh(), volumes=[f"{name}:/steal"])
         return Attempt(self._bob("their_volume", "POST", "/api/v1/jobs", body), "volumes[0].source")
 
@@ -219,6 +273,26 @@ class Attempts:
         return Attempt(
             Request("oversized", "POST", "/api/v1/jobs", raw, _auth(TENANT_TOKENS["bob"]))
         )
+
+    def root_spelled(self) -> Attempt:
+        body = _spec(self._fresh(), user=self.rng.choice(ROOT_SPELLINGS))
+        url = self.rng.choice(["/api/v1/jobs", "/api/v1/jobs?dry_run=true"])
+        return Attempt(self._bob("root_spelled", "POST", url, body), "user")
+
+    def runtime_env(self) -> Attempt:
+        key, value = self.rng.choice(RUNTIME_ENV)
+        body = _spec(self._fresh(), env={"OK": "1", key: value})
+        return Attempt(self._bob("runtime_env", "POST", "/api/v1/jobs", body), f"env.{key}")
+
+    def gpu_mount(self) -> Attempt:
+        target = self.rng.choice(GPU_MOUNTS)
+        body = _spec(self._fresh(), volumes=[f"scratch:{target}"])
+        return Attempt(self._bob("gpu_mount", "POST", "/api/v1/jobs", body), "volumes[0].target")
+
+    def derived_name(self) -> Attempt:
+        url = self.rng.choice(["/api/v1/jobs", "/api/v1/jobs?dry_run=true"])
+        body = _spec(self.rng.choice(DERIVED_NAMES))
+        return Attempt(self._bob("derived_name", "POST", url, body), "name")
 
     def forged_token(self) -> Attempt:
         header = self.rng.choice(

@@ -8,7 +8,8 @@ import pytest
 
 from benchmarks.faults import scenarios as faults
 from flowcon.allocator.daemon import Allocator
-from flowcon.executor.reach import Reach
+from flowcon.executor.reach import Reach, UserRule
+from flowcon.jobspec import keys
 
 
 def scenario() -> faults.Scenario:
@@ -34,3 +35,17 @@ def test_the_scenario_sees_a_missing_reach_check(monkeypatch: pytest.MonkeyPatch
     summary = faults.run_scenario(scenario(), 120, seed=15)
     assert summary.violations > 0
     assert any("host_path" in m or "image" in m for m in summary.messages)
+
+
+def test_the_scenario_sees_a_missing_user_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(UserRule, "id_problem", lambda self, uid, gid, exempt=False: None)
+    summary = faults.run_scenario(scenario(), 150, seed=15)
+    assert summary.violations > 0
+    assert any("root_spelled" in m for m in summary.messages)
+
+
+def test_the_scenario_sees_a_missing_runtime_env_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(keys, "runtime_env_problem", lambda key: None)
+    summary = faults.run_scenario(scenario(), 150, seed=15)
+    assert summary.violations > 0
+    assert any("runtime_env" in m for m in summary.messages)

@@ -24,7 +24,7 @@ class WritesMarker:
     def __init__(self, marker: Path) -> None:
         self.marker = marker
 
-    def __reduce__(self):  # type: ignore[no-untyped-def]
+    def __reduce__(self):
         return (Path.write_text, (self.marker, "ran"))
 
 

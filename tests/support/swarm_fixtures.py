@@ -42,7 +42,10 @@ def swarm_executor_for(
 
     nodes = [{"name": n, "gpus": gpus_per_node} for n in ("node1", "node2")]
     inv = discover({"declared": {"nodes": nodes}})
-    backend = SwarmBackend(swarm.manager, node_clients={"node2": swarm.node2})
+    # both engines here are below API 1.46 (no no-new-privileges for services)
+    backend = SwarmBackend(
+        swarm.manager, node_clients={"node2": swarm.node2}, allow_weak_hardening=True
+    )
     opts = ExecutorOptions(grace_s=grace_s, extra_labels=labels, checkpoint_host_dir=ckpt)
     return Executor(backend, inv, opts)
 
