@@ -356,14 +356,54 @@ def check_bind_paths(
 def own_targets(settings: ContainerSettings) -> list[str]:
     """Mount points to hand to the container's user: the checkpoint folder and the user's
     own named volumes mounted writable (never a shared volume, never a host path)."""
-    own = [
-        str(m["Target"])
+    return [CHECKPOINT_MOUNT, *(str(m["Target"]) for m in _own_volumes(settings))]
+
+
+def _own_volumes(settings: ContainerSettings) -> list[Mapping[str, str | bool]]:
+    return [
+        m
         for m in settings.mounts
         if m.get("Type") == "volume"
         and str(m.get("Source", "")).startswith(USER_VOLUME_PREFIX)
         and not m.get("ReadOnly")  # nothing can be written there, nor is it to be
     ]
-    return [CHECKPOINT_MOUNT, *own]
+
+
+def own_sources(
+    settings: ContainerSettings, checkpoint: Mapping[str, str]
+) -> list[Mapping[str, object]]:
+    """What to hand to the container's user, as mounts (Source, Type): the job's checkpoint
+    (``checkpoint``: its volume, or its folder under ``checkpoint_host_dir``) and the
+    user's own named volumes mounted writable; never a shared volume or a spec's host
+    path."""
+    own = [{"Source": str(m["Source"]), "Type": "volume"} for m in _own_volumes(settings)]
+    return [dict(checkpoint), *own]
+
+
+def own_volumes(
+    client: DockerClient,
+    image: str,
+    sources: Sequence[Mapping[str, object]],
+    user: str,
+    labels: Mapping[str, str],
+) -> None:
+    """Give the top folder of each of ``sources`` to the numeric ``user``, through a probe
+    of the operator's ``image`` (``executor.probe_image``) that mounts each at
+    ``PROBE_ROOT/N``: the job's image (its links: ``/flowcon -> /srv/datasets``) is never on
+    the path the engine extracts along, so nothing but these volumes changes owner."""
+    if not sources:
+        return
+    if numeric_owner(user) is None:
+        raise ExecutorError(f"user {user!r} is not a numeric uid:gid: no volume is handed to it")
+    mounts = [
+        {"Target": f"{PROBE_ROOT}/{i}", "Source": m["Source"], "Type": m.get("Type", "volume")}
+        for i, m in enumerate(sources)
+    ]
+    box = probe(client, require_probe_image(client, image), mounts, labels, exact=True)
+    try:
+        own_mount_points(client, str(box.id), [str(m["Target"]) for m in mounts], user)
+    finally:
+        remove_probe(box)
 
 
 # ---------------------------------------------------------------- the container's user

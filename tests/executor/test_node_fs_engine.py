@@ -114,3 +114,58 @@ def test_a_user_name_is_resolved_in_the_image_and_root_by_any_name_refused(
     with pytest.raises(ExecutorRefused, match=r"the image's USER.*uid 0 is refused"):
         resolve_user(docker_client, "n", TESTBOX_IMAGE, own, labeled())
     assert _no_probe_left(docker_client, test_run_id)
+
+
+def test_a_job_images_links_do_not_redirect_whose_folder_is_handed_over(
+    docker_client, labeled, test_run_id, tmp_path
+) -> None:
+    """The job's image makes /flowcon a link to /a/b and the spec binds a folder of the
+    root at /a/b/checkpoint, under the link. Handing the checkpoint folder to the job's
+    user goes through the operator's probe, so the host folder keeps its owner and mode."""
+    from flowcon.executor.backend import WorkerRequest
+    from flowcon.executor.backends.engine import EngineBackend
+
+    data = tmp_path / "data"
+    (data / "datasets").mkdir(parents=True)
+    (data / "datasets").chmod(0o755)
+    before = (data / "datasets").stat()
+    reach = Reach(bind_roots=(str(data),))
+    steps = "RUN mkdir -p /a/b && ln -s /a/b /flowcon"
+    job = f"lnk{test_run_id}"
+    volume = f"flowcon-ckpt-{job}"
+    backend = EngineBackend(docker_client, network="none")
+    with built(docker_client, test_run_id, "redirect", steps) as evil:
+        settings = settings_for(
+            spec(image=evil, volumes=[f"{data}/datasets:/a/b/checkpoint"]), 1, reach
+        )
+        req = WorkerRequest(
+            name=f"flowcon-{job}--n1", job=job, node="n1", image=evil, command=("true",),
+            env={}, labels={**labeled(), "flowcon.job": job}, gpus=(), real_gpus=False,
+            checkpoint_volume=volume, checkpoint_host_dir=None, grace_s=1.0, network=None,
+            settings=settings,
+        )  # fmt: skip
+        try:
+            worker = backend.create(req)
+            after = (data / "datasets").stat()
+            assert (after.st_uid, after.st_gid) == (before.st_uid, before.st_gid)
+            assert after.st_mode == before.st_mode
+            # the job's own checkpoint volume was handed to its user
+            box = docker_client.containers.create(
+                TESTBOX_IMAGE, ["ls", "-lnd", "/v"], labels=labeled(),
+                volumes={volume: {"bind": "/v", "mode": "ro"}},
+            )  # fmt: skip
+            try:
+                box.start()
+                box.wait(timeout=30)
+                seen = box.logs().decode().split()[:4]
+            finally:
+                box.remove(force=True)
+            mode, _links, uid, gid = seen
+            assert (mode, uid, gid) == ("drwxr-x---", "65534", "65534")
+            backend.remove(worker)
+        finally:
+            for c in docker_client.containers.list(all=True, filters={"name": req.name}):
+                c.remove(force=True)
+            for v in docker_client.volumes.list(filters={"name": volume}):
+                v.remove(force=True)
+    assert _no_probe_left(docker_client, test_run_id)

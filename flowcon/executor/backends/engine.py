@@ -39,8 +39,8 @@ from flowcon.executor.container_spec import SdkKwargs, engine_kwargs
 from flowcon.executor.node_fs import (
     check_bind_paths,
     needs_owning,
-    own_mount_points,
-    own_targets,
+    own_sources,
+    own_volumes,
     resolve_user,
 )
 from flowcon.executor.visibility import container_labels, job_env
@@ -161,9 +161,11 @@ class EngineBackend:
         req = replace(req, settings=resolved)
         if req.checkpoint_host_dir:
             mount = Mount(CHECKPOINT_MOUNT, req.checkpoint_host_dir, type="bind")
+            checkpoint = {"Source": req.checkpoint_host_dir, "Type": "bind"}
         else:
             self._ensure_volume(req.checkpoint_volume, req.labels)
             mount = Mount(CHECKPOINT_MOUNT, req.checkpoint_volume, type="volume")
+            checkpoint = {"Source": req.checkpoint_volume, "Type": "volume"}
         spec_kwargs = engine_kwargs(req.settings)
         kwargs: SdkKwargs = {
             **spec_kwargs,
@@ -206,8 +208,10 @@ class EngineBackend:
         user = req.settings.user
         try:
             if user is not None and needs_owning(user):
-                # fresh volumes are root's: hand them to the job's user before it starts
-                own_mount_points(self.client, str(c.id), own_targets(req.settings), user)
+                # fresh volumes are root's: hand them to the job's user before it starts,
+                # through the operator's probe, never along the job image's own paths
+                sources = own_sources(req.settings, checkpoint)
+                own_volumes(self.client, req.settings.probe_image, sources, user, req.labels)
         except ExecutorError as exc:
             self._quiet_remove(c)
             raise ExecutorError(f"job {req.job}: {exc}") from exc

@@ -53,10 +53,8 @@ from flowcon.executor.hardening import (
 from flowcon.executor.node_fs import (
     check_bind_paths,
     needs_owning,
-    own_mount_points,
-    own_targets,
-    probe,
-    remove_probe,
+    own_sources,
+    own_volumes,
     resolve_user,
 )
 from flowcon.executor.node_hosts import NodeHost, parse_node_hosts
@@ -306,15 +304,8 @@ class SwarmBackend:
                     user,
                 )
             return
-        mounts: list[dict[str, object]] = [
-            {"Target": m["Target"], "Source": m["Source"], "Type": m["Type"]}
-            for m in req.settings.mounts
-            if m.get("Type") == "volume"
-        ]
         if req.checkpoint_host_dir:
-            mounts.append(
-                {"Target": CHECKPOINT_MOUNT, "Source": req.checkpoint_host_dir, "Type": "bind"}
-            )
+            checkpoint = {"Source": req.checkpoint_host_dir, "Type": "bind"}
         else:
             try:
                 found = client.volumes.get(req.checkpoint_volume)
@@ -332,16 +323,13 @@ class SwarmBackend:
                         f"checkpoint volume {req.checkpoint_volume} on {req.node}: {why}:"
                         " not mounted"
                     )
-            mounts.append(
-                {"Target": CHECKPOINT_MOUNT, "Source": req.checkpoint_volume, "Type": "volume"}
-            )
-        box = probe(client, req.image, mounts, req.labels, user=user)
+            checkpoint = {"Source": req.checkpoint_volume, "Type": "volume"}
+        # through the operator's probe image, never the job's (its links would steer it)
+        sources = own_sources(req.settings, checkpoint)
         try:
-            own_mount_points(client, str(box.id), own_targets(req.settings), user)
+            own_volumes(client, req.settings.probe_image, sources, user, req.labels)
         except ExecutorError as exc:
             raise ExecutorError(f"job {req.job}: {exc}") from exc
-        finally:
-            remove_probe(box)
 
     def _tasks(self, svc: Service) -> list[EngineJson]:
         try:
