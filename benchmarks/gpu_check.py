@@ -622,7 +622,9 @@ def check_isolation(
             for name, gpus in jobs.items()
         }
     finally:
-        for c in client.containers.list(all=True, filters={"label": ISOLATION_LABEL}):
+        for c in client.containers.list(
+            all=True, ignore_removed=True, filters={"label": ISOLATION_LABEL}
+        ):
             c.remove(force=True)
         client.images.remove(ISOLATION_IMAGE, force=True)
     out["ok"] = isolated(out["containers"])

@@ -68,9 +68,9 @@ class ConfigError(ValueError):
 # legacy single token, now the operator's: valid for every role.
 ROLES = ("agent", "user", "read")
 SECRETS_DIR = Path("/run/secrets")
-_HOSTPORT_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})$")
-_NETWORK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_USER_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+_HOSTPORT_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]*):(\d{1,5})\Z")
+_NETWORK_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+_USER_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}\Z")
 
 
 @dataclass

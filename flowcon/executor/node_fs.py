@@ -557,7 +557,7 @@ def resolve_user(
             f"user: {shown} cannot be resolved to a uid:gid in {where}: {ids}; name a"
             " uid:gid, e.g. 1000:1000"
         )
-    why = rule.id_problem(*ids, exempt=not from_image and user == rule.default_user)
+    why = rule.id_problem(*ids, exempt=not from_image and rule.exempt(user))
     if why is not None:
         raise ExecutorRefused(f"user: {shown} is uid:gid {ids[0]}:{ids[1]}, not allowed: {why}")
     return replace(settings, user=f"{ids[0]}:{ids[1]}")

@@ -112,6 +112,13 @@ class UserRule:
                     )
         return None
 
+    def exempt(self, user: str) -> bool:
+        """``user`` is the operator's numeric ``default_user``, outside the ranges' reach;
+        a name is not (the job's image says which uid it is)."""
+        uid, gid = split_user(user)
+        numeric = isinstance(uid, int) and (gid is None or isinstance(gid, int))
+        return numeric and user == self.default_user
+
     def spec_problem(self, user: str) -> str | None:
         """What can be told of ``user`` without the image: its numbers, and the name
         ``root`` (any other name's number is resolved in the image on the node)."""
@@ -122,7 +129,7 @@ class UserRule:
             why = self.id_problem(
                 uid if isinstance(uid, int) else None,
                 gid if isinstance(gid, int) else None,
-                exempt=user == self.default_user,
+                exempt=self.exempt(user),
             )
         return None if why is None else f"{user!r} is not allowed: {why}"
 

@@ -48,11 +48,12 @@ MIN_SHM = 1 << 20
 MIN_MEMORY = 6 * MIB  # Docker refuses a memory limit below 6 MB
 MIN_CPUS = 0.01  # Docker refuses --cpus below 0.01
 
-_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b?)$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b?)\Z", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-VOLUME_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]{0,31}$")  # POSIX portable user/group names
-_ID_RE = re.compile(r"^[0-9]{1,10}$")  # ASCII digits only: no sign, space or other script
+_LABEL_KEY_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,254}")
+VOLUME_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]{0,31}\Z")  # POSIX portable user/group names
+_ID_RE = re.compile(r"^[0-9]{1,10}\Z")  # ASCII digits only: no sign, space or other script
 MAX_ID = 4294967294  # the largest uid/gid the kernel takes ((uid_t)-1 means "unchanged")
 DOCKER_SOCKETS = frozenset({"/var/run/docker.sock", "/run/docker.sock"})
 _FORBIDDEN_TARGETS = ("/proc", "/sys", "/dev/shm", contract.CHECKPOINT_MOUNT)
@@ -265,6 +266,9 @@ def parse_labels(value: object) -> dict[str, str]:
     for k, v in value.items():
         if not isinstance(k, str):
             raise _bad("labels", k, "string keys")
+        if not _LABEL_KEY_RE.fullmatch(k):
+            why = "a label key of letters, digits and '.', '_', '-', '/' (a reverse DNS name)"
+            raise _bad(f"labels.{k}", k, why)
         if k == "flowcon" or k.startswith("flowcon.") or k.startswith("com.docker."):
             raise _bad(
                 f"labels.{k}", k, "a key outside 'flowcon.' and 'com.docker.' (set by FlowCon)"

@@ -62,7 +62,7 @@ from flowcon.textfile import NotText, read_text, safe_load_yaml
 
 # a DNS label of at most 40 characters, starting with a letter: safe in container,
 # service and network names and in label values
-NAME_RE = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
+NAME_RE = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?\Z")
 NAME_RULE = (
     "a DNS label: lowercase letters, digits and '-', 1-40 chars, starting with a letter "
     "and ending with a letter or digit"
@@ -80,12 +80,12 @@ IMAGE_RE = re.compile(
     r"^(?:(?:localhost|[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+)(?::[0-9]{1,5})?/"
     r"|[a-zA-Z0-9-]+:[0-9]{1,5}/)?"
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?\Z"
 )
 IMAGE_RULE = "an image reference such as repo/name:tag (no spaces or shell characters)"
 _DURATION_RE = re.compile(
     r"^(?:(\d+(?:\.\d+)?)d)?(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?"
-    r"(?:(\d+(?:\.\d+)?)s)?$"
+    r"(?:(\d+(?:\.\d+)?)s)?\Z"
 )
 # how a job's command is started in its containers (docs/jobs.md, "Launchers"): "none" runs
 # it as one process per container and container per worker with torchrun's environment, the
@@ -101,7 +101,7 @@ DEFAULT_LAUNCHER: Launcher = "none"
 # flowcon.elastic=stopfree and the launcher is flowcon, else restart (decided at launch).
 Scaling = Literal["stopfree", "restart"]
 SCALINGS: tuple[Scaling, ...] = ("stopfree", "restart")
-_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 class JobSpecError(ValueError):

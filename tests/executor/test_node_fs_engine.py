@@ -29,7 +29,7 @@ def spec(**over: object):
 
 def _no_probe_left(docker_client, run_id: str) -> bool:
     found = docker_client.containers.list(
-        all=True, filters={"label": [f"{TEST_LABEL}={run_id}", PROBE_LABEL]}
+        all=True, ignore_removed=True, filters={"label": [f"{TEST_LABEL}={run_id}", PROBE_LABEL]}
     )
     return not found
 
@@ -164,7 +164,9 @@ def test_a_job_images_links_do_not_redirect_whose_folder_is_handed_over(
             assert (mode, uid, gid) == ("drwxr-x---", "65534", "65534")
             backend.remove(worker)
         finally:
-            for c in docker_client.containers.list(all=True, filters={"name": req.name}):
+            for c in docker_client.containers.list(
+                all=True, ignore_removed=True, filters={"name": req.name}
+            ):
                 c.remove(force=True)
             for v in docker_client.volumes.list(filters={"name": volume}):
                 v.remove(force=True)

@@ -269,3 +269,17 @@ def test_a_dry_run_without_the_node_says_which_checks_happen_at_start(tmp_path) 
         assert "checked when it starts, on its node: volumes: " in line
     finally:
         alloc.store.close()
+
+
+def test_a_named_default_user_is_not_exempt_from_the_ranges() -> None:
+    """The image says which uid a name is: only a numeric default escapes the ranges."""
+    from flowcon.executor.reach import UserRule
+    from flowcon.jobspec.keys import parse_id_ranges
+
+    ranges = (parse_id_ranges("1000-1999", "uids"),)
+    named = UserRule(uids=ranges, default_user="nobody")
+    assert not named.exempt("nobody")
+    numeric = UserRule(uids=ranges, default_user="65534:65534")
+    assert numeric.exempt("65534:65534")
+    assert numeric.spec_problem("65534:65534") is None
+    assert not numeric.exempt("65534")
