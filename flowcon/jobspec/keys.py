@@ -267,8 +267,8 @@ def parse_labels(value: object) -> dict[str, str]:
         if not isinstance(k, str):
             raise _bad("labels", k, "string keys")
         if not _LABEL_KEY_RE.fullmatch(k):
-            why = "a label key of letters, digits and '.', '_', '-', '/' (a reverse DNS name)"
-            raise _bad(f"labels.{k}", k, why)
+            shape = "a label key of letters, digits and '.', '_', '-', '/' (a reverse DNS name)"
+            raise _bad(f"labels.{k}", k, shape)
         if k == "flowcon" or k.startswith("flowcon.") or k.startswith("com.docker."):
             raise _bad(
                 f"labels.{k}", k, "a key outside 'flowcon.' and 'com.docker.' (set by FlowCon)"
