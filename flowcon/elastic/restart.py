@@ -55,6 +55,7 @@ import torch.distributed as dist
 
 from flowcon import contract
 from flowcon.contract import EVENT_DONE, EXIT_PREEMPTED
+from flowcon.elastic import rendezvous as rdv
 from flowcon.elastic.data import ElasticSampler as ElasticSampler
 from flowcon.elastic.devices import apply_gpu_share, restart_backend
 from flowcon.elastic.lr import HybridScaling as HybridScaling
@@ -249,14 +250,41 @@ class Elastic:
             return
         visible = torch.cuda.device_count() if self.device.type == "cuda" else 0
         backend = restart_backend(self.device, self.env.local_world_size, visible)
-        dist.init_process_group(
-            backend=backend,
-            init_method=f"tcp://{self.env.master_addr}:{self.env.master_port}",
-            world_size=self.env.world_size,
-            rank=self.env.rank,
-            timeout=_dt.timedelta(seconds=self._timeout_s),
-        )
+        timeout = _dt.timedelta(seconds=self._timeout_s)
+        secret = os.environ.get(contract.ENV_RENDEZVOUS_SECRET, "")
+        if not secret:  # a job started without one (by hand): torch's own rendezvous
+            dist.init_process_group(
+                backend=backend,
+                init_method=f"tcp://{self.env.master_addr}:{self.env.master_port}",
+                world_size=self.env.world_size,
+                rank=self.env.rank,
+                timeout=timeout,
+            )
+        else:
+            dist.init_process_group(
+                backend=backend,
+                store=self._secret_store(secret, timeout),
+                world_size=self.env.world_size,
+                rank=self.env.rank,
+                timeout=timeout,
+            )
         self._pg = True
+
+    def _secret_store(self, secret: str, timeout: _dt.timedelta) -> Any:
+        """The group's store under the job's rendezvous secret: rank 0 serves it and
+        publishes the secret's proof; the others check the proof before anything else, so
+        a process on the job's port without the secret can neither join nor pose as the
+        store (flowcon/elastic/rendezvous.py)."""
+        host, port = self.env.master_addr, self.env.master_port
+        tcp_store: Any = getattr(dist, "TCPStore")  # noqa: B009 (not in torch's typed exports)
+        main = self.env.rank == 0
+        raw = tcp_store(host, port, is_master=main, wait_for_workers=False, timeout=timeout)
+        if main:
+            rdv.publish_proof(raw, secret)
+        else:
+            rdv.check_proof(raw, secret, f"{host}:{port}")
+        self._raw_store = raw  # the server lives while this object does
+        return getattr(dist, "PrefixStore")(rdv.secret_prefix(secret), raw)  # noqa: B009
 
     def close(self) -> None:
         if self._pg:
