@@ -53,9 +53,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+import flowcon.elastic.rendezvous as rdv
 from flowcon import contract
 from flowcon.contract import EVENT_DONE, EXIT_PREEMPTED
-from flowcon.elastic import rendezvous as rdv
 from flowcon.elastic.data import ElasticSampler as ElasticSampler
 from flowcon.elastic.devices import apply_gpu_share, restart_backend
 from flowcon.elastic.lr import HybridScaling as HybridScaling
