@@ -7,24 +7,18 @@ from __future__ import annotations
 
 import pytest
 from support.images import ACCOUNTS, built
+from support.job_specs import testbox_spec
 from support.session import TEST_LABEL, TESTBOX_IMAGE
 
 from flowcon.executor.backend import ExecutorError, ExecutorRefused
 from flowcon.executor.container_spec import settings_for
 from flowcon.executor.node_fs import PROBE_LABEL, check_bind_paths, node_checks, resolve_user
 from flowcon.executor.reach import Reach
-from flowcon.jobspec.spec import parse_jobspec
 
 pytestmark = pytest.mark.docker
 
 
-def spec(**over: object):
-    raw: dict[str, object] = {
-        "name": "j", "image": TESTBOX_IMAGE, "command": "true", "global_batch_size": 8,
-        "iterations": 10, "best_effort": True, "profile": {1: 1.0},
-    }  # fmt: skip
-    raw.update(over)
-    return parse_jobspec(raw)
+spec = testbox_spec
 
 
 def _no_probe_left(docker_client, run_id: str) -> bool:

@@ -4,14 +4,13 @@ operator's roots, images from the allowlist, and the hardening every container g
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import pytest
+from support.job_specs import testbox_spec
 
 from flowcon.allocator.config import ConfigError, ExecutorSection, load_config
 from flowcon.executor.container_spec import engine_kwargs, settings_for, swarm_kwargs
 from flowcon.executor.reach import Reach
-from flowcon.jobspec.spec import parse_jobspec
 from flowcon.schema import SchemaError, validate
 
 # every one of these was accepted from a user token before (docs/security.md)
@@ -30,18 +29,7 @@ HOST_PATHS = [
 ]
 
 
-def spec(**over: Any) -> Any:
-    raw: dict[str, Any] = {
-        "name": "j",
-        "image": "flowcon/testbox:latest",
-        "command": "true",
-        "global_batch_size": 8,
-        "iterations": 10,
-        "best_effort": True,
-        "profile": {1: 1.0},
-    }
-    raw.update(over)
-    return parse_jobspec(raw)
+spec = testbox_spec
 
 
 @pytest.mark.parametrize("path", HOST_PATHS)

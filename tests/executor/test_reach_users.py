@@ -6,9 +6,9 @@ roots the operator made read-only. The engine side is in test_node_fs_engine.py.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import pytest
+from support.job_specs import testbox_spec
 
 from flowcon.allocator.config import ConfigError, ExecutorSection, UserEntry, load_config
 from flowcon.executor.backend import ExecutorRefused
@@ -16,23 +16,11 @@ from flowcon.executor.container_spec import ContainerSettings, settings_for
 from flowcon.executor.node_fs import node_checks, numeric_user, parse_account, resolve_user
 from flowcon.executor.reach import Reach, UserRule, is_root
 from flowcon.jobspec.keys import RUNTIME_ENV_KEYS, RUNTIME_ENV_PREFIXES, parse_user
-from flowcon.jobspec.spec import JobSpecError, parse_jobspec
+from flowcon.jobspec.spec import JobSpecError
 from flowcon.schema import SchemaError
 from flowcon.schema import validate as schema_validate
 
-
-def spec(**over: Any) -> Any:
-    raw: dict[str, Any] = {
-        "name": "j",
-        "image": "flowcon/testbox:latest",
-        "command": "true",
-        "global_batch_size": 8,
-        "iterations": 10,
-        "best_effort": True,
-        "profile": {1: 1.0},
-    }
-    raw.update(over)
-    return parse_jobspec(raw)
+spec = testbox_spec
 
 
 # ---------------------------------------------------------------- root in any spelling
@@ -100,15 +88,14 @@ def _ranged(tmp_path) -> Reach:
 
 def test_a_users_uid_and_gid_ranges_bound_what_their_specs_name(tmp_path) -> None:
     reach = _ranged(tmp_path)
-    alice = {"owner": "alice"}
     for user in ("1000:1000", "1999:5009", "1500"):
-        assert reach.problems(replace(spec(user=user), **alice)) == [], user
+        assert reach.problems(replace(spec(user=user), owner="alice")) == [], user
     for user, says in (
         ("2000:1000", "uid 2000 is outside the allowed uids (1000-1999)"),
         ("1000:1001", "gid 1001 is outside the allowed gids (1000, 5000-5009)"),
         ("999:1000", "uid 999 is outside the allowed uids (1000-60000)"),  # the executor's
     ):
-        ((field, why),) = reach.problems(replace(spec(user=user), **alice))
+        ((field, why),) = reach.problems(replace(spec(user=user), owner="alice"))
         assert field == "user"
         assert says in why
     bob = replace(spec(user="30000:30000"), owner="bob")
