@@ -50,6 +50,7 @@ from flowcon.allocator.views import (
     SpecTexts,
 )
 from flowcon.contract import SCALING_RESTART, SCALING_STOPFREE, TOOLKIT_STATES, Measurement
+from flowcon.executor.backend import ExecutorError
 from flowcon.executor.container_spec import settings_for
 from flowcon.executor.node_fs import node_checks
 from flowcon.executor.profiling import prerun_refusal
@@ -988,7 +989,23 @@ class Allocator:
             raise ApiError(exc.status, str(exc)) from None
 
     def _with_toolkit(self, view: NodeView) -> NodeView:
-        return replace(view, toolkit=self._toolkit.get(view.name))
+        """The node's view with what its agent reported of its NVIDIA toolkit and, on
+        Swarm, what its engine applies to a job's container (read once per node)."""
+        return replace(
+            view, toolkit=self._toolkit.get(view.name), hardening=self._hardening_of(view.name)
+        )
+
+    def _hardening_of(self, node: str) -> str | None:
+        target = self.target
+        backend = getattr(getattr(target, "executor", None), "backend", None)
+        of = getattr(backend, "node_hardening", None)
+        if not callable(of):
+            return None
+        try:
+            return str(of(node).state)
+        except ExecutorError as exc:
+            log.warning("node %s: hardening unknown: %s", node, exc)
+            return None
 
     def ingest_measurements(self, body: Mapping[str, object]) -> dict[str, object]:
         node = body.get("node")

@@ -414,6 +414,9 @@ class NodeView:
     # NVIDIA_VISIBLE_DEVICES, as its agent last reported (flowcon.contract.TOOLKIT_STATES);
     # None: no agent reported it
     toolkit: str | None = None
+    # what the node's engine applies to a job's container (Swarm: NodeHardening.state);
+    # None: every hardening applies (the engine backend) or not known
+    hardening: str | None = None
 
     def to_json(self) -> JsonObject:
         return {
@@ -425,12 +428,14 @@ class NodeView:
             "drained_since": self.drained_since,
             "avoided": list(self.avoided),
             "toolkit": self.toolkit,
+            "hardening": self.hardening,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Json]) -> NodeView:
         since = data.get("drained_since")
         toolkit = data.get("toolkit")
+        hardening = data.get("hardening")
         return cls(
             name=str(data.get("name", "")),
             gpus=int(data.get("gpus") or 0),
@@ -440,4 +445,5 @@ class NodeView:
             drained_since=float(since) if isinstance(since, (int, float)) else None,
             avoided=[dict(a) for a in data.get("avoided") or [] if isinstance(a, Mapping)],
             toolkit=str(toolkit) if isinstance(toolkit, str) and toolkit else None,
+            hardening=str(hardening) if isinstance(hardening, str) and hardening else None,
         )

@@ -30,7 +30,7 @@ def nodes_table(rows: list[NodeView], url: str, now: float) -> object:
     from rich.table import Table
 
     table = Table(title=f"allocator {url}")
-    for col in ("NAME", "STATUS", "GPUS", "USED", "JOBS", "AVOIDED", "TOOLKIT"):
+    for col in ("NAME", "STATUS", "GPUS", "USED", "JOBS", "AVOIDED", "TOOLKIT", "HARDENING"):
         table.add_column(col, justify="right" if col in ("GPUS", "USED") else "left")
     for n in rows:
         avoided = ", ".join(
@@ -49,6 +49,7 @@ def nodes_table(rows: list[NodeView], url: str, now: float) -> object:
             ", ".join(n.jobs) or "-",
             avoided or "-",
             n.toolkit or "-",
+            n.hardening or "-",
         )
     return table
 

@@ -60,6 +60,17 @@ class NodeHardening:
     def no_new_privileges(self) -> bool:
         return "no-new-privileges" not in self.missing
 
+    @property
+    def state(self) -> str:
+        """The node view's word: ``full``, ``userns`` (a gap contained by user
+        namespaces), ``weak-allowed`` (the operator allows the gap) or ``weak-refused``
+        (no job is placed there)."""
+        if not self.missing:
+            return "full"
+        if self.userns:
+            return "userns"
+        return "weak-allowed" if self.allowed else "weak-refused"
+
     def describe(self) -> str:
         """One line for the node view, the log and a refusal."""
         api = "unknown" if self.api is None else f"{self.api[0]}.{self.api[1]}"

@@ -60,3 +60,25 @@ def test_no_new_privileges_goes_into_the_raw_spec_where_both_ends_speak_1_46() -
         kwargs = {}
         with_no_new_privileges(kwargs, node, manager)
         assert "privileges" not in kwargs
+
+
+def test_the_node_views_word_for_each_case() -> None:
+    from flowcon.executor.hardening import assess
+
+    assert assess("n", (1, 46), False, False).state == "full"
+    assert assess("n", (1, 41), True, False).state == "userns"
+    assert assess("n", (1, 41), False, True).state == "weak-allowed"
+    assert assess("n", (1, 41), False, False).state == "weak-refused"
+    assert assess("n", None, False, False).state == "weak-refused"
+
+
+def test_flowcon_nodes_shows_each_nodes_hardening() -> None:
+    from flowcon.allocator.views import NodeView
+    from flowcon.client.operate import nodes_table
+
+    view = NodeView("node2", 4, 0, "Ready", hardening="weak-refused")
+    assert NodeView.from_json(view.to_json()) == view
+    assert NodeView.from_json(NodeView("n", 1, 0, "Ready").to_json()).hardening is None
+    table: Any = nodes_table([view], "http://127.0.0.1:1", now=0.0)
+    assert [c.header for c in table.columns][-1] == "HARDENING"
+    assert list(table.columns[-1].cells) == ["weak-refused"]
