@@ -170,6 +170,7 @@ class Allocator:
         )
         with self._lock:
             if self.target is not None:
+                self._refuse_weak_nodes()
                 self.target.reconcile_on_start(self.store, self.planner)
             self._round()
         self.liveness.beat()
@@ -994,6 +995,17 @@ class Allocator:
         return replace(
             view, toolkit=self._toolkit.get(view.name), hardening=self._hardening_of(view.name)
         )
+
+    def _refuse_weak_nodes(self) -> None:
+        """Nodes whose engine lacks hardening the operator requires (Swarm,
+        ``executor.allow_weak_hardening`` off) take no worker: the planner leaves them out,
+        with one event each."""
+        weak = frozenset(
+            name for name, _ in self.planner.nodes if self._hardening_of(name) == "weak-refused"
+        )
+        for node in sorted(weak):
+            self.store.append_event("node_refused", None, node=node, why="weak-hardening")
+        self.planner.refuse_nodes(weak, self.clock())
 
     def _hardening_of(self, node: str) -> str | None:
         target = self.target

@@ -146,6 +146,9 @@ class Planner:
         self.ops, skipped = Operations.from_json(store.get_meta(OPERATIONS_KEY))
         for why in skipped:
             log.warning("stored operator requests: skipped %s", why)
+        # nodes the executor refuses to run jobs on (a Swarm node that lacks hardening the
+        # operator requires): their GPUs leave the capacity, as a drained node's
+        self.refused_nodes: frozenset[str] = frozenset()
         self._capacity = self._capacity_now(clock())
         self._policy_capacity: int | None = None  # the capacity the policy's plans assume
         self._shrunk_said: dict[str, tuple[int, int]] = {}  # placement_shrunk told, per job
@@ -228,8 +231,24 @@ class Planner:
     # -- capacity: drained nodes and avoided GPUs (flowcon.alloc.operations) -------------
 
     def blocked(self, now: float) -> frozenset[GpuId]:
-        """GPUs placement must not use now: drained nodes' and avoided ones."""
-        return self.ops.blocked(self.nodes, now)
+        """GPUs placement must not use now: drained nodes' and avoided ones, and those of
+        the nodes the executor refuses (``refuse_nodes``)."""
+        found = self.ops.blocked(self.nodes, now)
+        if not self.refused_nodes:
+            return found
+        refused = {
+            (i, g)
+            for i, (name, count) in enumerate(self.nodes)
+            if name in self.refused_nodes
+            for g in range(count)
+        }
+        return found | refused
+
+    def refuse_nodes(self, nodes: frozenset[str], now: float) -> None:
+        """Place no worker on ``nodes`` (the executor would refuse it there); the next
+        round plans with the smaller capacity, as after a drain."""
+        self.refused_nodes = frozenset(nodes)
+        self._capacity = self._capacity_now(now)
 
     def _capacity_now(self, now: float) -> int:
         return self.total_gpus - len(self.blocked(now))

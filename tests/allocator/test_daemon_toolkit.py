@@ -61,3 +61,37 @@ def test_a_toolkit_state_outside_the_contract_is_refused_naming_the_field(daemon
         urllib.request.urlopen(req, timeout=10)
     assert err.value.code == 400
     assert "toolkit" in err.value.read().decode()
+
+
+class _Hardening:
+    def __init__(self, state: str) -> None:
+        self.state = state
+
+
+class _SwarmLike:
+    """A backend that says each node's hardening (as SwarmBackend.node_hardening)."""
+
+    def __init__(self, states: dict[str, str]) -> None:
+        self.states = states
+
+    def node_hardening(self, node: str) -> _Hardening:
+        return _Hardening(self.states.get(node, "full"))
+
+
+def test_a_weak_node_is_left_out_and_shown(tmp_path):
+    from types import SimpleNamespace
+
+    cfg = AllocatorConfig(state_dir=tmp_path / "state", slot_seconds=1.0, listen="127.0.0.1:0")
+    alloc = Allocator(cfg, target=None, total_gpus=8)
+    alloc.planner.nodes = [("node1", 4), ("node2", 4)]  # a swarm's declared inventory
+    weak = "node2"
+    backend = _SwarmLike({weak: "weak-refused", "node1": "weak-allowed"})
+    alloc.target = SimpleNamespace(executor=SimpleNamespace(backend=backend))  # type: ignore[assignment]
+    alloc._refuse_weak_nodes()
+    assert alloc.planner.refused_nodes == {weak}
+    shown = {n.name: n.hardening for n in alloc.nodes()}
+    assert shown[weak] == "weak-refused"
+    assert [e.kind for e in alloc.store.events()].count("node_refused") == 1
+    assert {(i, g) for i, g in alloc.planner.blocked(0.0)} == {(1, g) for g in range(4)}
+    alloc.target = None
+    alloc.stop()

@@ -245,3 +245,18 @@ def test_an_unplaceable_count_is_halved_not_a_failed_round(store):
     p.plan(now=10.0)
     (shrunk,) = store.events(kind="placement_shrunk")  # said once, not every round
     assert (shrunk.data["gpus"], shrunk.data["placed"]) == (8, 4)
+
+
+def test_a_node_the_executor_refuses_takes_no_worker(store):
+    """A Swarm node that lacks the required hardening leaves the capacity, as a drained
+    node's GPUs do, and placement never uses it."""
+    p = _planner(store)
+    p.refuse_nodes(frozenset({"n1"}), now=0.0)
+    p.submit(_spec("a", 100_000, None, max_gpus=4), now=0.0)
+    p.submit(_spec("b", 100_000, None, max_gpus=4), now=0.0)
+    plan = p.plan(now=0.0)
+    assert sum(plan.allocation.values()) <= 4
+    for j in plan.allocation:
+        assert _nodes_of(p, j) == {0}
+    p.refuse_nodes(frozenset(), now=1.0)
+    assert sum(p.plan(now=1.0).allocation.values()) == 8
