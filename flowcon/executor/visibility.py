@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from flowcon import contract
+
 ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 ENV_DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
 NO_GPU = "void"  # the toolkit's "nothing": no GPU and no driver library in the container
@@ -34,6 +36,20 @@ JOB_CAPABILITIES = "compute,utility"
 _KEYWORDS = frozenset({"all", "none", "void", ""})
 
 RESERVED_PREFIX = "flowcon."
+# The labels a node agent acts on: blanked on every job container FlowCon does not set
+# them on, whether or not the image could be read (a Swarm node pulls the image itself).
+AGENT_LABELS = (
+    contract.LABEL_ENABLE,
+    contract.LABEL_METRIC,
+    contract.LABEL_METRIC_GOAL,
+    contract.LABEL_METRIC_REGEX,
+    contract.LABEL_CPUS_MIN,
+    contract.LABEL_CPUS_MAX,
+    contract.LABEL_THREADS,
+    contract.LABEL_GPU_SHARE,
+    contract.LABEL_REPLAY,
+    contract.LABEL_REPLAY_JOB,
+)
 
 
 def gpu_env(gpus: Sequence[str]) -> dict[str, str]:
@@ -57,12 +73,12 @@ def job_env(env: Mapping[str, str], gpus: Sequence[str]) -> dict[str, str]:
 
 
 def reserved_blanks(image_labels: Mapping[str, str], labels: Mapping[str, str]) -> dict[str, str]:
-    """An empty value for every ``flowcon.*`` key of ``image_labels`` that ``labels`` (what
-    FlowCon sets on the container) does not set: the container's labels win over its
-    image's, so none of the image's reaches a node agent."""
-    return {
-        key: "" for key in image_labels if key.startswith(RESERVED_PREFIX) and key not in labels
-    }
+    """An empty value for every ``flowcon.*`` key of ``image_labels``, and every label an
+    agent acts on (``AGENT_LABELS``), that ``labels`` (what FlowCon sets on the container)
+    does not set: the container's labels win over its image's, so none of the image's
+    reaches a node agent, even where the image could not be read first."""
+    keys = [*AGENT_LABELS, *(k for k in image_labels if k.startswith(RESERVED_PREFIX))]
+    return {key: "" for key in keys if key not in labels}
 
 
 def container_labels(image_labels: Mapping[str, str], labels: Mapping[str, str]) -> dict[str, str]:

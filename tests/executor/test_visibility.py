@@ -11,7 +11,13 @@ import pytest
 from flowcon.executor.backend import ExecutorError, WorkerRequest
 from flowcon.executor.backends.engine import EngineBackend
 from flowcon.executor.backends.swarm import SwarmBackend
-from flowcon.executor.visibility import container_labels, gpu_env, job_env, reserved_blanks
+from flowcon.executor.visibility import (
+    AGENT_LABELS,
+    container_labels,
+    gpu_env,
+    job_env,
+    reserved_blanks,
+)
 
 CUDA_IMAGE_LABELS = {
     "flowcon.enable": "true",
@@ -43,16 +49,25 @@ def test_job_env_overrides_what_the_spec_env_said() -> None:
 
 
 def test_reserved_blanks_cover_every_image_flowcon_key_flowcon_does_not_set() -> None:
-    own = {"flowcon.job": "j1", "flowcon.managed-by": "flowcon-allocator"}
-    assert reserved_blanks(CUDA_IMAGE_LABELS, own) == {
-        "flowcon.enable": "",
-        "flowcon.cpus.min": "",
-        "flowcon.elastic": "",
-    }
+    own = {"flowcon.job": "j1", "flowcon.managed-by": "flowcon-allocator", "flowcon.metric": "l"}
+    blanks = reserved_blanks(CUDA_IMAGE_LABELS, own)
+    assert set(blanks.values()) == {""}
+    assert {"flowcon.enable", "flowcon.cpus.min", "flowcon.elastic"} <= set(blanks)
+    assert not set(own) & set(blanks)  # FlowCon's own labels stay
     merged = container_labels(CUDA_IMAGE_LABELS, own)
     assert merged["flowcon.job"] == "j1"
     assert merged["flowcon.enable"] == ""
     assert "org.opencontainers.image.title" not in merged  # Docker merges that one itself
+
+
+def test_agent_labels_are_blanked_when_the_image_cannot_be_read() -> None:
+    """A Swarm node pulls an image the manager never saw: the labels an agent acts on are
+    blanked all the same."""
+    blanks = reserved_blanks({}, {"flowcon.job": "j1"})
+    assert set(blanks) == set(AGENT_LABELS)
+    assert set(blanks.values()) == {""}
+    assert "flowcon.enable" in blanks
+    assert "flowcon.gpu.share" in blanks
 
 
 # ---------------------------------------------------------------- the backends' create
