@@ -40,7 +40,6 @@ import contextlib
 import datetime as _dt
 import logging
 import os
-import pickle
 import signal
 import subprocess
 import sys
@@ -54,6 +53,7 @@ import torch
 import torch.distributed as dist
 
 import flowcon.elastic.rendezvous as rdv
+import flowcon.elastic.safe_load as safe_load
 from flowcon import contract
 from flowcon.contract import EVENT_DONE, EXIT_PREEMPTED
 from flowcon.elastic.data import ElasticSampler as ElasticSampler
@@ -164,27 +164,24 @@ def save_checkpoint(directory: Path, state: Mapping[str, Any]) -> Path:
 
 
 def load_checkpoint(directory: Path) -> dict[str, Any] | None:
-    """The checkpoint in ``directory`` (None: none yet), loaded with torch's
-    ``weights_only`` unpickler: tensors and plain Python values only (numbers, strings,
-    None, lists, tuples, dicts, and torch's own safe types), never code. A file holding
+    """The checkpoint in ``directory`` (None: none yet), loaded through
+    ``flowcon.elastic.safe_load``: tensors and plain Python values only (numbers, strings,
+    None, lists, tuples, dicts, state dicts), never code. A file holding
     anything else (a pickle that would run code when loaded, an object of the user's own
     class) is refused with ``RuntimeError``, logged, and nothing of it runs."""
     path = directory / CHECKPOINT_FILE
     if not path.exists():
         return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        state = safe_load.safe_torch_load(path)
+    except safe_load.RefusedGlobal as exc:
         log.error(
-            "checkpoint %s refused: it holds more than tensors and plain Python values "
-            "(loaded with weights_only): %s",
+            "checkpoint %s refused: it holds more than tensors and plain Python values: %s",
             path,
-            first,
+            exc,
         )
         raise RuntimeError(
-            f"checkpoint {path} refused: it holds more than tensors and plain Python "
-            f"values (loaded with weights_only): {first}"
+            f"checkpoint {path} refused: it holds more than tensors and plain Python values: {exc}"
         ) from None
     except Exception as exc:  # a torn file cannot happen with save_checkpoint, but be loud
         raise RuntimeError(f"checkpoint {path} is unreadable: {exc}") from exc

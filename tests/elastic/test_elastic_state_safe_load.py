@@ -82,3 +82,12 @@ def test_a_numpy_state_of_the_array_form_still_restores():
     want = float(np.random.rand())
     st.set_rng_state(legacy)
     assert float(np.random.rand()) == want
+
+
+def test_a_torn_checkpoint_is_unreadable_not_refused(tmp_path):
+    """Bytes that are no pickle at all say "unreadable", not that they hold code."""
+    import os
+
+    (tmp_path / CHECKPOINT_FILE).write_bytes(os.urandom(300))
+    with pytest.raises(RuntimeError, match="unreadable"):
+        load_checkpoint(tmp_path)
