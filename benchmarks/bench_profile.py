@@ -83,7 +83,7 @@ def run_prerun(
         min_gain=-1.0,  # measure every count, as the scaling mode does
     )
     seconds = time.monotonic() - t0
-    trained = _steps_of(be, f"{spec.name}-p")
+    trained = _steps_of(be, f"{spec.name}_p")
     return seconds, dict(profile.points), len(trained), 0
 
 
