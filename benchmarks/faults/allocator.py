@@ -886,6 +886,8 @@ class SwarmNodeRestartSession:
                 "backend": "swarm",
                 "checkpoint_host_dir": str(folder / "ckpt"),
                 "allow_weak_hardening": True,
+                # node 2's engine, so its jobs' checkpoint folders are handed to their user
+                "node_hosts": {"node2": NODE2_SOCK},
             },
             prefix="node",
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from support.images import ACCOUNTS, built
-from support.job_specs import testbox_spec
+from support.job_specs import spec_on_testbox
 from support.session import TEST_LABEL, TESTBOX_IMAGE
 
 from flowcon.executor.backend import ExecutorError, ExecutorRefused
@@ -18,7 +18,7 @@ from flowcon.executor.reach import Reach
 pytestmark = pytest.mark.docker
 
 
-spec = testbox_spec
+spec = spec_on_testbox
 
 
 def _no_probe_left(docker_client, run_id: str) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from support.job_specs import testbox_spec
+from support.job_specs import spec_on_testbox
 
 from flowcon.allocator.config import ConfigError, ExecutorSection, load_config
 from flowcon.executor.container_spec import engine_kwargs, settings_for, swarm_kwargs
@@ -29,7 +29,7 @@ HOST_PATHS = [
 ]
 
 
-spec = testbox_spec
+spec = spec_on_testbox
 
 
 @pytest.mark.parametrize("path", HOST_PATHS)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from support.job_specs import testbox_spec
+from support.job_specs import spec_on_testbox
 
 from flowcon.allocator.config import ConfigError, ExecutorSection, UserEntry, load_config
 from flowcon.executor.backend import ExecutorRefused
@@ -20,7 +20,7 @@ from flowcon.jobspec.spec import JobSpecError
 from flowcon.schema import SchemaError
 from flowcon.schema import validate as schema_validate
 
-spec = testbox_spec
+spec = spec_on_testbox
 
 
 # ---------------------------------------------------------------- root in any spelling

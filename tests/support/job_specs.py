@@ -1,5 +1,5 @@
 """The smallest valid job spec of the testbox image, parsed, for the executor's pure and
-engine tests: ``testbox_spec(volumes=[...], user=...)``."""
+engine tests: ``spec_on_testbox(volumes=[...], user=...)``."""
 
 from __future__ import annotations
 
@@ -18,5 +18,5 @@ TESTBOX_SPEC: dict[str, Any] = {
 }
 
 
-def testbox_spec(**over: Any) -> JobSpec:
+def spec_on_testbox(**over: Any) -> JobSpec:
     return parse_jobspec({**TESTBOX_SPEC, **over})
